@@ -1,0 +1,30 @@
+/* The communicator as the graph layer sees it: an identity, a rank in a size,
+ * and a backend behind a table of operations. Backends fill `ops` and `impl`. */
+#ifndef CG_GRAPH_COMM_INTERNAL_H
+#define CG_GRAPH_COMM_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "commgraph/comm.h"
+
+typedef struct cg_comm_ops {
+  const char *backend_name;
+  void (*destroy_impl)(void *impl); /* may be NULL */
+} cg_comm_ops_t;
+
+struct cg_comm {
+  uint64_t serial; /* process-wide creation number, for DOT labels */
+  int rank;
+  int size;
+  atomic_int refs; /* the creator's reference plus one per graph that uses it */
+  const cg_comm_ops_t *ops;
+  void *impl;
+};
+
+/* Allocates a communicator with one reference; NULL when out of memory. */
+cg_comm_t *cg_comm_alloc(int rank, int size, const cg_comm_ops_t *ops, void *impl);
+void cg_comm_retain(cg_comm_t *comm);
+void cg_comm_release(cg_comm_t *comm);
+
+#endif

@@ -1,0 +1,256 @@
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "graph_internal.h"
+
+static atomic_uint_fast64_t next_graph_serial = 1;
+
+cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *what) {
+  if (given == expected) return CG_SUCCESS;
+  return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s.size is %zu, expected %zu: initialize it with its *_INIT macro", what,
+                 given, expected);
+}
+
+static char *copy_text(const char *text, size_t max) {
+  size_t n = 0;
+  while (n < max && text[n]) n++;
+  char *copy = malloc(n + 1);
+  if (copy) {
+    memcpy(copy, text, n);
+    copy[n] = '\0';
+  }
+  return copy;
+}
+
+cg_status_t cg_graph_create(cg_graph_t **out, const cg_graph_opts_t *opts) {
+  cg_graph_opts_t defaults = CG_GRAPH_OPTS_INIT;
+  if (!out) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_graph_create: NULL out");
+  if (!opts) opts = &defaults;
+  cg_status_t st = cg_check_opts_size(opts->size, sizeof(cg_graph_opts_t), "cg_graph_opts_t");
+  if (st != CG_SUCCESS) return st;
+  cg_graph_t *g = calloc(1, sizeof *g);
+  char *name = opts->name ? copy_text(opts->name, 255) : NULL;
+  if (!g || (opts->name && !name)) {
+    free(g);
+    free(name);
+    return cg_fail(CG_ERR_NO_MEMORY, "cg_graph_create: allocating the graph");
+  }
+  g->serial = atomic_fetch_add(&next_graph_serial, 1);
+  g->name = name;
+  g->last_fence = CG_NO_NODE;
+  cg_hazard_init(&g->hazards);
+  *out = g;
+  return CG_SUCCESS;
+}
+
+void cg_graph_destroy(cg_graph_t *g) {
+  if (!g) return;
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    cg_node_rec_t *n = &g->nodes[i];
+    if (n->release_user_object) n->release_user_object(n->user_object);
+    free(n->name);
+    free(n->preds.items);
+    free(n->succs.items);
+  }
+  for (uint32_t i = 0; i < g->n_comms; i++) cg_comm_release(g->comms[i]);
+  cg_hazard_free(&g->hazards);
+  free(g->scratch.items);
+  free(g->comms);
+  free(g->nodes);
+  free(g->name);
+  free(g);
+}
+
+cg_status_t cg_graph_check_node(const cg_graph_t *g, cg_node_t node, const char *caller) {
+  if (node.graph != g->serial)
+    return cg_fail(CG_ERR_INVALID_NODE, "%s: node handle #%u belongs to another graph (or is uninitialized)", caller,
+                   node.index);
+  if (node.index >= g->n_nodes)
+    return cg_fail(CG_ERR_INVALID_NODE, "%s: node #%u does not exist (graph has %u nodes)", caller, node.index,
+                   g->n_nodes);
+  return CG_SUCCESS;
+}
+
+static int compare_edges(const void *a, const void *b) {
+  const cg_edge_t *x = a, *y = b;
+  return (x->node > y->node) - (x->node < y->node);
+}
+
+/* Sorts by node and merges repeated predecessors, ORing their causes. */
+static void merge_duplicates(cg_edge_vec_t *v) {
+  if (v->len < 2) return;
+  qsort(v->items, v->len, sizeof *v->items, compare_edges);
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < v->len; i++) {
+    if (kept && v->items[kept - 1].node == v->items[i].node)
+      v->items[kept - 1].causes |= v->items[i].causes;
+    else
+      v->items[kept++] = v->items[i];
+  }
+  v->len = kept;
+}
+
+/* A fence follows every node recorded since the previous fence that nothing
+ * follows yet; together they reach everything recorded before it. */
+static cg_status_t collect_fence_preds(const cg_graph_t *g, cg_edge_vec_t *preds) {
+  uint32_t first = g->last_fence == CG_NO_NODE ? 0 : g->last_fence + 1;
+  for (uint32_t i = first; i < g->n_nodes; i++) {
+    if (g->nodes[i].succs.len) continue;
+    if (cg_edge_vec_reserve(preds, (size_t)preds->len + 1) != CG_SUCCESS) return CG_ERR_NO_MEMORY;
+    preds->items[preds->len++] = (cg_edge_t){i, CG_EDGE_FENCE};
+  }
+  if (preds->len == 0 && g->last_fence != CG_NO_NODE) {
+    if (cg_edge_vec_reserve(preds, 1) != CG_SUCCESS) return CG_ERR_NO_MEMORY;
+    preds->items[preds->len++] = (cg_edge_t){g->last_fence, CG_EDGE_FENCE};
+  }
+  return CG_SUCCESS;
+}
+
+static cg_status_t reserve_comm(cg_graph_t *g, cg_comm_t *comm, int *is_new) {
+  *is_new = 0;
+  if (!comm) return CG_SUCCESS;
+  for (uint32_t i = 0; i < g->n_comms; i++)
+    if (g->comms[i] == comm) return CG_SUCCESS;
+  *is_new = 1;
+  if (g->n_comms < g->cap_comms) return CG_SUCCESS;
+  uint32_t cap = g->cap_comms ? 2 * g->cap_comms : 4;
+  cg_comm_t **comms = realloc(g->comms, cap * sizeof *comms);
+  if (!comms) return CG_ERR_NO_MEMORY;
+  g->comms = comms;
+  g->cap_comms = cap;
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_graph_add_node(cg_graph_t *g, const cg_node_rec_t *proto, const cg_access_set_t *access,
+                              cg_node_t *out) {
+  cg_status_t st = CG_SUCCESS;
+  cg_edge_t *pred_items = NULL;
+  int new_comm = 0;
+  if (g->n_nodes == UINT32_MAX - 1) {
+    st = CG_ERR_NO_MEMORY;
+    goto out;
+  }
+  if (g->n_nodes == g->cap_nodes) {
+    uint32_t cap = g->cap_nodes ? (g->cap_nodes > UINT32_MAX / 2 ? UINT32_MAX - 1 : 2 * g->cap_nodes) : 64;
+    cg_node_rec_t *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
+    if (!nodes) {
+      st = CG_ERR_NO_MEMORY;
+      goto out;
+    }
+    g->nodes = nodes;
+    g->cap_nodes = cap;
+  }
+  if ((st = reserve_comm(g, proto->comm, &new_comm)) != CG_SUCCESS) goto out;
+
+  cg_edge_vec_t *preds = &g->scratch;
+  preds->len = 0;
+  if (proto->is_fence) {
+    st = collect_fence_preds(g, preds);
+  } else {
+    st = cg_hazard_prepare(&g->hazards, access, preds);
+    merge_duplicates(preds);
+  }
+  if (st != CG_SUCCESS) goto out;
+  if (!proto->is_fence && g->last_fence != CG_NO_NODE &&
+      (preds->len == 0 || preds->items[preds->len - 1].node < g->last_fence)) {
+    /* Nothing orders this node after the fence yet; the fence itself does. */
+    if ((st = cg_edge_vec_reserve(preds, (size_t)preds->len + 1)) != CG_SUCCESS) goto out;
+    preds->items[preds->len++] = (cg_edge_t){g->last_fence, CG_EDGE_FENCE};
+  }
+  if (preds->len) {
+    pred_items = malloc(preds->len * sizeof *pred_items);
+    if (!pred_items) {
+      st = CG_ERR_NO_MEMORY;
+      goto out;
+    }
+  }
+  for (uint32_t i = 0; i < preds->len; i++) {
+    cg_edge_vec_t *succs = &g->nodes[preds->items[i].node].succs;
+    if ((st = cg_edge_vec_reserve(succs, (size_t)succs->len + 1)) != CG_SUCCESS) goto out;
+  }
+
+  /* Nothing below can fail. */
+  uint32_t index = g->n_nodes++;
+  cg_node_rec_t *n = &g->nodes[index];
+  *n = *proto;
+  n->name = NULL;
+  n->succs = (cg_edge_vec_t){0};
+  n->preds = (cg_edge_vec_t){pred_items, preds->len, preds->len};
+  if (preds->len) memcpy(pred_items, preds->items, preds->len * sizeof *pred_items);
+  pred_items = NULL;
+  for (uint32_t i = 0; i < n->preds.len; i++) {
+    cg_edge_vec_t *succs = &g->nodes[n->preds.items[i].node].succs;
+    succs->items[succs->len++] = (cg_edge_t){index, n->preds.items[i].causes};
+  }
+  g->n_edges += n->preds.len;
+  if (proto->is_fence) {
+    cg_hazard_clear(&g->hazards);
+    g->last_fence = index;
+  } else {
+    cg_hazard_apply(&g->hazards, index, access);
+  }
+  if (new_comm) {
+    cg_comm_retain(proto->comm);
+    g->comms[g->n_comms++] = proto->comm;
+  }
+  if (out) *out = (cg_node_t){g->serial, index};
+out:
+  free(pred_items);
+  if (st == CG_ERR_NO_MEMORY)
+    return cg_fail(st, "recording %s node #%u: out of memory", cg_node_kind_name(proto->kind), g->n_nodes);
+  return st;
+}
+
+cg_status_t cg_node_name(cg_graph_t *g, cg_node_t node, const char *name) {
+  if (!g || !name) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_node_name: NULL %s", g ? "name" : "graph");
+  cg_status_t st = cg_graph_check_node(g, node, "cg_node_name");
+  if (st != CG_SUCCESS) return st;
+  char *copy = copy_text(name, 255);
+  if (!copy) return cg_fail(CG_ERR_NO_MEMORY, "cg_node_name: copying the name of node #%u", node.index);
+  free(g->nodes[node.index].name);
+  g->nodes[node.index].name = copy;
+  return CG_SUCCESS;
+}
+
+static size_t node_bytes(const cg_node_rec_t *n) {
+  if (!n->comm) return 0;
+  size_t per_rank = n->count * cg_dtype_size(n->dtype);
+  switch (n->kind) {
+    case CG_NODE_REDUCE_SCATTER:
+    case CG_NODE_ALLTOALL:
+      return per_rank * (size_t)n->comm->size;
+    case CG_NODE_SCATTER:
+      return n->comm->rank == n->root ? per_rank * (size_t)n->comm->size : 0;
+    case CG_NODE_BROADCAST:
+      return n->comm->rank == n->root ? per_rank : 0;
+    case CG_NODE_RECV:
+    case CG_NODE_BARRIER:
+      return 0;
+    default:
+      return per_rank;
+  }
+}
+
+cg_status_t cg_graph_stats(cg_graph_stats_t *out, const cg_graph_t *g) {
+  if (!out || !g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_graph_stats: NULL %s", out ? "graph" : "out");
+  cg_graph_stats_t s = {0};
+  s.nodes = g->n_nodes;
+  s.edges = g->n_edges;
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    const cg_node_rec_t *n = &g->nodes[i];
+    s.nodes_by_kind[n->kind]++;
+    s.bytes += node_bytes(n);
+    for (uint32_t e = 0; e < n->preds.len; e++) {
+      uint32_t c = n->preds.items[e].causes;
+      s.explicit_edges += !!(c & CG_EDGE_EXPLICIT);
+      s.raw_edges += !!(c & CG_EDGE_RAW);
+      s.war_edges += !!(c & CG_EDGE_WAR);
+      s.waw_edges += !!(c & CG_EDGE_WAW);
+      s.fence_edges += !!(c & CG_EDGE_FENCE);
+    }
+  }
+  *out = s;
+  return CG_SUCCESS;
+}

@@ -1,0 +1,72 @@
+/* The recorded graph as stored. Read by the rest of graph/; sched/ reads it
+ * through graph_view.h. */
+#ifndef CG_GRAPH_INTERNAL_H
+#define CG_GRAPH_INTERNAL_H
+
+#include <stdint.h>
+
+#include "commgraph/graph.h"
+#include "comm_internal.h"
+#include "hazard.h"
+
+typedef struct cg_node_rec {
+  cg_node_kind_t kind;
+  cg_comm_t *comm; /* NULL for host functions, child graphs and events */
+  const void *send;
+  void *recv;
+  size_t count;
+  cg_dtype_t dtype;
+  cg_redop_t op;
+  int root; /* root of rooted collectives, peer of send/recv, -1 otherwise */
+  int is_fence;
+  char *name; /* NULL until cg_node_name */
+  cg_host_fn_t fn;
+  void *arg;
+  void *user_object; /* cloned cudaGraph_t or cudaEvent_t, opaque here */
+  void (*release_user_object)(void *user_object);
+  cg_edge_vec_t preds; /* sorted by node index when recorded */
+  cg_edge_vec_t succs;
+} cg_node_rec_t;
+
+struct cg_graph {
+  uint64_t serial;
+  char *name;
+  cg_node_rec_t *nodes;
+  uint32_t n_nodes;
+  uint32_t cap_nodes;
+  size_t n_edges;
+  int has_backward_edges; /* an explicit edge from a later node to an earlier one */
+  uint32_t last_fence;    /* CG_NO_NODE before the first fence */
+  cg_hazard_t hazards;
+  cg_edge_vec_t scratch; /* predecessors of the node being recorded */
+  cg_comm_t **comms;     /* each retained once */
+  uint32_t n_comms;
+  uint32_t cap_comms;
+};
+
+/* Adds `proto` (kind, comm, buffers, ...; edges and name ignored) as the next
+ * node, with hazard edges for `access` (ignored for a fence). The caller has
+ * validated everything; this only fails for lack of memory and then changes
+ * nothing. */
+cg_status_t cg_graph_add_node(cg_graph_t *graph, const cg_node_rec_t *proto, const cg_access_set_t *access,
+                              cg_node_t *out);
+
+/* CG_SUCCESS if `node` is a live node of `graph`; otherwise the error detail
+ * names `caller`. */
+cg_status_t cg_graph_check_node(const cg_graph_t *graph, cg_node_t node, const char *caller);
+
+/* Adds the edge before -> after with `causes`, or ORs the causes into an
+ * existing one. Does not check for cycles. */
+cg_status_t cg_graph_link(cg_graph_t *graph, uint32_t before, uint32_t after, uint32_t causes);
+
+/* Accepts an options struct whose size field matches this library's. */
+cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *what);
+
+/* Records a node that runs user code (host function, child graph, event) with
+ * the memory it declares in `access` (NULL: a fence). `caller` names the public
+ * function in error details. On failure nothing is recorded and the caller
+ * still owns `proto->user_object`. */
+cg_status_t cg_graph_record_user_node(cg_node_t *out, cg_graph_t *graph, const cg_node_rec_t *proto,
+                                      const cg_access_t *access, const char *caller);
+
+#endif

@@ -1,0 +1,29 @@
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "error.h"
+
+const char *cg_status_string(cg_status_t status) {
+  switch (status) {
+#define CG_STATUS_CASE(name, value, text) \
+  case name:                              \
+    return text;
+    CG_STATUS_LIST(CG_STATUS_CASE)
+#undef CG_STATUS_CASE
+  }
+  return "unknown status";
+}
+
+static _Thread_local char last_error[512];
+
+const char *cg_error_last(void) { return last_error; }
+
+cg_status_t cg_fail(cg_status_t status, const char *fmt, ...) {
+  int used = snprintf(last_error, sizeof last_error, "%s: ", cg_status_string(status));
+  if (used < 0 || (size_t)used >= sizeof last_error) return status;
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(last_error + used, sizeof last_error - (size_t)used, fmt, args);
+  va_end(args);
+  return status;
+}
