@@ -10,7 +10,7 @@
 #define CG_PRINTF_LIKE(fmt_index, first_arg)
 #endif
 
-/* Records "<detail>" for cg_error_last() and returns `status`, so callers can
+/* Records the detail for cg_error_last() and returns `status`, so callers can
  * write `return cg_fail(CG_ERR_..., "...", ...)`. */
 cg_status_t cg_fail(cg_status_t status, const char *fmt, ...) CG_PRINTF_LIKE(2, 3);
 

@@ -119,14 +119,15 @@ static cg_status_t check_alias(const char *where, const collective_t *c, const l
   uintptr_t offset = (uintptr_t)(l->offset_elems * elem_size);
   if (l->inplace_send_in_recv && send.start == recv.start + offset && send.end <= recv.end) return CG_SUCCESS;
   if (l->inplace_recv_in_send && recv.start == send.start + offset && recv.end <= send.end) return CG_SUCCESS;
-  const char *form = "send and recv must not overlap";
   char allowed[96];
-  if (l->inplace_send_in_recv)
+  if (l->inplace_send_in_recv && l->offset_elems)
     snprintf(allowed, sizeof allowed, "in place needs send == recv + %zu elements", l->offset_elems);
-  else if (l->inplace_recv_in_send)
+  else if (l->inplace_recv_in_send && l->offset_elems)
     snprintf(allowed, sizeof allowed, "in place needs recv == send + %zu elements", l->offset_elems);
+  else if (l->inplace_send_in_recv || l->inplace_recv_in_send)
+    snprintf(allowed, sizeof allowed, "in place needs send == recv");
   else
-    snprintf(allowed, sizeof allowed, "%s", form);
+    snprintf(allowed, sizeof allowed, "send and recv must not overlap");
   return cg_fail(CG_ERR_ALIAS, "%s: %s send [%p, +%zu) and recv [%p, +%zu) overlap; %s", where,
                  cg_node_kind_name(c->kind), (void *)send.start, (size_t)(send.end - send.start), (void *)recv.start,
                  (size_t)(recv.end - recv.start), allowed);

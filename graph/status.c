@@ -19,11 +19,9 @@ static _Thread_local char last_error[512];
 const char *cg_error_last(void) { return last_error; }
 
 cg_status_t cg_fail(cg_status_t status, const char *fmt, ...) {
-  int used = snprintf(last_error, sizeof last_error, "%s: ", cg_status_string(status));
-  if (used < 0 || (size_t)used >= sizeof last_error) return status;
   va_list args;
   va_start(args, fmt);
-  vsnprintf(last_error + used, sizeof last_error - (size_t)used, fmt, args);
+  vsnprintf(last_error, sizeof last_error, fmt, args);
   va_end(args);
   return status;
 }

@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
     printf("%-34s %10zu %10zu %12.1f %10.0f", pattern_names[p], n, edges, best * 1e3, best * 1e9 / (double)n);
     if (n <= naive_limit) {
       double t = naive(ops, n, &conflicts);
-      printf(" %12.1f %9.0fx\n", t * 1e3, t / best);
+      printf(" %12.1f %9.0fx   (%zu conflicting pairs)\n", t * 1e3, t / best, conflicts);
     } else {
       printf(" %12s %10s\n", "-", "-");
     }
