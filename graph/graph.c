@@ -7,10 +7,10 @@
 
 static atomic_uint_fast64_t next_graph_serial = 1;
 
-cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *what) {
+cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *where, const char *what) {
   if (given == expected) return CG_SUCCESS;
-  return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s.size is %zu, expected %zu: initialize it with its *_INIT macro", what,
-                 given, expected);
+  return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: %s.size is %zu, expected %zu: initialize it with its *_INIT macro",
+                 where, what, given, expected);
 }
 
 static char *copy_text(const char *text, size_t max) {
@@ -28,7 +28,7 @@ cg_status_t cg_graph_create(cg_graph_t **out, const cg_graph_opts_t *opts) {
   cg_graph_opts_t defaults = CG_GRAPH_OPTS_INIT;
   if (!out) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_graph_create: NULL out");
   if (!opts) opts = &defaults;
-  cg_status_t st = cg_check_opts_size(opts->size, sizeof(cg_graph_opts_t), "cg_graph_opts_t");
+  cg_status_t st = cg_check_opts_size(opts->size, sizeof(cg_graph_opts_t), "cg_graph_create", "opts");
   if (st != CG_SUCCESS) return st;
   cg_graph_t *g = calloc(1, sizeof *g);
   char *name = opts->name ? copy_text(opts->name, 255) : NULL;

@@ -59,8 +59,9 @@ cg_status_t cg_graph_check_node(const cg_graph_t *graph, cg_node_t node, const c
  * existing one. Does not check for cycles. */
 cg_status_t cg_graph_link(cg_graph_t *graph, uint32_t before, uint32_t after, uint32_t causes);
 
-/* Accepts an options struct whose size field matches this library's. */
-cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *what);
+/* Accepts an options struct whose size field matches this library's; the
+ * error detail starts with `where` and names the struct as `what`. */
+cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *where, const char *what);
 
 /* Records a node that runs user code (host function, child graph, event) with
  * the memory it declares in `access` (NULL: a fence). `caller` names the public

@@ -57,7 +57,9 @@ static int layout_of(const collective_t *c, layout_t *l) {
   int rank = c->comm->rank, is_root = rank == c->root;
   size_t all = 0;
   *l = (layout_t){0};
-  if (mul_overflows(count, n, &all)) return -1;
+  int scales_with_ranks = c->kind == CG_NODE_ALLGATHER || c->kind == CG_NODE_REDUCE_SCATTER ||
+                          c->kind == CG_NODE_ALLTOALL || c->kind == CG_NODE_GATHER || c->kind == CG_NODE_SCATTER;
+  if (scales_with_ranks && mul_overflows(count, n, &all)) return -1;
   switch (c->kind) {
     case CG_NODE_ALLREDUCE:
       *l = (layout_t){count, count, 1, 1, 1, 0, 0};
@@ -231,7 +233,11 @@ cg_status_t cg_recv(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm, void *buf, s
 }
 
 cg_status_t cg_barrier(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm) {
-  if (!g || !comm) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_barrier: NULL %s", g ? "communicator" : "graph");
+  char where[400];
+  collective_t c = {.caller = "cg_barrier", .kind = CG_NODE_BARRIER};
+  if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_barrier: NULL graph");
+  describe(where, sizeof where, g, &c);
+  if (!comm) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL communicator", where);
   cg_node_rec_t proto = {.kind = CG_NODE_BARRIER, .comm = comm, .dtype = CG_UINT8, .root = -1, .is_fence = 1};
   return cg_graph_add_node(g, &proto, NULL, out);
 }
@@ -240,7 +246,6 @@ cg_status_t cg_barrier(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm) {
 
 static cg_status_t convert_ranges(const char *where, const char *what, const cg_range_t *ranges, size_t n,
                                   cg_span_t *spans) {
-  if (n && !ranges) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: access.%s is NULL but n_%s is %zu", where, what, what, n);
   for (size_t i = 0; i < n; i++) {
     char name[32];
     snprintf(name, sizeof name, "%s[%zu]", what, i);
@@ -260,9 +265,16 @@ cg_status_t cg_graph_record_user_node(cg_node_t *out, cg_graph_t *g, const cg_no
   cg_node_rec_t node = *proto;
   node.root = -1;
   node.is_fence = !access || access->everything;
-  if (access && (st = cg_check_opts_size(access->size, sizeof(cg_access_t), "cg_access_t")) != CG_SUCCESS) goto out;
+  if (access && (st = cg_check_opts_size(access->size, sizeof(cg_access_t), where, "access")) != CG_SUCCESS) goto out;
   cg_access_set_t set = {0};
   if (!node.is_fence) {
+    if ((access->n_reads && !access->reads) || (access->n_writes && !access->writes)) {
+      int reads_missing = access->n_reads && !access->reads;
+      st = cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: access.%s is NULL but n_%s is %zu", where,
+                   reads_missing ? "reads" : "writes", reads_missing ? "reads" : "writes",
+                   reads_missing ? access->n_reads : access->n_writes);
+      goto out;
+    }
     if (access->n_reads > SIZE_MAX / 2 / sizeof *spans || access->n_writes > SIZE_MAX / 2 / sizeof *spans) {
       st = cg_fail(CG_ERR_OVERFLOW, "%s: %zu read and %zu write ranges", where, access->n_reads, access->n_writes);
       goto out;
@@ -286,7 +298,8 @@ out:
 }
 
 cg_status_t cg_host_func(cg_node_t *out, cg_graph_t *g, cg_host_fn_t fn, void *arg, const cg_access_t *access) {
-  if (!g || !fn) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_host_func: NULL %s", g ? "function" : "graph");
+  if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_host_func: NULL graph");
+  if (!fn) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_host_func: node #%u: NULL function", g->n_nodes);
   cg_node_rec_t proto = {.kind = CG_NODE_HOST_FUNC, .dtype = CG_UINT8, .fn = fn, .arg = arg};
   return cg_graph_record_user_node(out, g, &proto, access, "cg_host_func");
 }

@@ -10,7 +10,8 @@
 static void destroy_cloned_graph(void *object) { cudaGraphDestroy((cudaGraph_t)object); }
 
 cg_status_t cg_child_graph(cg_node_t *out, cg_graph_t *g, cudaGraph_t child, const cg_access_t *access) {
-  if (!g || !child) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_child_graph: NULL %s", g ? "child graph" : "graph");
+  if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_child_graph: NULL graph");
+  if (!child) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_child_graph: node #%u: NULL child graph", g->n_nodes);
   cudaGraph_t clone = NULL;
   cudaError_t err = cudaGraphClone(&clone, child);
   if (err != cudaSuccess)
@@ -27,7 +28,8 @@ cg_status_t cg_child_graph(cg_node_t *out, cg_graph_t *g, cudaGraph_t child, con
 
 static cg_status_t record_event(cg_node_t *out, cg_graph_t *g, cudaEvent_t event, const cg_access_t *access,
                                 cg_node_kind_t kind, const char *caller) {
-  if (!g || !event) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL %s", caller, g ? "event" : "graph");
+  if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL graph", caller);
+  if (!event) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: node #%u: NULL event", caller, g->n_nodes);
   cg_node_rec_t proto = {.kind = kind, .dtype = CG_UINT8, .user_object = event};
   return cg_graph_record_user_node(out, g, &proto, access, caller);
 }
