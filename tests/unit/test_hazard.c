@@ -1,2 +1,875 @@
+/* Hazard edges (graph/hazard.c, graph/graph.c, graph/edges.c): read-after-write,
+ * write-after-read and write-after-write edges with their causes, byte-exact
+ * overlaps, in-place forms, fences and explicit edges; by hand on small graphs
+ * and against brute-force references on random ones. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_view.h"
 #include "test_support.h"
-int main(void) { return 1; }
+
+#define HAZARD_CAUSES (CG_EDGE_RAW | CG_EDGE_WAR | CG_EDGE_WAW)
+#define ALL_CAUSES (CG_EDGE_EXPLICIT | HAZARD_CAUSES | CG_EDGE_FENCE)
+
+/* ck_assert for hot loops: Check logs every passing ck_assert, which costs a
+ * system call each. */
+#define REQUIRE(cond, ...)                 \
+  do {                                     \
+    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
+  } while (0)
+
+static void noop(void *arg) { (void)arg; }
+
+/* ---- inspecting a graph */
+
+/* Causes of the edge from -> to, 0 if there is none. Checks that the edge is
+ * stored at most once on each side, with the same causes on both. */
+static uint32_t edge(const cg_graph_t *g, uint32_t from, uint32_t to) {
+  const cg_edge_vec_t *succs = &cg_graph_node(g, from)->succs, *preds = &cg_graph_node(g, to)->preds;
+  uint32_t s = 0, p = 0, ns = 0, np = 0;
+  for (uint32_t e = 0; e < succs->len; e++)
+    if (succs->items[e].node == to) s = succs->items[e].causes, ns++;
+  for (uint32_t e = 0; e < preds->len; e++)
+    if (preds->items[e].node == from) p = preds->items[e].causes, np++;
+  REQUIRE(ns <= 1 && ns == np && s == p, "edge #%u -> #%u: %u succ entries (causes %#x), %u pred entries (causes %#x)",
+          from, to, ns, s, np, p);
+  return s;
+}
+
+/* Whether a path of edges leads from `from` to `to` (from != to), looking only
+ * at nodes up to `bound` (where every edge points forward, bound = to). */
+static int reaches_within(const cg_graph_t *g, uint32_t from, uint32_t to, uint32_t bound) {
+  uint32_t n = cg_graph_node_count(g);
+  unsigned char *seen = calloc(n, 1);
+  uint32_t *stack = malloc((size_t)n * sizeof *stack);
+  REQUIRE(seen && stack, "out of memory");
+  size_t depth = 0;
+  int found = 0;
+  stack[depth++] = from;
+  seen[from] = 1;
+  while (depth && !found) {
+    const cg_edge_vec_t *succs = &cg_graph_node(g, stack[--depth])->succs;
+    for (uint32_t e = 0; e < succs->len; e++) {
+      uint32_t next = succs->items[e].node;
+      found |= next == to;
+      if (!seen[next] && next <= bound) {
+        seen[next] = 1;
+        stack[depth++] = next;
+      }
+    }
+  }
+  free(seen);
+  free(stack);
+  return found;
+}
+static int reaches(const cg_graph_t *g, uint32_t from, uint32_t to) { return reaches_within(g, from, to, UINT32_MAX); }
+
+typedef struct want {
+  uint32_t node, causes;
+} want_t;
+
+/* `node` has exactly the predecessors in `want`, with exactly those causes. */
+static void check_preds(const cg_graph_t *g, uint32_t node, const want_t *want, uint32_t n) {
+  uint32_t len = cg_graph_node(g, node)->preds.len;
+  ck_assert_msg(len == n, "node #%u has %u predecessors, expected %u", node, len, n);
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t c = edge(g, want[k].node, node);
+    ck_assert_msg(c == want[k].causes, "edge #%u -> #%u has causes %#x, expected %#x", want[k].node, node, c,
+                  want[k].causes);
+  }
+}
+#define PREDS(g, node, ...)                                             \
+  check_preds((g), (node), (const want_t[]){__VA_ARGS__},              \
+              (uint32_t)(sizeof((const want_t[]){__VA_ARGS__}) / sizeof(want_t)))
+#define NO_PREDS(g, node) check_preds((g), (node), NULL, 0)
+
+static void check_stats(const cg_graph_t *g, size_t edges, size_t expl, size_t raw, size_t war, size_t waw,
+                        size_t fence) {
+  cg_graph_stats_t s;
+  ck_assert_cg_ok(cg_graph_stats(&s, g));
+  ck_assert_uint_eq(s.edges, edges);
+  ck_assert_uint_eq(s.explicit_edges, expl);
+  ck_assert_uint_eq(s.raw_edges, raw);
+  ck_assert_uint_eq(s.war_edges, war);
+  ck_assert_uint_eq(s.waw_edges, waw);
+  ck_assert_uint_eq(s.fence_edges, fence);
+}
+
+/* ---- hand-checked graphs: one offline communicator, buffers in one array */
+
+static cg_comm_t *comm;
+static cg_graph_t *g;
+static unsigned char mem[1024];
+#define A (mem + 0)
+#define B (mem + 128)
+#define C (mem + 256)
+#define D (mem + 384)
+#define E (mem + 512)
+
+static void setup(void) {
+  ck_assert_cg_ok(cg_comm_create_offline(&comm, 1, 4));
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+}
+
+static void teardown(void) {
+  cg_graph_destroy(g);
+  cg_comm_destroy(comm);
+}
+
+static cg_node_t node_(uint32_t index) { return (cg_node_t){g->serial, index}; }
+
+static void send_(const void *buf, size_t count, cg_dtype_t dt) {
+  ck_assert_cg_ok(cg_send(NULL, g, comm, buf, count, dt, 0));
+}
+static void recv_(void *buf, size_t count, cg_dtype_t dt) {
+  ck_assert_cg_ok(cg_recv(NULL, g, comm, buf, count, dt, 2));
+}
+static void host_(const cg_range_t *reads, size_t n_reads, const cg_range_t *writes, size_t n_writes) {
+  cg_access_t access = CG_ACCESS_INIT;
+  access.everything = 0;
+  access.reads = reads;
+  access.n_reads = n_reads;
+  access.writes = writes;
+  access.n_writes = n_writes;
+  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, &access));
+}
+
+START_TEST(hazard__raw_edge) {
+  cg_node_t n;
+  ck_assert_cg_ok(cg_allreduce(&n, g, comm, A, B, 16, CG_FLOAT32, CG_SUM)); /* #0 reads A, writes B */
+  ck_assert_uint_eq(n.index, 0);
+  send_(B, 16, CG_FLOAT32); /* #1 reads B */
+  send_(A, 16, CG_FLOAT32); /* #2 reads A: read after read */
+  NO_PREDS(g, 0);
+  PREDS(g, 1, {0, CG_EDGE_RAW});
+  NO_PREDS(g, 2);
+  ck_assert_uint_eq(cg_graph_node(g, 0)->succs.len, 1);
+  check_stats(g, 1, 0, 1, 0, 0, 0);
+}
+END_TEST
+
+START_TEST(hazard__war_edge) {
+  send_(A, 16, CG_FLOAT32); /* #0 reads A */
+  recv_(C, 16, CG_FLOAT32); /* #1 writes C */
+  recv_(A, 16, CG_FLOAT32); /* #2 writes A */
+  NO_PREDS(g, 1);
+  PREDS(g, 2, {0, CG_EDGE_WAR});
+  check_stats(g, 1, 0, 0, 1, 0, 0);
+}
+END_TEST
+
+START_TEST(hazard__waw_edge) {
+  recv_(A, 16, CG_FLOAT32);      /* #0 writes A */
+  recv_(A + 32, 4, CG_FLOAT64);  /* #1 writes A[32, 64) */
+  recv_(C, 16, CG_FLOAT32);      /* #2 elsewhere */
+  PREDS(g, 1, {0, CG_EDGE_WAW});
+  NO_PREDS(g, 2);
+  check_stats(g, 1, 0, 0, 0, 1, 0);
+}
+END_TEST
+
+START_TEST(hazard__one_byte_overlap_makes_an_edge_adjacent_ranges_do_not) {
+  recv_(mem + 100, 2, CG_FLOAT64); /* #0 writes [100, 116) */
+  send_(mem + 115, 1, CG_UINT8);   /* #1 reads [115, 116): last byte of #0 */
+  send_(mem + 116, 4, CG_INT8);    /* #2 reads [116, 120): just above */
+  send_(mem + 84, 4, CG_INT32);    /* #3 reads [84, 100): just below */
+  recv_(mem + 116, 1, CG_INT64);   /* #4 writes [116, 124): overlaps #2 only */
+  recv_(mem + 99, 1, CG_UINT8);    /* #5 writes [99, 100): overlaps #3 only */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, mem + 200, mem + 108, 1, CG_UINT64, CG_MAX)); /* #6 writes [108, 116) */
+  PREDS(g, 1, {0, CG_EDGE_RAW});
+  NO_PREDS(g, 2);
+  NO_PREDS(g, 3);
+  PREDS(g, 4, {2, CG_EDGE_WAR});
+  PREDS(g, 5, {3, CG_EDGE_WAR});
+  /* [108, 115) was last written by #0 and not read since; [115, 116) was read by #1 */
+  PREDS(g, 6, {0, CG_EDGE_WAW}, {1, CG_EDGE_WAR});
+  check_stats(g, 5, 0, 1, 3, 1, 0);
+}
+END_TEST
+
+START_TEST(hazard__ranges_at_the_top_of_the_address_space) {
+  uintptr_t top = UINTPTR_MAX - 16; /* [top, top + 16): the highest span a recording accepts */
+  recv_((void *)top, 16, CG_UINT8);         /* #0 */
+  send_((void *)(top + 15), 1, CG_UINT8);   /* #1 the last byte */
+  send_((void *)(top - 16), 16, CG_UINT8);  /* #2 just below */
+  recv_((void *)(top - 1), 2, CG_UINT8);    /* #3 straddles the start of #0 and the end of #2 */
+  PREDS(g, 1, {0, CG_EDGE_RAW});
+  NO_PREDS(g, 2);
+  PREDS(g, 3, {0, CG_EDGE_WAW}, {2, CG_EDGE_WAR});
+}
+END_TEST
+
+START_TEST(hazard__in_place_allreduce) {
+  recv_(B, 16, CG_FLOAT32);                                                /* #0 writes B */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, B, B, 16, CG_FLOAT32, CG_SUM)); /* #1 reads and writes B */
+  send_(B, 16, CG_FLOAT32);                                                /* #2 reads B */
+  send_(B + 32, 4, CG_FLOAT32);                                            /* #3 reads B[32, 48) */
+  recv_(B, 16, CG_FLOAT32);                                                /* #4 writes B */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, B, B, 16, CG_FLOAT32, CG_SUM)); /* #5 */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, B, B, 16, CG_FLOAT32, CG_SUM)); /* #6 */
+  PREDS(g, 1, {0, CG_EDGE_RAW | CG_EDGE_WAW});
+  PREDS(g, 2, {1, CG_EDGE_RAW});
+  PREDS(g, 3, {1, CG_EDGE_RAW});
+  PREDS(g, 4, {2, CG_EDGE_WAR}, {3, CG_EDGE_WAR}); /* not #1: both readers follow it */
+  ck_assert(reaches(g, 1, 4));
+  PREDS(g, 5, {4, CG_EDGE_RAW | CG_EDGE_WAW});
+  PREDS(g, 6, {5, CG_EDGE_RAW | CG_EDGE_WAW});
+  check_stats(g, 7, 0, 5, 2, 3, 0);
+}
+END_TEST
+
+START_TEST(hazard__readers_then_writer_get_war_but_no_waw) {
+  recv_(B, 16, CG_FLOAT32);                                                /* #0 writes B */
+  send_(B, 16, CG_FLOAT32);                                                /* #1 */
+  send_(B, 16, CG_FLOAT32);                                                /* #2 */
+  send_(B, 8, CG_FLOAT32);                                                 /* #3 first half */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, A, B, 16, CG_FLOAT32, CG_SUM)); /* #4 writes B */
+  PREDS(g, 1, {0, CG_EDGE_RAW});
+  PREDS(g, 2, {0, CG_EDGE_RAW});
+  PREDS(g, 3, {0, CG_EDGE_RAW});
+  PREDS(g, 4, {1, CG_EDGE_WAR}, {2, CG_EDGE_WAR}, {3, CG_EDGE_WAR});
+  ck_assert_uint_eq(edge(g, 0, 4), 0);
+  ck_assert(reaches(g, 0, 4));
+  /* where only part of the old write was read, the rest still needs WAW */
+  recv_(D, 16, CG_FLOAT32); /* #5 writes D */
+  send_(D, 8, CG_FLOAT32);  /* #6 reads the first half */
+  recv_(D, 16, CG_FLOAT32); /* #7 */
+  PREDS(g, 7, {5, CG_EDGE_WAW}, {6, CG_EDGE_WAR});
+  check_stats(g, 9, 0, 4, 4, 1, 0);
+}
+END_TEST
+
+START_TEST(hazard__one_edge_per_pair_with_ored_causes) {
+  cg_range_t w0[] = {{A, 16}, {B, 16}}, r0[] = {{C, 16}};
+  host_(r0, 1, w0, 2); /* #0 writes A and B, reads C */
+  cg_range_t r1[] = {{A, 4}, {A + 8, 4}, {B, 16}}, w1[] = {{B, 16}, {C + 4, 4}};
+  host_(r1, 3, w1, 2); /* #1: reads A twice and B, writes B and C */
+  PREDS(g, 1, {0, CG_EDGE_RAW | CG_EDGE_WAW | CG_EDGE_WAR});
+  ck_assert_uint_eq(cg_graph_node(g, 0)->succs.len, 1);
+  /* a collective whose send and recv both conflict with one node */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, A, A + 64, 4, CG_INT32, CG_SUM)); /* #2 reads A[0,16) */
+  ck_assert_cg_ok(cg_alltoall(NULL, g, comm, A + 64, A, 1, CG_INT32));          /* #3 reads A[64,80), writes A[0,16) */
+  PREDS(g, 2, {0, CG_EDGE_RAW});
+  /* every byte of A[0, 16) was read since #0 wrote it, so no WAW from #0 */
+  PREDS(g, 3, {1, CG_EDGE_WAR}, {2, CG_EDGE_RAW | CG_EDGE_WAR});
+  check_stats(g, 4, 0, 3, 3, 1, 0);
+}
+END_TEST
+
+/* Every node before fence f reaches it and it reaches every node after. */
+static void check_fence(uint32_t f) {
+  for (uint32_t i = 0; i < f; i++) ck_assert_msg(reaches(g, i, f), "#%u does not reach fence #%u", i, f);
+  for (uint32_t j = f + 1; j < cg_graph_node_count(g); j++)
+    ck_assert_msg(reaches(g, f, j), "fence #%u does not reach #%u", f, j);
+  const cg_edge_vec_t *preds = &cg_graph_node(g, f)->preds;
+  for (uint32_t e = 0; e < preds->len; e++) ck_assert_uint_eq(preds->items[e].causes, CG_EDGE_FENCE);
+}
+
+START_TEST(hazard__barrier_and_opaque_host_func_are_fences) {
+  recv_(A, 16, CG_FLOAT32);                                                  /* #0 */
+  send_(A, 16, CG_FLOAT32);                                                  /* #1 */
+  send_(C, 16, CG_FLOAT32);                                                  /* #2 */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, D, E, 16, CG_FLOAT32, CG_SUM)); /* #3 */
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));                                /* #4 */
+  send_(A, 16, CG_FLOAT32);      /* #5: conflicts only with nodes before the fence */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, NULL, NULL, 0, CG_FLOAT32, CG_SUM)); /* #6 touches nothing */
+  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, NULL));                  /* #7 */
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));                                /* #8 */
+  cg_access_t everything = CG_ACCESS_INIT;
+  cg_range_t r[] = {{B, 4}};
+  everything.reads = r; /* ignored: everything = 1 */
+  everything.n_reads = 1;
+  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, &everything)); /* #9 */
+  recv_(E, 4, CG_INT8);                                            /* #10 */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, NULL, NULL, 0, CG_INT8, CG_SUM)); /* #11 */
+  for (uint32_t f = 4; f <= 9; f++) {
+    if (f == 5 || f == 6) continue;
+    ck_assert(cg_graph_node(g, f)->is_fence);
+    check_fence(f);
+  }
+  ck_assert(!cg_graph_node(g, 5)->is_fence && !cg_graph_node(g, 6)->is_fence);
+  PREDS(g, 5, {4, CG_EDGE_FENCE}); /* the fence replaces the RAW edge from #0 */
+  PREDS(g, 6, {4, CG_EDGE_FENCE});
+  PREDS(g, 10, {9, CG_EDGE_FENCE});
+  PREDS(g, 11, {9, CG_EDGE_FENCE});
+  ck_assert_uint_eq(edge(g, 7, 8), CG_EDGE_FENCE); /* consecutive fences */
+  ck_assert_uint_eq(edge(g, 8, 9), CG_EDGE_FENCE);
+  NO_PREDS(g, 0);
+}
+END_TEST
+
+START_TEST(hazard__consecutive_fences_are_chained) {
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, NULL));
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  NO_PREDS(g, 0);
+  for (uint32_t i = 1; i < 4; i++) PREDS(g, i, {i - 1, CG_EDGE_FENCE});
+  check_stats(g, 3, 0, 0, 0, 0, 3);
+}
+END_TEST
+
+START_TEST(hazard__host_func_with_declared_access_is_not_a_fence) {
+  recv_(A, 16, CG_FLOAT32); /* #0 writes A */
+  send_(C, 16, CG_FLOAT32); /* #1 reads C */
+  cg_range_t r[] = {{A + 60, 8}}, w[] = {{D, 16}};
+  host_(r, 1, w, 1);        /* #2 reads A[60, 68), writes D */
+  send_(E, 16, CG_FLOAT32); /* #3 */
+  host_(NULL, 0, NULL, 0);  /* #4 declares nothing */
+  send_(D + 15, 1, CG_UINT8); /* #5 */
+  send_(E, 1, CG_UINT8);      /* #6 */
+  ck_assert(!cg_graph_node(g, 2)->is_fence && !cg_graph_node(g, 4)->is_fence);
+  PREDS(g, 2, {0, CG_EDGE_RAW});
+  ck_assert(!reaches(g, 1, 2));
+  NO_PREDS(g, 3);
+  NO_PREDS(g, 4);
+  ck_assert_uint_eq(cg_graph_node(g, 4)->succs.len, 0);
+  PREDS(g, 5, {2, CG_EDGE_RAW});
+  NO_PREDS(g, 6);
+  check_stats(g, 2, 0, 2, 0, 0, 0);
+}
+END_TEST
+
+START_TEST(hazard__explicit_edges) {
+  send_(A, 16, CG_FLOAT32); /* #0 */
+  send_(C, 16, CG_FLOAT32); /* #1 */
+  ck_assert_cg_ok(cg_depend(g, node_(0), node_(1)));
+  PREDS(g, 1, {0, CG_EDGE_EXPLICIT});
+  ck_assert_cg_ok(cg_depend(g, node_(0), node_(1))); /* again: a no-op */
+  PREDS(g, 1, {0, CG_EDGE_EXPLICIT});
+  check_stats(g, 1, 1, 0, 0, 0, 0);
+  ck_assert_cg_status(cg_depend(g, node_(1), node_(0)), CG_ERR_CYCLE);
+  ck_assert_cg_status(cg_depend(g, node_(1), node_(1)), CG_ERR_CYCLE);
+  NO_PREDS(g, 0);
+  ck_assert_uint_eq(cg_graph_node(g, 1)->succs.len, 0);
+  check_stats(g, 1, 1, 0, 0, 0, 0);
+}
+END_TEST
+
+START_TEST(hazard__explicit_edge_joins_an_existing_edge) {
+  recv_(A, 16, CG_FLOAT32); /* #0 */
+  send_(A, 16, CG_FLOAT32); /* #1 RAW */
+  ck_assert_cg_ok(cg_depend(g, node_(0), node_(1)));
+  PREDS(g, 1, {0, CG_EDGE_RAW | CG_EDGE_EXPLICIT});
+  ck_assert_uint_eq(cg_graph_node(g, 0)->succs.len, 1);
+  check_stats(g, 1, 1, 1, 0, 0, 0);
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm)); /* #2 */
+  ck_assert_cg_ok(cg_depend(g, node_(1), node_(2)));
+  PREDS(g, 2, {1, CG_EDGE_FENCE | CG_EDGE_EXPLICIT});
+  send_(B, 4, CG_FLOAT32); /* #3 */
+  send_(C, 4, CG_FLOAT32); /* #4 */
+  ck_assert_cg_ok(cg_depend(g, node_(4), node_(3))); /* backward, but no path 3 -> 4 */
+  PREDS(g, 3, {2, CG_EDGE_FENCE}, {4, CG_EDGE_EXPLICIT});
+  ck_assert_cg_status(cg_depend(g, node_(3), node_(0)), CG_ERR_CYCLE); /* 0 -> 1 -> 2 -> 3 */
+  ck_assert_cg_status(cg_depend(g, node_(3), node_(4)), CG_ERR_CYCLE);
+  check_stats(g, 5, 3, 1, 0, 0, 3);
+}
+END_TEST
+
+/* ---- random graphs against brute-force references
+ *
+ * Buffers are fake addresses in a few regions (the library never dereferences
+ * them). Alongside the library, a byte-level shadow memory keeps per byte the
+ * last writer and the readers since that write: the specification in
+ * graph/hazard.h, computed the slow way. */
+
+#define MAX_SPANS 4
+#define REG_STRIDE ((uintptr_t)1 << 24)
+
+typedef struct ref_node {
+  int fence;
+  unsigned n_r, n_w;
+  cg_span_t r[MAX_SPANS], w[MAX_SPANS];
+} ref_node_t;
+
+typedef struct params {
+  unsigned nreg;
+  size_t reg_bytes, max_off, max_count, max_host_bytes;
+  int fences;  /* barriers and opaque host functions */
+  int depends; /* random cg_depend calls */
+} params_t;
+
+typedef struct shadow_byte {
+  uint32_t writer; /* CG_NO_NODE if none since the last fence */
+  uint32_t n_readers, cap_readers;
+  uint32_t *readers; /* since the writer */
+} shadow_byte_t;
+
+typedef struct gen {
+  params_t p;
+  cg_graph_t *g;
+  cg_comm_t *comms[3];
+  int rank[3], size[3];
+  ref_node_t *ref;
+  uint32_t n, cap;
+  unsigned char *explicit_edges; /* cap * cap, [before * cap + after]: cg_depend succeeded */
+  shadow_byte_t *mem;
+  size_t mem_bytes;
+  uint32_t *causes, *touched, n_touched; /* expected hazard causes into the node just recorded */
+} gen_t;
+
+static void shadow_clear(gen_t *s) {
+  for (size_t b = 0; b < s->mem_bytes; b++) {
+    s->mem[b].writer = CG_NO_NODE;
+    s->mem[b].n_readers = 0;
+  }
+}
+
+static void gen_init(gen_t *s, const params_t *p, uint32_t cap) {
+  memset(s, 0, sizeof *s);
+  s->p = *p;
+  s->cap = cap;
+  ck_assert_cg_ok(cg_graph_create(&s->g, NULL));
+  for (int c = 0; c < 3; c++) {
+    s->size[c] = 1 + (int)cg_test_below(4);
+    s->rank[c] = (int)cg_test_below((uint64_t)s->size[c]);
+    ck_assert_cg_ok(cg_comm_create_offline(&s->comms[c], s->rank[c], s->size[c]));
+  }
+  s->mem_bytes = p->nreg * p->reg_bytes;
+  s->ref = calloc(cap, sizeof *s->ref);
+  s->explicit_edges = calloc((size_t)cap * (p->depends ? cap : 1), 1);
+  s->mem = calloc(s->mem_bytes, sizeof *s->mem);
+  s->causes = calloc(cap, sizeof *s->causes);
+  s->touched = malloc(cap * sizeof *s->touched);
+  ck_assert(s->ref && s->explicit_edges && s->mem && s->causes && s->touched);
+  shadow_clear(s);
+}
+
+static void gen_free(gen_t *s) {
+  cg_graph_destroy(s->g);
+  for (int c = 0; c < 3; c++) cg_comm_destroy(s->comms[c]);
+  for (size_t b = 0; b < s->mem_bytes; b++) free(s->mem[b].readers);
+  free(s->ref);
+  free(s->explicit_edges);
+  free(s->mem);
+  free(s->causes);
+  free(s->touched);
+}
+
+static uintptr_t rand_addr(const gen_t *s, unsigned reg) {
+  return REG_STRIDE * (reg + 1) + (uintptr_t)cg_test_below(s->p.max_off);
+}
+
+/* The shadow bytes of span x. */
+static shadow_byte_t *shadow_of(const gen_t *s, cg_span_t x) {
+  uintptr_t reg = x.start / REG_STRIDE - 1, off = x.start % REG_STRIDE;
+  REQUIRE(reg < s->p.nreg && off + (x.end - x.start) <= s->p.reg_bytes, "span outside the shadow memory");
+  return &s->mem[reg * s->p.reg_bytes + off];
+}
+
+static void expect(gen_t *s, uint32_t from, uint32_t cause) {
+  if (!s->causes[from]) s->touched[s->n_touched++] = from;
+  s->causes[from] |= cause;
+}
+
+/* Node j was just recorded: checks its predecessors against the shadow memory,
+ * then lets the shadow memory see its accesses (all reads, then all writes). */
+static void shadow_record(gen_t *s, uint32_t j) {
+  const ref_node_t *x = &s->ref[j];
+  const cg_edge_vec_t *preds = &cg_graph_node(s->g, j)->preds;
+  if (x->fence) {
+    for (uint32_t e = 0; e < preds->len; e++)
+      REQUIRE(preds->items[e].causes == CG_EDGE_FENCE, "fence #%u: edge from #%u has causes %#x", j,
+              preds->items[e].node, preds->items[e].causes);
+    shadow_clear(s);
+    return;
+  }
+  s->n_touched = 0;
+  for (unsigned k = 0; k < x->n_r; k++)
+    for (shadow_byte_t *b = shadow_of(s, x->r[k]), *end = b + (x->r[k].end - x->r[k].start); b < end; b++)
+      if (b->writer != CG_NO_NODE) expect(s, b->writer, CG_EDGE_RAW);
+  for (unsigned k = 0; k < x->n_w; k++)
+    for (shadow_byte_t *b = shadow_of(s, x->w[k]), *end = b + (x->w[k].end - x->w[k].start); b < end; b++) {
+      for (uint32_t q = 0; q < b->n_readers; q++) expect(s, b->readers[q], CG_EDGE_WAR);
+      if (!b->n_readers && b->writer != CG_NO_NODE) expect(s, b->writer, CG_EDGE_WAW);
+    }
+  uint32_t matched = 0;
+  for (uint32_t e = 0; e < preds->len; e++) {
+    uint32_t i = preds->items[e].node, c = preds->items[e].causes;
+    REQUIRE((c & HAZARD_CAUSES) == s->causes[i], "edge #%u -> #%u has hazard causes %#x, reference says %#x", i, j,
+            c & HAZARD_CAUSES, s->causes[i]);
+    REQUIRE((c & ~HAZARD_CAUSES) == 0 || c == CG_EDGE_FENCE, "edge #%u -> #%u has causes %#x when recorded", i, j, c);
+    matched += s->causes[i] != 0;
+  }
+  REQUIRE(matched == s->n_touched, "node #%u has %u of the %u hazard predecessors the reference expects", j, matched,
+          s->n_touched);
+  for (uint32_t t = 0; t < s->n_touched; t++) s->causes[s->touched[t]] = 0;
+  for (unsigned k = 0; k < x->n_r; k++)
+    for (shadow_byte_t *b = shadow_of(s, x->r[k]), *end = b + (x->r[k].end - x->r[k].start); b < end; b++) {
+      if (b->n_readers && b->readers[b->n_readers - 1] == j) continue;
+      if (b->n_readers == b->cap_readers) {
+        b->cap_readers = b->cap_readers ? 2 * b->cap_readers : 4;
+        b->readers = realloc(b->readers, b->cap_readers * sizeof *b->readers);
+        REQUIRE(b->readers, "out of memory");
+      }
+      b->readers[b->n_readers++] = j;
+    }
+  for (unsigned k = 0; k < x->n_w; k++)
+    for (shadow_byte_t *b = shadow_of(s, x->w[k]), *end = b + (x->w[k].end - x->w[k].start); b < end; b++) {
+      b->writer = j;
+      b->n_readers = 0;
+    }
+}
+
+static void accept_node(gen_t *s, cg_status_t st, cg_node_t out, const ref_node_t *x) {
+  REQUIRE(st == CG_SUCCESS, "recording node #%u: %s (%s)", s->n, cg_status_string(st), cg_error_last());
+  REQUIRE(out.index == s->n && cg_graph_node_count(s->g) == s->n + 1, "node #%u recorded as #%u", s->n, out.index);
+  REQUIRE(cg_graph_node(s->g, s->n)->is_fence == x->fence, "node #%u: is_fence %d, expected %d", s->n,
+          cg_graph_node(s->g, s->n)->is_fence, x->fence);
+  s->ref[s->n] = *x;
+  shadow_record(s, s->n++);
+}
+
+static void add_span(cg_span_t *spans, unsigned *n, uintptr_t start, size_t bytes) {
+  if (bytes) spans[(*n)++] = (cg_span_t){start, start + bytes};
+}
+
+static int spans_overlap(const cg_span_t *x, unsigned nx, const cg_span_t *y, unsigned ny) {
+  for (unsigned a = 0; a < nx; a++)
+    for (unsigned b = 0; b < ny; b++)
+      if (x[a].start < y[b].end && y[b].start < x[a].end) return 1;
+  return 0;
+}
+
+/* Earlier node x and later node y must be ordered. */
+static int conflicts(const ref_node_t *x, const ref_node_t *y) {
+  return x->fence || y->fence || spans_overlap(x->w, x->n_w, y->r, y->n_r) ||
+         spans_overlap(x->r, x->n_r, y->w, y->n_w) || spans_overlap(x->w, x->n_w, y->w, y->n_w);
+}
+
+/* Per rank, as graph.h describes it: elements read from send and written to
+ * recv when used; in place when send == recv + off elements (form 1) or
+ * recv == send + off elements (form 2). */
+typedef struct layout {
+  size_t s_el, r_el;
+  int use_s, use_r, form;
+  size_t off;
+} layout_t;
+
+/* A random collective or point-to-point node; the reference decides from the
+ * layout rules in graph.h what it reads and writes and whether its buffers
+ * alias illegally. */
+static void record_collective(gen_t *s) {
+  static const cg_node_kind_t kinds[] = {CG_NODE_ALLREDUCE, CG_NODE_BROADCAST,      CG_NODE_REDUCE,
+                                         CG_NODE_ALLGATHER, CG_NODE_REDUCE_SCATTER, CG_NODE_ALLTOALL,
+                                         CG_NODE_GATHER,    CG_NODE_SCATTER,        CG_NODE_SEND,
+                                         CG_NODE_RECV};
+  cg_node_kind_t kind = kinds[cg_test_below(10)];
+  int c = (int)cg_test_below(3), rank = s->rank[c], root = (int)cg_test_below((uint64_t)s->size[c]);
+  int is_root = rank == root;
+  size_t n = (size_t)s->size[c], count = cg_test_below(8) ? 1 + cg_test_below(s->p.max_count) : 0;
+  cg_dtype_t dt = (cg_dtype_t)cg_test_below(CG_DTYPE_COUNT);
+  cg_redop_t op = (cg_redop_t)cg_test_below(CG_REDOP_COUNT);
+  size_t ds = cg_dtype_size(dt), all = n * count, at_rank = (size_t)rank * count, at_root = (size_t)root * count;
+  layout_t l;
+  switch (kind) {
+    case CG_NODE_ALLREDUCE: l = (layout_t){count, count, 1, 1, 1, 0}; break;
+    case CG_NODE_BROADCAST: l = (layout_t){count, count, is_root, 1, is_root, 0}; break;
+    case CG_NODE_REDUCE: l = (layout_t){count, count, 1, is_root, is_root, 0}; break;
+    case CG_NODE_ALLGATHER: l = (layout_t){count, all, 1, 1, 1, at_rank}; break;
+    case CG_NODE_REDUCE_SCATTER: l = (layout_t){all, count, 1, 1, 2, at_rank}; break;
+    case CG_NODE_ALLTOALL: l = (layout_t){all, all, 1, 1, 0, 0}; break;
+    case CG_NODE_GATHER: l = (layout_t){count, all, 1, is_root, is_root, at_root}; break;
+    case CG_NODE_SCATTER: l = (layout_t){all, count, is_root, 1, is_root ? 2 : 0, at_root}; break;
+    case CG_NODE_SEND: l = (layout_t){count, 0, 1, 0, 0, 0}; break;
+    default: l = (layout_t){0, count, 0, 1, 0, 0}; break;
+  }
+  unsigned reg = (unsigned)cg_test_below(s->p.nreg);
+  uintptr_t send = rand_addr(s, reg), recv = rand_addr(s, cg_test_below(2) ? reg : (reg + 1) % s->p.nreg);
+  if (l.form && cg_test_below(3) == 0) {
+    if (l.form == 1) send = recv + l.off * ds;
+    else recv = send + l.off * ds;
+  }
+  if ((!l.use_s || !count) && cg_test_below(2)) send = 0;
+  if ((!l.use_r || !count) && cg_test_below(2)) recv = 0;
+  ref_node_t x = {0};
+  if (l.use_s) add_span(x.r, &x.n_r, send, l.s_el * ds);
+  if (l.use_r) add_span(x.w, &x.n_w, recv, l.r_el * ds);
+  int alias = spans_overlap(x.r, x.n_r, x.w, x.n_w) && !(l.form == 1 && send == recv + l.off * ds) &&
+              !(l.form == 2 && recv == send + l.off * ds);
+  const void *sp = (const void *)send;
+  void *rp = (void *)recv;
+  cg_graph_t *g_ = s->g;
+  cg_comm_t *cm = s->comms[c];
+  cg_node_t out = CG_NODE_NULL;
+  cg_status_t st;
+  switch (kind) {
+    case CG_NODE_ALLREDUCE: st = cg_allreduce(&out, g_, cm, sp, rp, count, dt, op); break;
+    case CG_NODE_BROADCAST: st = cg_broadcast(&out, g_, cm, sp, rp, count, dt, root); break;
+    case CG_NODE_REDUCE: st = cg_reduce(&out, g_, cm, sp, rp, count, dt, op, root); break;
+    case CG_NODE_ALLGATHER: st = cg_allgather(&out, g_, cm, sp, rp, count, dt); break;
+    case CG_NODE_REDUCE_SCATTER: st = cg_reduce_scatter(&out, g_, cm, sp, rp, count, dt, op); break;
+    case CG_NODE_ALLTOALL: st = cg_alltoall(&out, g_, cm, sp, rp, count, dt); break;
+    case CG_NODE_GATHER: st = cg_gather(&out, g_, cm, sp, rp, count, dt, root); break;
+    case CG_NODE_SCATTER: st = cg_scatter(&out, g_, cm, sp, rp, count, dt, root); break;
+    case CG_NODE_SEND: st = cg_send(&out, g_, cm, sp, count, dt, root); break;
+    default: st = cg_recv(&out, g_, cm, rp, count, dt, root); break;
+  }
+  if (alias) {
+    REQUIRE(st == CG_ERR_ALIAS, "%s rank %d of %zu root %d count %zu %s send %#jx recv %#jx: got %s, expected alias",
+            cg_node_kind_name(kind), rank, n, root, count, cg_dtype_name(dt), (uintmax_t)send, (uintmax_t)recv,
+            cg_status_string(st));
+    REQUIRE(cg_graph_node_count(s->g) == s->n, "a rejected call recorded a node");
+    return;
+  }
+  accept_node(s, st, out, &x);
+}
+
+static void record_host_func(gen_t *s) {
+  cg_range_t reads[MAX_SPANS - 1], writes[MAX_SPANS - 1];
+  cg_access_t access = CG_ACCESS_INIT;
+  ref_node_t x = {0};
+  access.everything = 0;
+  access.reads = reads;
+  access.n_reads = cg_test_below(MAX_SPANS);
+  access.writes = writes;
+  access.n_writes = cg_test_below(MAX_SPANS);
+  for (size_t k = 0; k < access.n_reads + access.n_writes; k++) {
+    cg_range_t *r = k < access.n_reads ? &reads[k] : &writes[k - access.n_reads];
+    uintptr_t a = rand_addr(s, (unsigned)cg_test_below(s->p.nreg));
+    r->bytes = cg_test_below(s->p.max_host_bytes);
+    r->ptr = !r->bytes && cg_test_below(2) ? NULL : (const void *)a;
+    if (k < access.n_reads) add_span(x.r, &x.n_r, a, r->bytes);
+    else add_span(x.w, &x.n_w, a, r->bytes);
+  }
+  const cg_access_t *ap = &access;
+  if (s->p.fences && cg_test_below(8) == 0) {
+    x = (ref_node_t){.fence = 1};
+    if (cg_test_below(2)) ap = NULL;
+    else access.everything = 1;
+  }
+  cg_node_t out = CG_NODE_NULL;
+  accept_node(s, cg_host_func(&out, s->g, noop, NULL, ap), out, &x);
+}
+
+static void random_depend(gen_t *s) {
+  uint32_t a = (uint32_t)cg_test_below(s->n), b = (uint32_t)cg_test_below(s->n);
+  cg_status_t want = a == b || reaches(s->g, b, a) ? CG_ERR_CYCLE : CG_SUCCESS;
+  cg_status_t st = cg_depend(s->g, (cg_node_t){s->g->serial, a}, (cg_node_t){s->g->serial, b});
+  REQUIRE(st == want, "cg_depend(#%u, #%u) returned %s, expected %s", a, b, cg_status_string(st),
+          cg_status_string(want));
+  if (want == CG_SUCCESS) s->explicit_edges[(size_t)a * s->cap + b] = 1;
+}
+
+static void gen_step(gen_t *s) {
+  uint64_t r = cg_test_below(100);
+  if (r < 72 || (!s->p.fences && r >= 90)) {
+    record_collective(s);
+  } else if (r < 90) {
+    record_host_func(s);
+  } else {
+    cg_node_t out = CG_NODE_NULL;
+    ref_node_t x = {.fence = 1};
+    accept_node(s, cg_barrier(&out, s->g, s->comms[cg_test_below(3)]), out, &x);
+  }
+  if (s->p.depends && s->n >= 2 && cg_test_below(6) == 0) random_depend(s);
+}
+
+/* Structure of the stored edges: mirrored, no duplicates, no self edges, known
+ * causes, counted right by cg_graph_stats. Returns the edge count. */
+static size_t check_structure(const cg_graph_t *gr, uint32_t n, int forward_only) {
+  size_t n_preds = 0, n_succs = 0, by_cause[5] = {0};
+  for (uint32_t j = 0; j < n; j++) {
+    const cg_node_rec_t *x = cg_graph_node(gr, j);
+    n_succs += x->succs.len;
+    for (uint32_t e = 0; e < x->succs.len; e++) {
+      REQUIRE(x->succs.items[e].node < n && x->succs.items[e].node != j, "#%u has successor #%u", j,
+              x->succs.items[e].node);
+      for (uint32_t f = 0; f < e; f++)
+        REQUIRE(x->succs.items[f].node != x->succs.items[e].node, "#%u lists successor #%u twice", j,
+                x->succs.items[e].node);
+    }
+    for (uint32_t e = 0; e < x->preds.len; e++) {
+      uint32_t i = x->preds.items[e].node, c = x->preds.items[e].causes;
+      REQUIRE(i < n, "#%u has predecessor #%u", j, i);
+      REQUIRE(c != 0 && (c & ~(uint32_t)ALL_CAUSES) == 0, "edge #%u -> #%u has causes %#x", i, j, c);
+      REQUIRE(!forward_only || i < j, "backward edge #%u -> #%u", i, j);
+      REQUIRE(edge(gr, i, j) == c, "edge #%u -> #%u", i, j); /* also: once on each side, same causes */
+      for (int b = 0; b < 5; b++) by_cause[b] += !!(c & (1u << b));
+      n_preds++;
+    }
+  }
+  ck_assert_uint_eq(n_preds, n_succs);
+  check_stats(gr, n_preds, by_cause[0], by_cause[1], by_cause[2], by_cause[3], by_cause[4]);
+  ck_assert_uint_eq(cg_graph_node_count(gr), n);
+  return n_preds;
+}
+
+/* Full check of a small random graph with all-pairs references; returns the
+ * number of edges. */
+static size_t check_random_graph(const gen_t *s) {
+  const cg_graph_t *gr = s->g;
+  uint32_t n = s->n;
+  size_t edges = check_structure(gr, n, 0);
+  /* (d) acyclic: Kahn's algorithm orders every node */
+  uint32_t *order = malloc((n + 1) * sizeof *order), *waiting = malloc((n + 1) * sizeof *waiting), *last_fence =
+      malloc((n + 1) * sizeof *last_fence);
+  size_t words = (n + 63) / 64;
+  uint64_t *reach = calloc((size_t)n * words + 1, sizeof *reach);
+  ck_assert(order && waiting && reach && last_fence);
+  uint32_t emitted = 0, head = 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (!(waiting[i] = cg_graph_node(gr, i)->preds.len)) order[emitted++] = i;
+  while (head < emitted) {
+    const cg_edge_vec_t *succs = &cg_graph_node(gr, order[head++])->succs;
+    for (uint32_t e = 0; e < succs->len; e++)
+      if (--waiting[succs->items[e].node] == 0) order[emitted++] = succs->items[e].node;
+  }
+  REQUIRE(emitted == n, "graph has a cycle: %u of %u nodes ordered", emitted, n);
+  /* transitive closure, sinks first */
+  for (uint32_t k = n; k-- > 0;) {
+    uint32_t v = order[k];
+    const cg_edge_vec_t *succs = &cg_graph_node(gr, v)->succs;
+    for (uint32_t e = 0; e < succs->len; e++) {
+      uint32_t w = succs->items[e].node;
+      reach[(size_t)v * words + w / 64] |= 1ull << (w % 64);
+      for (size_t q = 0; q < words; q++) reach[(size_t)v * words + q] |= reach[(size_t)w * words + q];
+    }
+  }
+#define REACHES(i, j) ((reach[(size_t)(i) * words + (j) / 64] >> ((j) % 64)) & 1)
+  /* (a) soundness over all pairs */
+  for (uint32_t j = 0; j < n; j++)
+    for (uint32_t i = 0; i < j; i++)
+      REQUIRE(!conflicts(&s->ref[i], &s->ref[j]) || REACHES(i, j), "#%u and #%u conflict but #%u does not reach #%u",
+              i, j, i, j);
+  /* (b) no spurious edges */
+  uint32_t lf = CG_NO_NODE;
+  for (uint32_t j = 0; j < n; j++) {
+    last_fence[j] = lf;
+    if (s->ref[j].fence) lf = j;
+  }
+  for (uint32_t j = 0; j < n; j++) {
+    const ref_node_t *y = &s->ref[j];
+    const cg_edge_vec_t *preds = &cg_graph_node(gr, j)->preds;
+    for (uint32_t e = 0; e < preds->len; e++) {
+      uint32_t i = preds->items[e].node, c = preds->items[e].causes;
+      const ref_node_t *x = &s->ref[i];
+      REQUIRE(!!(c & CG_EDGE_EXPLICIT) == s->explicit_edges[(size_t)i * s->cap + j],
+              "edge #%u -> #%u: explicit bit %d, cg_depend added it: %d", i, j, !!(c & CG_EDGE_EXPLICIT),
+              s->explicit_edges[(size_t)i * s->cap + j]);
+      if (c & HAZARD_CAUSES)
+        REQUIRE(i < j && !x->fence && !y->fence && (last_fence[j] == CG_NO_NODE || last_fence[j] < i),
+                "hazard edge #%u -> #%u (causes %#x) across or onto a fence", i, j, c);
+      if (c & CG_EDGE_RAW) REQUIRE(spans_overlap(x->w, x->n_w, y->r, y->n_r), "spurious RAW #%u -> #%u", i, j);
+      if (c & CG_EDGE_WAR) REQUIRE(spans_overlap(x->r, x->n_r, y->w, y->n_w), "spurious WAR #%u -> #%u", i, j);
+      if (c & CG_EDGE_WAW) REQUIRE(spans_overlap(x->w, x->n_w, y->w, y->n_w), "spurious WAW #%u -> #%u", i, j);
+      if (c & CG_EDGE_FENCE) {
+        /* into a fence from a node since the previous fence (or that fence), or
+         * out of the last fence before a node */
+        int ok = y->fence ? i < j && (last_fence[j] == CG_NO_NODE || i >= last_fence[j]) : i == last_fence[j];
+        REQUIRE(ok, "fence edge #%u -> #%u breaks the fence rules (last fence before #%u: %d)", i, j, j,
+                last_fence[j] == CG_NO_NODE ? -1 : (int)last_fence[j]);
+      }
+    }
+  }
+  /* every cg_depend that succeeded left an explicit edge */
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t j = 0; j < n; j++)
+      if (s->explicit_edges[(size_t)i * s->cap + j])
+        REQUIRE(edge(gr, i, j) & CG_EDGE_EXPLICIT, "cg_depend(#%u, #%u) left no explicit edge", i, j);
+#undef REACHES
+  free(order);
+  free(waiting);
+  free(last_fence);
+  free(reach);
+  return edges;
+}
+
+/* `rounds` random graphs of up to `max_nodes` nodes; returns nodes and edges. */
+static void run_random(const params_t *p, int rounds, uint32_t max_nodes, size_t *nodes, size_t *edges) {
+  for (int round = 0; round < rounds; round++) {
+    gen_t s;
+    uint32_t target = 1 + (uint32_t)cg_test_below(round % 10 == 0 ? 3 * max_nodes : max_nodes);
+    gen_init(&s, p, target);
+    for (uint32_t tries = 0; s.n < target && tries < 8 * target; tries++) gen_step(&s);
+    *edges += check_random_graph(&s);
+    *nodes += s.n;
+    gen_free(&s);
+  }
+}
+
+START_TEST(hazard__random_graphs_match_brute_force_reference) {
+  cg_test_reseed(101);
+  const params_t p = {.nreg = 3, .reg_bytes = 1024, .max_off = 256, .max_count = 12, .max_host_bytes = 96,
+                      .fences = 1, .depends = 1};
+  size_t nodes = 0, edges = 0;
+  run_random(&p, 300, 80, &nodes, &edges);
+  ck_assert_uint_gt(nodes, 10000);
+  ck_assert_uint_gt(edges, nodes / 2);
+}
+END_TEST
+
+/* Dense traffic on one small region: almost every pair conflicts. */
+START_TEST(hazard__random_dense_graphs_match_brute_force_reference) {
+  cg_test_reseed(202);
+  const params_t p = {.nreg = 1, .reg_bytes = 256, .max_off = 48, .max_count = 6, .max_host_bytes = 48,
+                      .fences = 0, .depends = 1};
+  size_t nodes = 0, edges = 0;
+  run_random(&p, 150, 60, &nodes, &edges);
+  ck_assert_uint_gt(edges, nodes);
+}
+END_TEST
+
+START_TEST(hazard__large_graph_keeps_every_conflict_ordered) {
+  cg_test_reseed(303);
+  const uint32_t n = 20000;
+  const params_t p = {.nreg = 4, .reg_bytes = 1 << 16, .max_off = (1 << 16) - 2048, .max_count = 16,
+                      .max_host_bytes = 256, .fences = 0, .depends = 0};
+  gen_t s;
+  gen_init(&s, &p, n);
+  for (uint32_t tries = 0; s.n < n && tries < 4 * n; tries++) {
+    if (s.n == n / 2) {
+      cg_node_t out = CG_NODE_NULL;
+      ref_node_t x = {.fence = 1};
+      accept_node(&s, cg_barrier(&out, s.g, s.comms[0]), out, &x); /* one fence clears a big tree */
+    }
+    gen_step(&s); /* each node's hazard edges are checked against the shadow memory as it is recorded */
+  }
+  ck_assert_uint_eq(s.n, n);
+  ck_assert_uint_gt(s.g->hazards.n_segs, 1000);
+  check_structure(s.g, n, 1);
+  /* sampled soundness */
+  uint32_t checked = 0;
+  for (uint32_t t = 1; t <= 3000; t++) {
+    /* from a random start below a random j, the nearest earlier node that conflicts with j */
+    uint32_t j = 1 + (uint32_t)cg_test_below(n - 1), window = t % 4 ? 64 : j;
+    uint32_t i = j - 1 - (uint32_t)cg_test_below(j < window ? j : window);
+    while (i > 0 && !conflicts(&s.ref[i], &s.ref[j])) i--;
+    if (!conflicts(&s.ref[i], &s.ref[j])) continue;
+    checked++;
+    REQUIRE(reaches_within(s.g, i, j, j), "#%u and #%u conflict but #%u does not reach #%u", i, j, i, j);
+  }
+  ck_assert_uint_gt(checked, 2000);
+  gen_free(&s);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("hazard");
+  TCase *tc = tcase_create("by_hand");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 10);
+  tcase_add_test(tc, hazard__raw_edge);
+  tcase_add_test(tc, hazard__war_edge);
+  tcase_add_test(tc, hazard__waw_edge);
+  tcase_add_test(tc, hazard__one_byte_overlap_makes_an_edge_adjacent_ranges_do_not);
+  tcase_add_test(tc, hazard__ranges_at_the_top_of_the_address_space);
+  tcase_add_test(tc, hazard__in_place_allreduce);
+  tcase_add_test(tc, hazard__readers_then_writer_get_war_but_no_waw);
+  tcase_add_test(tc, hazard__one_edge_per_pair_with_ored_causes);
+  tcase_add_test(tc, hazard__barrier_and_opaque_host_func_are_fences);
+  tcase_add_test(tc, hazard__consecutive_fences_are_chained);
+  tcase_add_test(tc, hazard__host_func_with_declared_access_is_not_a_fence);
+  tcase_add_test(tc, hazard__explicit_edges);
+  tcase_add_test(tc, hazard__explicit_edge_joins_an_existing_edge);
+  suite_add_tcase(s, tc);
+  TCase *rnd = tcase_create("random");
+  tcase_set_timeout(rnd, 120);
+  tcase_add_test(rnd, hazard__random_graphs_match_brute_force_reference);
+  tcase_add_test(rnd, hazard__random_dense_graphs_match_brute_force_reference);
+  tcase_add_test(rnd, hazard__large_graph_keeps_every_conflict_ordered);
+  suite_add_tcase(s, rnd);
+  return s;
+}
+
+int main(void) { return cg_test_main(suite()); }
