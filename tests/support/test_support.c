@@ -38,6 +38,33 @@ uint64_t cg_test_rand(void) {
 
 uint64_t cg_test_below(uint64_t bound) { return bound ? cg_test_rand() % bound : 0; }
 
+void cg_test_noop(void *arg) { (void)arg; }
+
+const cg_node_kind_t cg_test_comm_kinds[10] = {CG_NODE_ALLREDUCE, CG_NODE_BROADCAST,      CG_NODE_REDUCE,
+                                               CG_NODE_ALLGATHER, CG_NODE_REDUCE_SCATTER, CG_NODE_ALLTOALL,
+                                               CG_NODE_GATHER,    CG_NODE_SCATTER,        CG_NODE_SEND,
+                                               CG_NODE_RECV};
+
+int cg_test_kind_has_op(cg_node_kind_t k) {
+  return k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_REDUCE_SCATTER;
+}
+
+int cg_test_kind_is_rooted(cg_node_kind_t k) {
+  return k == CG_NODE_BROADCAST || k == CG_NODE_REDUCE || k == CG_NODE_GATHER || k == CG_NODE_SCATTER;
+}
+
+int cg_test_kind_is_p2p(cg_node_kind_t k) { return k == CG_NODE_SEND || k == CG_NODE_RECV; }
+
+char *cg_test_dot_text(const cg_graph_t *graph) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_cg_ok(cg_graph_write_dot(graph, f));
+  fclose(f);
+  return text;
+}
+
 int cg_test_main(Suite *suite) {
   printf("seed: CG_TEST_SEED=%llu\n", (unsigned long long)cg_test_seed());
   fflush(stdout);

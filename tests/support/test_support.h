@@ -33,6 +33,19 @@ uint64_t cg_test_below(uint64_t bound);
                   cg_status_string(cg_test_status_), cg_error_last(), cg_status_string(expected));     \
   } while (0)
 
+/* A host function that does nothing, for recording host-function nodes. */
+void cg_test_noop(void *arg);
+
+/* The ten node kinds that run on a communicator and touch buffers. */
+extern const cg_node_kind_t cg_test_comm_kinds[10];
+#define CG_TEST_N_COMM_KINDS 10
+int cg_test_kind_has_op(cg_node_kind_t kind);    /* takes a reduction */
+int cg_test_kind_is_rooted(cg_node_kind_t kind); /* takes a root */
+int cg_test_kind_is_p2p(cg_node_kind_t kind);    /* send or recv */
+
+/* The graph's DOT text (malloc'ed); fails the test if writing fails. */
+char *cg_test_dot_text(const cg_graph_t *graph);
+
 /* Runs `suite`, prints the seed, returns the process exit status. */
 int cg_test_main(Suite *suite);
 

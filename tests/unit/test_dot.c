@@ -10,16 +10,6 @@
 #define CG_DOT_EXECUTABLE ""
 #endif
 
-static char *dot_text(const cg_graph_t *g) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_ptr_nonnull(f);
-  ck_assert_cg_ok(cg_graph_write_dot(g, f));
-  fclose(f);
-  return text;
-}
-
 /* The line of `text` that starts with `prefix`, up to its end. */
 static char *line_starting(const char *text, const char *prefix) {
   static char line[1024];
@@ -36,7 +26,6 @@ static char *line_starting(const char *text, const char *prefix) {
   return NULL;
 }
 
-static void noop(void *arg) { (void)arg; }
 
 typedef struct sample {
   cg_comm_t *comm;
@@ -61,7 +50,7 @@ static void build_sample(sample_t *s, const char *node_name) {
   access.n_reads = 1;
   access.writes = writes;
   access.n_writes = 1;
-  ck_assert_cg_ok(cg_host_func(&s->host, s->graph, noop, NULL, &access));
+  ck_assert_cg_ok(cg_host_func(&s->host, s->graph, cg_test_noop, NULL, &access));
   ck_assert_cg_ok(cg_send(&s->send, s->graph, s->comm, s->params, 8, CG_FLOAT32, 2));
   ck_assert_cg_ok(cg_recv(&s->recv, s->graph, s->comm, s->halo, 8, CG_FLOAT32, 0));
   ck_assert_cg_ok(cg_barrier(&s->barrier, s->graph, s->comm));
@@ -77,7 +66,7 @@ static void free_sample(sample_t *s) {
 START_TEST(dot__node_labels_carry_kind_count_dtype_op_root_and_name) {
   sample_t s;
   build_sample(&s, "grad \"fc\"\\bias");
-  char *text = dot_text(s.graph);
+  char *text = cg_test_dot_text(s.graph);
   ck_assert_ptr_nonnull(strstr(text, "digraph \"iteration \\\"one\\\"\" {"));
   char *line = line_starting(text, "  n0 [");
   ck_assert_ptr_nonnull(line);
@@ -109,7 +98,7 @@ END_TEST
 START_TEST(dot__edges_drawn_by_cause) {
   sample_t s;
   build_sample(&s, "grads");
-  char *text = dot_text(s.graph);
+  char *text = cg_test_dot_text(s.graph);
   /* host func reads grads after the allreduce wrote them */
   char *line = line_starting(text, "  n0 -> n2 ");
   ck_assert_ptr_nonnull(line);
@@ -146,7 +135,7 @@ START_TEST(dot__explicit_edge_over_hazard_is_solid_and_labelled) {
   sample_t s;
   build_sample(&s, "grads");
   ck_assert_cg_ok(cg_depend(s.graph, s.reduce, s.host));
-  char *text = dot_text(s.graph);
+  char *text = cg_test_dot_text(s.graph);
   char *line = line_starting(text, "  n0 -> n2 ");
   ck_assert_ptr_nonnull(strstr(line, "style=solid"));
   ck_assert_ptr_nonnull(strstr(line, "label=\"raw\""));

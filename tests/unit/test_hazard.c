@@ -18,7 +18,6 @@
     if (!(cond)) ck_abort_msg(__VA_ARGS__); \
   } while (0)
 
-static void noop(void *arg) { (void)arg; }
 
 /* ---- inspecting a graph */
 
@@ -131,7 +130,7 @@ static void host_(const cg_range_t *reads, size_t n_reads, const cg_range_t *wri
   access.n_reads = n_reads;
   access.writes = writes;
   access.n_writes = n_writes;
-  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, &access));
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &access));
 }
 
 START_TEST(hazard__raw_edge) {
@@ -273,13 +272,13 @@ START_TEST(hazard__barrier_and_opaque_host_func_are_fences) {
   ck_assert_cg_ok(cg_barrier(NULL, g, comm));                                /* #4 */
   send_(A, 16, CG_FLOAT32);      /* #5: conflicts only with nodes before the fence */
   ck_assert_cg_ok(cg_allreduce(NULL, g, comm, NULL, NULL, 0, CG_FLOAT32, CG_SUM)); /* #6 touches nothing */
-  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, NULL));                  /* #7 */
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, NULL));                  /* #7 */
   ck_assert_cg_ok(cg_barrier(NULL, g, comm));                                /* #8 */
   cg_access_t everything = CG_ACCESS_INIT;
   cg_range_t r[] = {{B, 4}};
   everything.reads = r; /* ignored: everything = 1 */
   everything.n_reads = 1;
-  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, &everything)); /* #9 */
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &everything)); /* #9 */
   recv_(E, 4, CG_INT8);                                            /* #10 */
   ck_assert_cg_ok(cg_allreduce(NULL, g, comm, NULL, NULL, 0, CG_INT8, CG_SUM)); /* #11 */
   for (uint32_t f = 4; f <= 9; f++) {
@@ -301,7 +300,7 @@ END_TEST
 START_TEST(hazard__consecutive_fences_are_chained) {
   ck_assert_cg_ok(cg_barrier(NULL, g, comm));
   ck_assert_cg_ok(cg_barrier(NULL, g, comm));
-  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, NULL));
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, NULL));
   ck_assert_cg_ok(cg_barrier(NULL, g, comm));
   NO_PREDS(g, 0);
   for (uint32_t i = 1; i < 4; i++) PREDS(g, i, {i - 1, CG_EDGE_FENCE});
@@ -639,7 +638,7 @@ static void record_host_func(gen_t *s) {
     else access.everything = 1;
   }
   cg_node_t out = CG_NODE_NULL;
-  accept_node(s, cg_host_func(&out, s->g, noop, NULL, ap), out, &x);
+  accept_node(s, cg_host_func(&out, s->g, cg_test_noop, NULL, ap), out, &x);
 }
 
 static void random_depend(gen_t *s) {

@@ -10,22 +10,7 @@
 #include "graph_view.h"
 #include "test_support.h"
 
-static void noop(void *arg) { (void)arg; }
 static void other_fn(void *arg) { (void)arg; }
-
-static const cg_node_kind_t comm_kinds[] = {CG_NODE_ALLREDUCE,      CG_NODE_BROADCAST, CG_NODE_REDUCE,
-                                            CG_NODE_ALLGATHER,      CG_NODE_REDUCE_SCATTER,
-                                            CG_NODE_ALLTOALL,       CG_NODE_GATHER,    CG_NODE_SCATTER,
-                                            CG_NODE_SEND,           CG_NODE_RECV};
-#define N_COMM_KINDS (sizeof comm_kinds / sizeof comm_kinds[0])
-
-static int has_op(cg_node_kind_t k) {
-  return k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_REDUCE_SCATTER;
-}
-static int is_rooted(cg_node_kind_t k) {
-  return k == CG_NODE_BROADCAST || k == CG_NODE_REDUCE || k == CG_NODE_GATHER || k == CG_NODE_SCATTER;
-}
-static int is_p2p(cg_node_kind_t k) { return k == CG_NODE_SEND || k == CG_NODE_RECV; }
 
 /* One recording call with every argument any kind takes. */
 typedef struct call {
@@ -51,7 +36,7 @@ static cg_status_t record(cg_node_t *out, cg_graph_t *g, cg_comm_t *c, const cal
     case CG_NODE_SEND: return cg_send(out, g, c, k->send, k->count, k->dtype, k->root);
     case CG_NODE_RECV: return cg_recv(out, g, c, k->recv, k->count, k->dtype, k->root);
     case CG_NODE_BARRIER: return cg_barrier(out, g, c);
-    case CG_NODE_HOST_FUNC: return cg_host_func(out, g, noop, (void *)k->send, NULL);
+    case CG_NODE_HOST_FUNC: return cg_host_func(out, g, cg_test_noop, (void *)k->send, NULL);
     default: ck_abort_msg("no recording call for kind %d", (int)k->kind);
   }
   return CG_ERR_INTERNAL;
@@ -120,9 +105,9 @@ static int rand_size(void) { return cg_test_below(8) ? 1 + (int)cg_test_below(8)
 static call_t random_call(pool_t *p, cg_node_kind_t k, int size, int rank) {
   call_t c = {.kind = k, .dtype = (cg_dtype_t)cg_test_below(CG_DTYPE_COUNT)};
   c.count = cg_test_below(6) ? 1 + cg_test_below(100) : 0;
-  c.op = has_op(k) ? (cg_redop_t)cg_test_below(CG_REDOP_COUNT) : CG_SUM;
+  c.op = cg_test_kind_has_op(k) ? (cg_redop_t)cg_test_below(CG_REDOP_COUNT) : CG_SUM;
   c.root = -1;
-  if (is_rooted(k) || is_p2p(k)) c.root = cg_test_below(2) ? rank : (int)cg_test_below((uint64_t)size);
+  if (cg_test_kind_is_rooted(k) || cg_test_kind_is_p2p(k)) c.root = cg_test_below(2) ? rank : (int)cg_test_below((uint64_t)size);
   size_t es = cg_dtype_size(c.dtype);
   if (k == CG_NODE_RECV) {
     c.recv = pool_alloc(p, c.count * es);
@@ -145,7 +130,7 @@ static void check_node(const cg_graph_t *g, uint32_t index, const cg_comm_t *com
   if (c->kind == CG_NODE_HOST_FUNC) {
     ck_assert_ptr_null(n->comm);
     ck_assert_int_eq(n->root, -1);
-    ck_assert_ptr_eq((void *)n->fn, (void *)noop);
+    ck_assert_ptr_eq((void *)n->fn, (void *)cg_test_noop);
     ck_assert_ptr_eq(n->arg, c->send);
     return;
   }
@@ -162,8 +147,8 @@ static void check_node(const cg_graph_t *g, uint32_t index, const cg_comm_t *com
   ck_assert_int_eq(n->is_fence, 0);
   ck_assert_uint_eq(n->count, c->count);
   ck_assert_int_eq(n->dtype, c->dtype);
-  if (has_op(c->kind)) ck_assert_int_eq(n->op, c->op);
-  ck_assert_int_eq(n->root, is_rooted(c->kind) || is_p2p(c->kind) ? c->root : -1);
+  if (cg_test_kind_has_op(c->kind)) ck_assert_int_eq(n->op, c->op);
+  ck_assert_int_eq(n->root, cg_test_kind_is_rooted(c->kind) || cg_test_kind_is_p2p(c->kind) ? c->root : -1);
   ck_assert_ptr_eq(n->send, c->kind == CG_NODE_RECV ? NULL : c->send);
   ck_assert_ptr_eq(n->recv, c->kind == CG_NODE_SEND ? NULL : c->recv);
 }
@@ -257,9 +242,9 @@ START_TEST(record__host_func_fence_unless_access_declared) {
   cg_access_t nothing = CG_ACCESS_INIT;
   nothing.everything = 0;
   cg_node_t h[4];
-  ck_assert_cg_ok(cg_host_func(&h[0], g, noop, &arg, NULL));
+  ck_assert_cg_ok(cg_host_func(&h[0], g, cg_test_noop, &arg, NULL));
   ck_assert_cg_ok(cg_host_func(&h[1], g, other_fn, NULL, &everything));
-  ck_assert_cg_ok(cg_host_func(&h[2], g, noop, x, &declared));
+  ck_assert_cg_ok(cg_host_func(&h[2], g, cg_test_noop, x, &declared));
   ck_assert_cg_ok(cg_host_func(&h[3], g, other_fn, y, &nothing));
   const int fence[] = {1, 1, 0, 0};
   for (uint32_t i = 0; i < 4; i++) {
@@ -302,7 +287,7 @@ START_TEST(record__inplace_forms_accepted) {
       cg_node_kind_t k = kinds[i];
       call_t c = {.kind = k, .dtype = (cg_dtype_t)cg_test_below(CG_DTYPE_COUNT), .op = CG_MAX, .root = -1};
       c.count = 1 + cg_test_below(50);
-      if (is_rooted(k)) c.root = rank; /* in place is a root's form */
+      if (cg_test_kind_is_rooted(k)) c.root = rank; /* in place is a root's form */
       size_t es = cg_dtype_size(c.dtype), n = (size_t)size;
       char *big = malloc(c.count * n * es);
       switch (k) {
@@ -385,9 +370,9 @@ START_TEST(record__count_zero_null_buffers) {
     cg_graph_t *g = NULL;
     ck_assert_cg_ok(cg_comm_create_offline(&comm, rank, size));
     ck_assert_cg_ok(cg_graph_create(&g, NULL));
-    for (uint32_t i = 0; i < N_COMM_KINDS; i++) {
-      call_t c = {.kind = comm_kinds[i], .dtype = (cg_dtype_t)cg_test_below(CG_DTYPE_COUNT), .op = CG_MIN, .root = -1};
-      if (is_rooted(c.kind) || is_p2p(c.kind)) c.root = (int)cg_test_below((uint64_t)size);
+    for (uint32_t i = 0; i < CG_TEST_N_COMM_KINDS; i++) {
+      call_t c = {.kind = cg_test_comm_kinds[i], .dtype = (cg_dtype_t)cg_test_below(CG_DTYPE_COUNT), .op = CG_MIN, .root = -1};
+      if (cg_test_kind_is_rooted(c.kind) || cg_test_kind_is_p2p(c.kind)) c.root = (int)cg_test_below((uint64_t)size);
       cg_node_t h;
       ck_assert_cg_ok(record(&h, g, comm, &c));
       ck_assert_uint_eq(h.index, i);
@@ -395,7 +380,7 @@ START_TEST(record__count_zero_null_buffers) {
     }
     cg_graph_stats_t s;
     get_stats(&s, g);
-    ck_assert_uint_eq(s.nodes, N_COMM_KINDS);
+    ck_assert_uint_eq(s.nodes, CG_TEST_N_COMM_KINDS);
     ck_assert_uint_eq(s.bytes, 0);
     ck_assert_uint_eq(s.edges, 0);
     cg_graph_destroy(g);
@@ -517,16 +502,6 @@ END_TEST
 
 /* ---- names */
 
-static char *dot_of(const cg_graph_t *g) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_ptr_nonnull(f);
-  ck_assert_cg_ok(cg_graph_write_dot(g, f));
-  fclose(f);
-  return text;
-}
-
 START_TEST(record__node_name_copied_truncated_renamed) {
   cg_test_reseed(401);
   cg_comm_t *comm = NULL;
@@ -547,14 +522,14 @@ START_TEST(record__node_name_copied_truncated_renamed) {
   memset(name, 'Q', sizeof name - 1); /* the graph holds a copy */
   ck_assert_str_eq(cg_graph_node(g, 0)->name, saved);
   ck_assert_ptr_null(cg_graph_node(g, 1)->name);
-  char *dot = dot_of(g);
+  char *dot = cg_test_dot_text(g);
   ck_assert_ptr_nonnull(strstr(dot, saved));
   free(dot);
 
   /* renaming replaces */
   ck_assert_cg_ok(cg_node_name(g, n0, "second"));
   ck_assert_str_eq(cg_graph_node(g, 0)->name, "second");
-  dot = dot_of(g);
+  dot = cg_test_dot_text(g);
   ck_assert_ptr_null(strstr(dot, saved));
   ck_assert_ptr_nonnull(strstr(dot, "second"));
   free(dot);

@@ -294,16 +294,6 @@ END_TEST
 
 /* ---- graph creation */
 
-static char *dot_of(const cg_graph_t *g) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_ptr_nonnull(f);
-  ck_assert_cg_ok(cg_graph_write_dot(g, f));
-  fclose(f);
-  return text;
-}
-
 static void assert_empty_graph(const cg_graph_t *g) {
   cg_graph_stats_t s, zero;
   memset(&s, 0xff, sizeof s);
@@ -320,7 +310,7 @@ START_TEST(status__graph_create_null_opts) {
   ck_assert_ptr_nonnull(g);
   assert_empty_graph(g);
   ck_assert_ptr_null(g->name);
-  char *dot = dot_of(g);
+  char *dot = cg_test_dot_text(g);
   ck_assert_ptr_nonnull(strstr(dot, "digraph \"commgraph\" {"));
   free(dot);
   cg_graph_destroy(g);
@@ -340,7 +330,7 @@ START_TEST(status__graph_create_with_name) {
   assert_empty_graph(g);
   name[0] = 'X'; /* the graph keeps its own copy */
   ck_assert_str_eq(g->name, "step7");
-  char *dot = dot_of(g);
+  char *dot = cg_test_dot_text(g);
   ck_assert_ptr_nonnull(strstr(dot, "digraph \"step7\" {"));
   free(dot);
 

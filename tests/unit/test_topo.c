@@ -14,7 +14,6 @@
     if (!(cond)) ck_abort_msg(__VA_ARGS__); \
   } while (0)
 
-static void noop(void *arg) { (void)arg; }
 
 /* The rule, the slow way: repeatedly emit the smallest-index node whose
  * predecessors have all been emitted. */
@@ -161,8 +160,8 @@ static cg_graph_t *record(const program_t *p, cg_comm_t *const *comms, cg_status
         st = cg_allreduce(NULL, g, c, (const void *)o->a, (void *)o->b, o->bytes, CG_INT8, CG_SUM);
         break;
       case OP_EMPTY: st = cg_allreduce(NULL, g, c, NULL, NULL, 0, CG_FLOAT32, CG_SUM); break;
-      case OP_HOST: st = cg_host_func(NULL, g, noop, NULL, &access); break;
-      case OP_HOST_FENCE: st = cg_host_func(NULL, g, noop, NULL, NULL); break;
+      case OP_HOST: st = cg_host_func(NULL, g, cg_test_noop, NULL, &access); break;
+      case OP_HOST_FENCE: st = cg_host_func(NULL, g, cg_test_noop, NULL, NULL); break;
       case OP_BARRIER: st = cg_barrier(NULL, g, c); break;
       case OP_DEPEND:
         st = cg_depend(g, node_(g, o->x), node_(g, o->y));
@@ -387,12 +386,12 @@ START_TEST(comm_order__by_hand) {
   cg_access_t access = CG_ACCESS_INIT;
   access.everything = 0;
   ck_assert_cg_ok(cg_allreduce(NULL, g, b, buf, buf, 4, CG_INT32, CG_SUM)); /* #0 B */
-  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, &access));             /* #1 no comm */
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &access));             /* #1 no comm */
   ck_assert_cg_ok(cg_send(NULL, g, a, buf + 16, 4, CG_INT32, 1));           /* #2 A */
   ck_assert_cg_ok(cg_recv(NULL, g, c, buf + 32, 4, CG_INT32, 0));           /* #3 C */
   ck_assert_cg_ok(cg_allreduce(NULL, g, b, buf + 48, buf + 64, 4, CG_INT32, CG_SUM)); /* #4 B */
   ck_assert_cg_ok(cg_barrier(NULL, g, a));                                  /* #5 A */
-  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, NULL));                 /* #6 no comm, fence */
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, NULL));                 /* #6 no comm, fence */
   ck_assert_cg_ok(cg_send(NULL, g, c, buf + 80, 4, CG_INT32, 1));           /* #7 C */
   ck_assert_cg_ok(cg_allreduce(NULL, g, b, buf, buf, 4, CG_INT32, CG_SUM)); /* #8 B */
   cg_comm_order_t o;
@@ -413,7 +412,7 @@ START_TEST(comm_order__by_hand) {
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_send(NULL, g, a, buf, 4, CG_INT32, 1));       /* #0 A */
   ck_assert_cg_ok(cg_send(NULL, g, b, buf + 16, 4, CG_INT32, 1));  /* #1 B */
-  ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, &access));     /* #2 no comm */
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &access));     /* #2 no comm */
   ck_assert_cg_ok(cg_send(NULL, g, c, buf + 32, 4, CG_INT32, 1));  /* #3 C */
   ck_assert_cg_ok(cg_recv(NULL, g, a, buf + 48, 4, CG_INT32, 1));  /* #4 A */
   ck_assert_cg_ok(cg_depend(g, node_(g, 3), node_(g, 0)));

@@ -10,21 +10,6 @@
 #include "graph_view.h"
 #include "test_support.h"
 
-static void noop(void *arg) { (void)arg; }
-
-static const cg_node_kind_t comm_kinds[] = {CG_NODE_ALLREDUCE,      CG_NODE_BROADCAST, CG_NODE_REDUCE,
-                                            CG_NODE_ALLGATHER,      CG_NODE_REDUCE_SCATTER,
-                                            CG_NODE_ALLTOALL,       CG_NODE_GATHER,    CG_NODE_SCATTER,
-                                            CG_NODE_SEND,           CG_NODE_RECV};
-#define N_COMM_KINDS (sizeof comm_kinds / sizeof comm_kinds[0])
-
-static int has_op(cg_node_kind_t k) {
-  return k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_REDUCE_SCATTER;
-}
-static int is_rooted(cg_node_kind_t k) {
-  return k == CG_NODE_BROADCAST || k == CG_NODE_REDUCE || k == CG_NODE_GATHER || k == CG_NODE_SCATTER;
-}
-static int is_p2p(cg_node_kind_t k) { return k == CG_NODE_SEND || k == CG_NODE_RECV; }
 
 static const char *fn_of(cg_node_kind_t k) {
   static const char *names[] = {"cg_allreduce", "cg_broadcast", "cg_reduce", "cg_allgather", "cg_reduce_scatter",
@@ -58,7 +43,7 @@ static cg_status_t record(cg_node_t *out, cg_graph_t *g, const call_t *k) {
     case CG_NODE_SEND: return cg_send(out, g, c, k->send, k->count, k->dtype, k->root);
     case CG_NODE_RECV: return cg_recv(out, g, c, k->recv, k->count, k->dtype, k->root);
     case CG_NODE_BARRIER: return cg_barrier(out, g, c);
-    case CG_NODE_HOST_FUNC: return cg_host_func(out, g, noop, NULL, NULL);
+    case CG_NODE_HOST_FUNC: return cg_host_func(out, g, cg_test_noop, NULL, NULL);
     default: ck_abort_msg("no recording call for kind %d", (int)k->kind);
   }
   return CG_ERR_INTERNAL;
@@ -95,16 +80,6 @@ static int contains_token(const char *msg, const char *needle) {
   return 0;
 }
 
-static char *dot_of(const cg_graph_t *g) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_ptr_nonnull(f);
-  ck_assert_cg_ok(cg_graph_write_dot(g, f));
-  fclose(f);
-  return text;
-}
-
 static void get_stats(cg_graph_stats_t *s, const cg_graph_t *g) {
   memset(s, 0, sizeof *s);
   ck_assert_cg_ok(cg_graph_stats(s, g));
@@ -131,7 +106,7 @@ typedef struct env {
 static void env_snapshot(env_t *e) {
   free(e->dot);
   get_stats(&e->stats, e->g);
-  e->dot = dot_of(e->g);
+  e->dot = cg_test_dot_text(e->g);
 }
 
 static cg_node_t env_record(env_t *e, const call_t *c) {
@@ -232,7 +207,7 @@ static void env_rejected(env_t *e, const char *what, cg_status_t got, cg_status_
   cg_graph_stats_t now;
   get_stats(&now, e->g);
   ck_assert_msg(memcmp(&now, &e->stats, sizeof now) == 0, "%s: statistics changed", what);
-  char *dot = dot_of(e->g);
+  char *dot = cg_test_dot_text(e->g);
   ck_assert_msg(strcmp(dot, e->dot) == 0, "%s: DOT changed:\n%s\nwas:\n%s", what, dot, e->dot);
   free(dot);
   ck_assert_uint_eq(cg_graph_node_count(e->g), e->next);
@@ -248,7 +223,7 @@ static void env_rejected(env_t *e, const char *what, cg_status_t got, cg_status_
   get_stats(&s_ref, e->ref);
   ck_assert_msg(memcmp(&now, &s_ref, sizeof now) == 0, "%s: the next node got other edges (%zu vs %zu)", what,
                 now.edges, s_ref.edges);
-  char *dot_ref = dot_of(e->ref);
+  char *dot_ref = cg_test_dot_text(e->ref);
   ck_assert_msg(strcmp(e->dot, dot_ref) == 0, "%s: graph differs from its twin after the next node", what);
   free(dot_ref);
 }
@@ -258,8 +233,8 @@ static call_t valid_call(env_t *e, cg_node_kind_t k, int at_root) {
   call_t c = {.kind = k, .comm = e->bad, .dtype = (cg_dtype_t)cg_test_below(CG_DTYPE_COUNT), .root = -1};
   size_t es = cg_dtype_size(c.dtype), fit = (HALF / 2 - 600) / ((size_t)e->size * es);
   c.count = 2 + cg_test_below(fit < 64 ? fit - 2 : 62);
-  c.op = has_op(k) ? (cg_redop_t)cg_test_below(CG_REDOP_COUNT) : CG_SUM;
-  if (is_rooted(k) || is_p2p(k)) {
+  c.op = cg_test_kind_has_op(k) ? (cg_redop_t)cg_test_below(CG_REDOP_COUNT) : CG_SUM;
+  if (cg_test_kind_is_rooted(k) || cg_test_kind_is_p2p(k)) {
     int other = (e->rank + 1 + (int)cg_test_below((uint64_t)(e->size > 1 ? e->size - 1 : 1))) % e->size;
     c.root = at_root || e->size == 1 ? e->rank : other;
   }
@@ -303,8 +278,8 @@ END_TEST
 START_TEST(validate__null_comm) {
   env_t e;
   env_init(&e, 2, 0);
-  for (size_t i = 0; i < N_COMM_KINDS; i++) {
-    call_t c = valid_call(&e, comm_kinds[i], (int)cg_test_below(2));
+  for (size_t i = 0; i < CG_TEST_N_COMM_KINDS; i++) {
+    call_t c = valid_call(&e, cg_test_comm_kinds[i], (int)cg_test_below(2));
     c.comm = NULL;
     expect_rejected(&e, fn_of(c.kind), &c, CG_ERR_INVALID_ARGUMENT, NEED_NODE, NULL);
   }
@@ -325,20 +300,20 @@ START_TEST(validate__null_buffer_with_bytes) {
   env_t e;
   env_init(&e, 4, 0);
   for (int trial = 0; trial < 3; trial++) {
-    for (size_t i = 0; i < N_COMM_KINDS; i++) {
-      cg_node_kind_t k = comm_kinds[i];
+    for (size_t i = 0; i < CG_TEST_N_COMM_KINDS; i++) {
+      cg_node_kind_t k = cg_test_comm_kinds[i];
       call_t c = valid_call(&e, k, trial != 1);
       if (send_elems(k, c.count, e.size, e.rank, c.root)) {
         call_t bad = c;
         bad.send = NULL;
         expect_rejected(&e, fn_of(k), &bad, CG_ERR_INVALID_ARGUMENT, NEED_NODE | NEED_RANK,
-                        is_p2p(k) ? "buf" : "send");
+                        cg_test_kind_is_p2p(k) ? "buf" : "send");
       }
       if (recv_elems(k, c.count, e.size, e.rank, c.root)) {
         call_t bad = c;
         bad.recv = NULL;
         expect_rejected(&e, fn_of(k), &bad, CG_ERR_INVALID_ARGUMENT, NEED_NODE | NEED_RANK,
-                        is_p2p(k) ? "buf" : "recv");
+                        cg_test_kind_is_p2p(k) ? "buf" : "recv");
       }
     }
   }
@@ -350,8 +325,8 @@ START_TEST(validate__unknown_dtype) {
   env_t e;
   env_init(&e, 5, 0);
   const int bad[] = {CG_DTYPE_COUNT, CG_DTYPE_COUNT + 1, -1, 1000, INT_MAX, INT_MIN};
-  for (size_t i = 0; i < N_COMM_KINDS; i++) {
-    call_t c = valid_call(&e, comm_kinds[i], 1);
+  for (size_t i = 0; i < CG_TEST_N_COMM_KINDS; i++) {
+    call_t c = valid_call(&e, cg_test_comm_kinds[i], 1);
     c.dtype = (cg_dtype_t)bad[cg_test_below(sizeof bad / sizeof bad[0])];
     expect_rejected(&e, fn_of(c.kind), &c, CG_ERR_INVALID_ENUM, NEED_NODE | NEED_RANK, NULL);
   }
@@ -386,7 +361,7 @@ START_TEST(validate__root_or_peer_out_of_range) {
       call_t c = valid_call(&e, kinds[i], 1);
       c.root = bad[j];
       expect_rejected(&e, fn_of(c.kind), &c, CG_ERR_OUT_OF_RANGE, NEED_NODE | NEED_RANK,
-                      is_p2p(kinds[i]) ? "peer" : "root");
+                      cg_test_kind_is_p2p(kinds[i]) ? "peer" : "root");
     }
   }
   env_free(&e);
@@ -402,8 +377,8 @@ static const cg_node_kind_t per_rank_kinds[] = {CG_NODE_ALLGATHER, CG_NODE_REDUC
 START_TEST(validate__count_times_elem_size_overflow) {
   env_t e;
   env_init(&e, 8, 1);
-  for (size_t i = 0; i < N_COMM_KINDS; i++) {
-    call_t c = valid_call(&e, comm_kinds[i], 1);
+  for (size_t i = 0; i < CG_TEST_N_COMM_KINDS; i++) {
+    call_t c = valid_call(&e, cg_test_comm_kinds[i], 1);
     c.dtype = cg_test_below(2) ? CG_FLOAT64 : CG_BFLOAT16;
     c.count = SIZE_MAX / cg_dtype_size(c.dtype) + 1 + cg_test_below(1000);
     expect_rejected(&e, fn_of(c.kind), &c, CG_ERR_OVERFLOW, NEED_NODE | NEED_RANK, NULL);
@@ -440,8 +415,8 @@ START_TEST(validate__buffer_past_end_of_memory) {
   env_t e;
   env_init(&e, 11, 0);
   for (int trial = 0; trial < 2; trial++) {
-    for (size_t i = 0; i < N_COMM_KINDS; i++) {
-      cg_node_kind_t k = comm_kinds[i];
+    for (size_t i = 0; i < CG_TEST_N_COMM_KINDS; i++) {
+      cg_node_kind_t k = cg_test_comm_kinds[i];
       call_t c = valid_call(&e, k, 1);
       size_t es = cg_dtype_size(c.dtype);
       size_t sbytes = send_elems(k, c.count, e.size, e.rank, c.root) * es;
@@ -468,7 +443,7 @@ END_TEST
 /* Places send at `s_off` and recv at `r_off` bytes into the upper half. */
 static call_t placed(env_t *e, cg_node_kind_t k, size_t count, cg_dtype_t dt, size_t s_off, size_t r_off) {
   call_t c = {k, e->bad, e->arena + HALF + s_off, e->arena + HALF + r_off, count, dt, CG_SUM,
-              is_rooted(k) ? e->rank : -1};
+              cg_test_kind_is_rooted(k) ? e->rank : -1};
   return c;
 }
 
@@ -670,7 +645,7 @@ START_TEST(validate__depend_random_matches_reachability) {
       else if (off < 256)
         ck_assert_cg_ok(cg_send(NULL, g, c, buf + off, len, CG_UINT8, 0));
       else
-        ck_assert_cg_ok(cg_host_func(NULL, g, noop, NULL, &(cg_access_t){sizeof(cg_access_t), 0, NULL, 0, NULL, 0}));
+        ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &(cg_access_t){sizeof(cg_access_t), 0, NULL, 0, NULL, 0}));
       if (cg_test_below(2)) ck_assert_cg_ok(cg_recv(NULL, g, c, buf + cg_test_below(240), len, CG_UINT8, 0));
     }
     n = cg_graph_node_count(g);
@@ -778,7 +753,7 @@ START_TEST(validate__host_func_access_wrong_size) {
     cg_access_t access = CG_ACCESS_INIT;
     access.size = sizes[i];
     access.everything = (int)(i % 2);
-    env_rejected(&e, "access.size", cg_host_func(NULL, e.g, noop, NULL, &access), CG_ERR_INVALID_ARGUMENT,
+    env_rejected(&e, "access.size", cg_host_func(NULL, e.g, cg_test_noop, NULL, &access), CG_ERR_INVALID_ARGUMENT,
                  "cg_host_func", NEED_NODE, NULL, NULL);
   }
   env_free(&e);
@@ -792,7 +767,7 @@ START_TEST(validate__host_func_null_reads_huge_count) {
   cg_access_t access = CG_ACCESS_INIT;
   access.everything = 0;
   access.n_reads = (size_t)1 << 40;
-  env_rejected(&e, "NULL reads, 2^40 of them", cg_host_func(NULL, e.g, noop, NULL, &access), CG_ERR_INVALID_ARGUMENT,
+  env_rejected(&e, "NULL reads, 2^40 of them", cg_host_func(NULL, e.g, cg_test_noop, NULL, &access), CG_ERR_INVALID_ARGUMENT,
                "cg_host_func", NEED_NODE, "reads", NULL);
   env_free(&e);
 }
@@ -817,7 +792,7 @@ START_TEST(validate__host_func_bad_ranges) {
     char which[32];
     snprintf(which, sizeof which, "%s[%zu]", reads ? "reads" : "writes", bad);
     if (kind == 2) which[reads ? 5 : 6] = '\0';
-    env_rejected(&e, "bad range", cg_host_func(NULL, e.g, noop, NULL, &access),
+    env_rejected(&e, "bad range", cg_host_func(NULL, e.g, cg_test_noop, NULL, &access),
                  kind == 1 ? CG_ERR_OVERFLOW : CG_ERR_INVALID_ARGUMENT, "cg_host_func", NEED_NODE, which, NULL);
   }
   /* more ranges than memory can describe */
@@ -826,7 +801,7 @@ START_TEST(validate__host_func_bad_ranges) {
   access.everything = 0;
   access.reads = &one;
   access.n_reads = SIZE_MAX;
-  env_rejected(&e, "SIZE_MAX ranges", cg_host_func(NULL, e.g, noop, NULL, &access), CG_ERR_OVERFLOW, "cg_host_func",
+  env_rejected(&e, "SIZE_MAX ranges", cg_host_func(NULL, e.g, cg_test_noop, NULL, &access), CG_ERR_OVERFLOW, "cg_host_func",
                NEED_NODE, NULL, NULL);
   env_free(&e);
 }
