@@ -55,6 +55,49 @@ int cg_test_kind_is_rooted(cg_node_kind_t k) {
 
 int cg_test_kind_is_p2p(cg_node_kind_t k) { return k == CG_NODE_SEND || k == CG_NODE_RECV; }
 
+cg_status_t cg_test_record(cg_node_t *out, cg_graph_t *g, const cg_test_call_t *k) {
+  cg_comm_t *c = k->comm;
+  switch (k->kind) {
+    case CG_NODE_ALLREDUCE: return cg_allreduce(out, g, c, k->send, k->recv, k->count, k->dtype, k->op);
+    case CG_NODE_BROADCAST: return cg_broadcast(out, g, c, k->send, k->recv, k->count, k->dtype, k->root);
+    case CG_NODE_REDUCE: return cg_reduce(out, g, c, k->send, k->recv, k->count, k->dtype, k->op, k->root);
+    case CG_NODE_ALLGATHER: return cg_allgather(out, g, c, k->send, k->recv, k->count, k->dtype);
+    case CG_NODE_REDUCE_SCATTER: return cg_reduce_scatter(out, g, c, k->send, k->recv, k->count, k->dtype, k->op);
+    case CG_NODE_ALLTOALL: return cg_alltoall(out, g, c, k->send, k->recv, k->count, k->dtype);
+    case CG_NODE_GATHER: return cg_gather(out, g, c, k->send, k->recv, k->count, k->dtype, k->root);
+    case CG_NODE_SCATTER: return cg_scatter(out, g, c, k->send, k->recv, k->count, k->dtype, k->root);
+    case CG_NODE_SEND: return cg_send(out, g, c, k->send, k->count, k->dtype, k->root);
+    case CG_NODE_RECV: return cg_recv(out, g, c, k->recv, k->count, k->dtype, k->root);
+    case CG_NODE_BARRIER: return cg_barrier(out, g, c);
+    case CG_NODE_HOST_FUNC: return cg_host_func(out, g, cg_test_noop, (void *)k->send, NULL);
+    default: ck_abort_msg("no recording call for kind %d", (int)k->kind);
+  }
+  return CG_ERR_INTERNAL;
+}
+
+size_t cg_test_send_elems(cg_node_kind_t k, size_t count, int size, int rank, int root) {
+  switch (k) {
+    case CG_NODE_ALLREDUCE: case CG_NODE_REDUCE: case CG_NODE_ALLGATHER: case CG_NODE_GATHER: case CG_NODE_SEND:
+      return count;
+    case CG_NODE_BROADCAST: return rank == root ? count : 0;
+    case CG_NODE_REDUCE_SCATTER: case CG_NODE_ALLTOALL: return count * (size_t)size;
+    case CG_NODE_SCATTER: return rank == root ? count * (size_t)size : 0;
+    default: return 0;
+  }
+}
+
+size_t cg_test_recv_elems(cg_node_kind_t k, size_t count, int size, int rank, int root) {
+  switch (k) {
+    case CG_NODE_ALLREDUCE: case CG_NODE_BROADCAST: case CG_NODE_REDUCE_SCATTER: case CG_NODE_SCATTER:
+    case CG_NODE_RECV:
+      return count;
+    case CG_NODE_REDUCE: return rank == root ? count : 0;
+    case CG_NODE_ALLGATHER: case CG_NODE_ALLTOALL: return count * (size_t)size;
+    case CG_NODE_GATHER: return rank == root ? count * (size_t)size : 0;
+    default: return 0;
+  }
+}
+
 char *cg_test_dot_text(const cg_graph_t *graph) {
   char *text = NULL;
   size_t len = 0;

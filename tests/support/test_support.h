@@ -43,6 +43,26 @@ int cg_test_kind_has_op(cg_node_kind_t kind);    /* takes a reduction */
 int cg_test_kind_is_rooted(cg_node_kind_t kind); /* takes a root */
 int cg_test_kind_is_p2p(cg_node_kind_t kind);    /* send or recv */
 
+/* One recording call with every argument any kind takes. */
+typedef struct cg_test_call {
+  cg_node_kind_t kind;
+  cg_comm_t *comm;
+  const void *send; /* also the host function's argument */
+  void *recv;
+  size_t count;
+  cg_dtype_t dtype;
+  cg_redop_t op;
+  int root; /* root or peer */
+} cg_test_call_t;
+/* Makes the public recording call for call->kind (collectives, send, recv,
+ * barrier, host function with no declared access). */
+cg_status_t cg_test_record(cg_node_t *out, cg_graph_t *graph, const cg_test_call_t *call);
+
+/* Elements this rank reads from send / writes to recv (0: unused), written out
+ * from the header's documentation, independently of graph/record.c. */
+size_t cg_test_send_elems(cg_node_kind_t kind, size_t count, int size, int rank, int root);
+size_t cg_test_recv_elems(cg_node_kind_t kind, size_t count, int size, int rank, int root);
+
 /* The graph's DOT text (malloc'ed); fails the test if writing fails. */
 char *cg_test_dot_text(const cg_graph_t *graph);
 

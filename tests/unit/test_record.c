@@ -12,61 +12,15 @@
 
 static void other_fn(void *arg) { (void)arg; }
 
-/* One recording call with every argument any kind takes. */
-typedef struct call {
-  cg_node_kind_t kind;
-  const void *send;
-  void *recv;
-  size_t count;
-  cg_dtype_t dtype;
-  cg_redop_t op;
-  int root; /* root or peer */
-} call_t;
+typedef cg_test_call_t call_t;
 
 static cg_status_t record(cg_node_t *out, cg_graph_t *g, cg_comm_t *c, const call_t *k) {
-  switch (k->kind) {
-    case CG_NODE_ALLREDUCE: return cg_allreduce(out, g, c, k->send, k->recv, k->count, k->dtype, k->op);
-    case CG_NODE_BROADCAST: return cg_broadcast(out, g, c, k->send, k->recv, k->count, k->dtype, k->root);
-    case CG_NODE_REDUCE: return cg_reduce(out, g, c, k->send, k->recv, k->count, k->dtype, k->op, k->root);
-    case CG_NODE_ALLGATHER: return cg_allgather(out, g, c, k->send, k->recv, k->count, k->dtype);
-    case CG_NODE_REDUCE_SCATTER: return cg_reduce_scatter(out, g, c, k->send, k->recv, k->count, k->dtype, k->op);
-    case CG_NODE_ALLTOALL: return cg_alltoall(out, g, c, k->send, k->recv, k->count, k->dtype);
-    case CG_NODE_GATHER: return cg_gather(out, g, c, k->send, k->recv, k->count, k->dtype, k->root);
-    case CG_NODE_SCATTER: return cg_scatter(out, g, c, k->send, k->recv, k->count, k->dtype, k->root);
-    case CG_NODE_SEND: return cg_send(out, g, c, k->send, k->count, k->dtype, k->root);
-    case CG_NODE_RECV: return cg_recv(out, g, c, k->recv, k->count, k->dtype, k->root);
-    case CG_NODE_BARRIER: return cg_barrier(out, g, c);
-    case CG_NODE_HOST_FUNC: return cg_host_func(out, g, cg_test_noop, (void *)k->send, NULL);
-    default: ck_abort_msg("no recording call for kind %d", (int)k->kind);
-  }
-  return CG_ERR_INTERNAL;
+  call_t on_comm = *k;
+  on_comm.comm = c;
+  return cg_test_record(out, g, &on_comm);
 }
 
-/* Elements this rank reads from send / writes to recv, written out from the
- * header's documentation (independent of record.c). */
-static size_t send_elems(cg_node_kind_t k, size_t count, int size, int rank, int root) {
-  size_t n = (size_t)size;
-  switch (k) {
-    case CG_NODE_ALLREDUCE: case CG_NODE_REDUCE: case CG_NODE_ALLGATHER: case CG_NODE_GATHER: case CG_NODE_SEND:
-      return count;
-    case CG_NODE_BROADCAST: return rank == root ? count : 0;
-    case CG_NODE_REDUCE_SCATTER: case CG_NODE_ALLTOALL: return count * n;
-    case CG_NODE_SCATTER: return rank == root ? count * n : 0;
-    default: return 0;
-  }
-}
-static size_t recv_elems(cg_node_kind_t k, size_t count, int size, int rank, int root) {
-  size_t n = (size_t)size;
-  switch (k) {
-    case CG_NODE_ALLREDUCE: case CG_NODE_BROADCAST: case CG_NODE_REDUCE_SCATTER: case CG_NODE_SCATTER:
-    case CG_NODE_RECV:
-      return count;
-    case CG_NODE_REDUCE: return rank == root ? count : 0;
-    case CG_NODE_ALLGATHER: case CG_NODE_ALLTOALL: return count * n;
-    case CG_NODE_GATHER: return rank == root ? count * n : 0;
-    default: return 0;
-  }
-}
+
 /* cg_graph_stats bytes: what this rank contributes (graph.c node_bytes). */
 static size_t expected_bytes(cg_node_kind_t k, size_t count, cg_dtype_t dt, int size, int rank, int root) {
   size_t per_rank = count * cg_dtype_size(dt), n = (size_t)size;
@@ -114,8 +68,8 @@ static call_t random_call(pool_t *p, cg_node_kind_t k, int size, int rank) {
   } else if (k == CG_NODE_SEND) {
     c.send = pool_alloc(p, c.count * es);
   } else if (k != CG_NODE_BARRIER && k != CG_NODE_HOST_FUNC) {
-    c.send = pool_alloc(p, send_elems(k, c.count, size, c.root, c.root) * es + 1);
-    c.recv = pool_alloc(p, recv_elems(k, c.count, size, c.root, c.root) * es + 1);
+    c.send = pool_alloc(p, cg_test_send_elems(k, c.count, size, c.root, c.root) * es + 1);
+    c.recv = pool_alloc(p, cg_test_recv_elems(k, c.count, size, c.root, c.root) * es + 1);
   }
   if (k == CG_NODE_BARRIER || k == CG_NODE_HOST_FUNC) c.count = 0;
   if (k == CG_NODE_HOST_FUNC) c.send = pool_alloc(p, 1); /* the argument */
@@ -338,10 +292,10 @@ START_TEST(record__unused_buffers_ignored) {
     void *unused[] = {NULL, junk, buf + es}; /* the last overlaps the used buffer partially */
     void *u = unused[trial % 3];
     call_t calls[] = {
-        {CG_NODE_BROADCAST, u, buf, count, dt, CG_SUM, root},
-        {CG_NODE_SCATTER, u, buf, count, dt, CG_SUM, root},
-        {CG_NODE_REDUCE, buf, u, count, dt, CG_PROD, root},
-        {CG_NODE_GATHER, buf, u, count, dt, CG_SUM, root},
+        {CG_NODE_BROADCAST, comm, u, buf, count, dt, CG_SUM, root},
+        {CG_NODE_SCATTER, comm, u, buf, count, dt, CG_SUM, root},
+        {CG_NODE_REDUCE, comm, buf, u, count, dt, CG_PROD, root},
+        {CG_NODE_GATHER, comm, buf, u, count, dt, CG_SUM, root},
     };
     size_t bytes = 0;
     for (uint32_t i = 0; i < 4; i++) {

@@ -18,59 +18,7 @@ static const char *fn_of(cg_node_kind_t k) {
   return names[k];
 }
 
-typedef struct call {
-  cg_node_kind_t kind;
-  cg_comm_t *comm;
-  const void *send;
-  void *recv;
-  size_t count;
-  cg_dtype_t dtype;
-  cg_redop_t op;
-  int root; /* root or peer */
-} call_t;
-
-static cg_status_t record(cg_node_t *out, cg_graph_t *g, const call_t *k) {
-  cg_comm_t *c = k->comm;
-  switch (k->kind) {
-    case CG_NODE_ALLREDUCE: return cg_allreduce(out, g, c, k->send, k->recv, k->count, k->dtype, k->op);
-    case CG_NODE_BROADCAST: return cg_broadcast(out, g, c, k->send, k->recv, k->count, k->dtype, k->root);
-    case CG_NODE_REDUCE: return cg_reduce(out, g, c, k->send, k->recv, k->count, k->dtype, k->op, k->root);
-    case CG_NODE_ALLGATHER: return cg_allgather(out, g, c, k->send, k->recv, k->count, k->dtype);
-    case CG_NODE_REDUCE_SCATTER: return cg_reduce_scatter(out, g, c, k->send, k->recv, k->count, k->dtype, k->op);
-    case CG_NODE_ALLTOALL: return cg_alltoall(out, g, c, k->send, k->recv, k->count, k->dtype);
-    case CG_NODE_GATHER: return cg_gather(out, g, c, k->send, k->recv, k->count, k->dtype, k->root);
-    case CG_NODE_SCATTER: return cg_scatter(out, g, c, k->send, k->recv, k->count, k->dtype, k->root);
-    case CG_NODE_SEND: return cg_send(out, g, c, k->send, k->count, k->dtype, k->root);
-    case CG_NODE_RECV: return cg_recv(out, g, c, k->recv, k->count, k->dtype, k->root);
-    case CG_NODE_BARRIER: return cg_barrier(out, g, c);
-    case CG_NODE_HOST_FUNC: return cg_host_func(out, g, cg_test_noop, NULL, NULL);
-    default: ck_abort_msg("no recording call for kind %d", (int)k->kind);
-  }
-  return CG_ERR_INTERNAL;
-}
-
-/* Elements this rank reads from send / writes to recv (0: unused). */
-static size_t send_elems(cg_node_kind_t k, size_t count, int size, int rank, int root) {
-  switch (k) {
-    case CG_NODE_ALLREDUCE: case CG_NODE_REDUCE: case CG_NODE_ALLGATHER: case CG_NODE_GATHER: case CG_NODE_SEND:
-      return count;
-    case CG_NODE_BROADCAST: return rank == root ? count : 0;
-    case CG_NODE_REDUCE_SCATTER: case CG_NODE_ALLTOALL: return count * (size_t)size;
-    case CG_NODE_SCATTER: return rank == root ? count * (size_t)size : 0;
-    default: return 0;
-  }
-}
-static size_t recv_elems(cg_node_kind_t k, size_t count, int size, int rank, int root) {
-  switch (k) {
-    case CG_NODE_ALLREDUCE: case CG_NODE_BROADCAST: case CG_NODE_REDUCE_SCATTER: case CG_NODE_SCATTER:
-    case CG_NODE_RECV:
-      return count;
-    case CG_NODE_REDUCE: return rank == root ? count : 0;
-    case CG_NODE_ALLGATHER: case CG_NODE_ALLTOALL: return count * (size_t)size;
-    case CG_NODE_GATHER: return rank == root ? count * (size_t)size : 0;
-    default: return 0;
-  }
-}
+typedef cg_test_call_t call_t;
 
 /* "needle" occurs in msg not followed by a digit ("node #3" is not "node #31"). */
 static int contains_token(const char *msg, const char *needle) {
@@ -111,8 +59,8 @@ static void env_snapshot(env_t *e) {
 
 static cg_node_t env_record(env_t *e, const call_t *c) {
   cg_node_t a, b;
-  ck_assert_cg_ok(record(&a, e->g, c));
-  ck_assert_cg_ok(record(&b, e->ref, c));
+  ck_assert_cg_ok(cg_test_record(&a, e->g, c));
+  ck_assert_cg_ok(cg_test_record(&b, e->ref, c));
   ck_assert_uint_eq(a.index, e->next);
   ck_assert_uint_eq(b.index, e->next);
   e->next++;
@@ -248,7 +196,7 @@ static call_t valid_call(env_t *e, cg_node_kind_t k, int at_root) {
 static void expect_rejected(env_t *e, const char *what, const call_t *c, cg_status_t want, int need,
                             const char *extra) {
   cg_node_t out = {777, 777};
-  cg_status_t st = record(&out, e->g, c);
+  cg_status_t st = cg_test_record(&out, e->g, c);
   ck_assert_msg(out.graph == 777 && out.index == 777, "%s: out was written", what);
   env_rejected(e, what, st, want, fn_of(c->kind), need, extra, NULL);
 }
@@ -261,7 +209,7 @@ START_TEST(validate__null_graph) {
   for (int k = 0; k <= CG_NODE_HOST_FUNC; k++) {
     call_t c = valid_call(&e, (cg_node_kind_t)k, 1);
     cg_node_t out = {777, 777};
-    cg_status_t st = record(&out, NULL, &c);
+    cg_status_t st = cg_test_record(&out, NULL, &c);
     ck_assert_uint_eq(out.index, 777);
     env_rejected(&e, fn_of(c.kind), st, CG_ERR_INVALID_ARGUMENT, fn_of(c.kind), 0, NULL, NULL);
   }
@@ -303,13 +251,13 @@ START_TEST(validate__null_buffer_with_bytes) {
     for (size_t i = 0; i < CG_TEST_N_COMM_KINDS; i++) {
       cg_node_kind_t k = cg_test_comm_kinds[i];
       call_t c = valid_call(&e, k, trial != 1);
-      if (send_elems(k, c.count, e.size, e.rank, c.root)) {
+      if (cg_test_send_elems(k, c.count, e.size, e.rank, c.root)) {
         call_t bad = c;
         bad.send = NULL;
         expect_rejected(&e, fn_of(k), &bad, CG_ERR_INVALID_ARGUMENT, NEED_NODE | NEED_RANK,
                         cg_test_kind_is_p2p(k) ? "buf" : "send");
       }
-      if (recv_elems(k, c.count, e.size, e.rank, c.root)) {
+      if (cg_test_recv_elems(k, c.count, e.size, e.rank, c.root)) {
         call_t bad = c;
         bad.recv = NULL;
         expect_rejected(&e, fn_of(k), &bad, CG_ERR_INVALID_ARGUMENT, NEED_NODE | NEED_RANK,
@@ -419,8 +367,8 @@ START_TEST(validate__buffer_past_end_of_memory) {
       cg_node_kind_t k = cg_test_comm_kinds[i];
       call_t c = valid_call(&e, k, 1);
       size_t es = cg_dtype_size(c.dtype);
-      size_t sbytes = send_elems(k, c.count, e.size, e.rank, c.root) * es;
-      size_t rbytes = recv_elems(k, c.count, e.size, e.rank, c.root) * es;
+      size_t sbytes = cg_test_send_elems(k, c.count, e.size, e.rank, c.root) * es;
+      size_t rbytes = cg_test_recv_elems(k, c.count, e.size, e.rank, c.root) * es;
       if (sbytes) {
         call_t bad = c;
         /* the first trial ends exactly at 2^64, which no span can represent */
@@ -508,7 +456,7 @@ static void check_alias_per_rank(cg_node_kind_t k, int send_in_recv, uint64_t sa
     cg_graph_t *fresh = NULL;
     ck_assert_cg_ok(cg_graph_create(&fresh, NULL));
     c = send_in_recv ? placed(&e, k, count, dt, base + right, base) : placed(&e, k, count, dt, base, base + right);
-    ck_assert_cg_ok(record(NULL, fresh, &c));
+    ck_assert_cg_ok(cg_test_record(NULL, fresh, &c));
     cg_graph_destroy(fresh);
   }
   env_free(&e);
