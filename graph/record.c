@@ -1,5 +1,6 @@
 /* The public recording calls: validate every argument, work out which bytes the
  * node reads and writes on this rank, then add it with its hazard edges. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,15 +21,27 @@ typedef struct collective {
   int root_kind; /* 0: none, 1: root, 2: peer */
 } collective_t;
 
-/* "cg_allreduce: graph 'g' node #5 (rank 1 of 4)" */
-static void describe(char *buf, size_t len, const cg_graph_t *g, const collective_t *c) {
-  char graph_name[300] = "";
+/* Where a failure happened, formatted only when one does:
+ * "cg_allreduce: graph 'g' node #5 (rank 1 of 4): <detail>". */
+typedef struct where {
+  const cg_graph_t *graph;
+  const collective_t *call;
+} where_t;
+
+static cg_status_t fail_at(const where_t *w, cg_status_t status, const char *fmt, ...) CG_PRINTF_LIKE(3, 4);
+static cg_status_t fail_at(const where_t *w, cg_status_t status, const char *fmt, ...) {
+  char detail[400], graph_name[300] = "";
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(detail, sizeof detail, fmt, args);
+  va_end(args);
+  const cg_graph_t *g = w->graph;
+  const collective_t *c = w->call;
   if (g->name) snprintf(graph_name, sizeof graph_name, "graph '%s' ", g->name);
   if (c->comm)
-    snprintf(buf, len, "%s: %snode #%u (rank %d of %d)", c->caller, graph_name, g->n_nodes, c->comm->rank,
-             c->comm->size);
-  else
-    snprintf(buf, len, "%s: %snode #%u", c->caller, graph_name, g->n_nodes);
+    return cg_fail(status, "%s: %snode #%u (rank %d of %d): %s", c->caller, graph_name, g->n_nodes, c->comm->rank,
+                   c->comm->size, detail);
+  return cg_fail(status, "%s: %snode #%u: %s", c->caller, graph_name, g->n_nodes, detail);
 }
 
 static int mul_overflows(size_t a, size_t b, size_t *out) {
@@ -99,23 +112,23 @@ static int layout_of(const collective_t *c, layout_t *l) {
 
 /* Checks a buffer of `elems` elements: present when it has bytes, and not
  * running off the end of the address space. */
-static cg_status_t check_buffer(const char *where, const char *what, const void *ptr, size_t elems, size_t elem_size,
+static cg_status_t check_buffer(const where_t *where, const char *what, const void *ptr, size_t elems, size_t elem_size,
                                 cg_span_t *span) {
   size_t bytes;
   if (mul_overflows(elems, elem_size, &bytes))
-    return cg_fail(CG_ERR_OVERFLOW, "%s: %s of %zu elements of %zu bytes overflows size_t", where, what, elems,
+    return fail_at(where, CG_ERR_OVERFLOW, "%s of %zu elements of %zu bytes overflows size_t", what, elems,
                    elem_size);
   if (bytes && !ptr)
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: %s is NULL but holds %zu bytes", where, what, bytes);
+    return fail_at(where, CG_ERR_INVALID_ARGUMENT, "%s is NULL but holds %zu bytes", what, bytes);
   uintptr_t start = (uintptr_t)ptr;
   if (bytes > UINTPTR_MAX - start)
-    return cg_fail(CG_ERR_OVERFLOW, "%s: %s at %p plus %zu bytes runs past the end of memory", where, what, ptr,
+    return fail_at(where, CG_ERR_OVERFLOW, "%s at %p plus %zu bytes runs past the end of memory", what, ptr,
                    bytes);
   *span = (cg_span_t){start, start + bytes};
   return CG_SUCCESS;
 }
 
-static cg_status_t check_alias(const char *where, const collective_t *c, const layout_t *l, size_t elem_size,
+static cg_status_t check_alias(const where_t *where, const collective_t *c, const layout_t *l, size_t elem_size,
                                cg_span_t send, cg_span_t recv) {
   if (!l->uses_send || !l->uses_recv || !spans_overlap(send, recv)) return CG_SUCCESS;
   uintptr_t offset = (uintptr_t)(l->offset_elems * elem_size);
@@ -130,27 +143,26 @@ static cg_status_t check_alias(const char *where, const collective_t *c, const l
     snprintf(allowed, sizeof allowed, "in place needs send == recv");
   else
     snprintf(allowed, sizeof allowed, "send and recv must not overlap");
-  return cg_fail(CG_ERR_ALIAS, "%s: %s send [%p, +%zu) and recv [%p, +%zu) overlap; %s", where,
+  return fail_at(where, CG_ERR_ALIAS, "%s send [%p, +%zu) and recv [%p, +%zu) overlap; %s",
                  cg_node_kind_name(c->kind), (void *)send.start, (size_t)(send.end - send.start), (void *)recv.start,
                  (size_t)(recv.end - recv.start), allowed);
 }
 
 static cg_status_t record_collective(cg_node_t *out, cg_graph_t *g, const collective_t *c) {
-  char where[400];
   if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL graph", c->caller);
-  describe(where, sizeof where, g, c);
-  if (!c->comm) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL communicator", where);
+  const where_t where_data = {g, c}, *where = &where_data;
+  if (!c->comm) return fail_at(where, CG_ERR_INVALID_ARGUMENT, "NULL communicator");
   if ((unsigned)c->dtype >= CG_DTYPE_COUNT)
-    return cg_fail(CG_ERR_INVALID_ENUM, "%s: unknown data type %d", where, (int)c->dtype);
+    return fail_at(where, CG_ERR_INVALID_ENUM, "unknown data type %d", (int)c->dtype);
   if (c->has_op && (unsigned)c->op >= CG_REDOP_COUNT)
-    return cg_fail(CG_ERR_INVALID_ENUM, "%s: unknown reduction %d", where, (int)c->op);
+    return fail_at(where, CG_ERR_INVALID_ENUM, "unknown reduction %d", (int)c->op);
   if (c->root_kind && (c->root < 0 || c->root >= c->comm->size))
-    return cg_fail(CG_ERR_OUT_OF_RANGE, "%s: %s %d outside [0, %d)", where, c->root_kind == 1 ? "root" : "peer",
+    return fail_at(where, CG_ERR_OUT_OF_RANGE, "%s %d outside [0, %d)", c->root_kind == 1 ? "root" : "peer",
                    c->root, c->comm->size);
   layout_t l;
   size_t elem_size = cg_dtype_size(c->dtype);
   if (layout_of(c, &l) != 0)
-    return cg_fail(CG_ERR_OVERFLOW, "%s: count %zu times %d ranks overflows size_t", where, c->count, c->comm->size);
+    return fail_at(where, CG_ERR_OVERFLOW, "count %zu times %d ranks overflows size_t", c->count, c->comm->size);
   cg_span_t spans[2] = {{0, 0}, {0, 0}}; /* read, write */
   cg_status_t st = CG_SUCCESS;
   if (l.uses_send) st = check_buffer(where, c->kind == CG_NODE_SEND ? "buf" : "send", c->send, l.send_elems,
@@ -233,18 +245,17 @@ cg_status_t cg_recv(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm, void *buf, s
 }
 
 cg_status_t cg_barrier(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm) {
-  char where[400];
   collective_t c = {.caller = "cg_barrier", .kind = CG_NODE_BARRIER};
   if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_barrier: NULL graph");
-  describe(where, sizeof where, g, &c);
-  if (!comm) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL communicator", where);
+  const where_t where_data = {g, &c}, *where = &where_data;
+  if (!comm) return fail_at(where, CG_ERR_INVALID_ARGUMENT, "NULL communicator");
   cg_node_rec_t proto = {.kind = CG_NODE_BARRIER, .comm = comm, .dtype = CG_UINT8, .root = -1, .is_fence = 1};
   return cg_graph_add_node(g, &proto, NULL, out);
 }
 
 /* ---- nodes that run user code */
 
-static cg_status_t convert_ranges(const char *where, const char *what, const cg_range_t *ranges, size_t n,
+static cg_status_t convert_ranges(const where_t *where, const char *what, const cg_range_t *ranges, size_t n,
                                   cg_span_t *spans) {
   for (size_t i = 0; i < n; i++) {
     char name[32];
@@ -259,30 +270,33 @@ cg_status_t cg_graph_record_user_node(cg_node_t *out, cg_graph_t *g, const cg_no
                                       const cg_access_t *access, const char *caller) {
   cg_status_t st = CG_SUCCESS;
   cg_span_t *spans = NULL;
-  char where[400];
   collective_t c = {.caller = caller, .kind = proto->kind};
-  describe(where, sizeof where, g, &c);
+  const where_t where_data = {g, &c}, *where = &where_data;
   cg_node_rec_t node = *proto;
   node.root = -1;
   node.is_fence = !access || access->everything;
-  if (access && (st = cg_check_opts_size(access->size, sizeof(cg_access_t), where, "access")) != CG_SUCCESS) goto out;
+  if (access && access->size != sizeof(cg_access_t)) {
+    st = fail_at(where, CG_ERR_INVALID_ARGUMENT, "access.size is %zu, expected %zu: initialize it with CG_ACCESS_INIT",
+                 access->size, sizeof(cg_access_t));
+    goto out;
+  }
   cg_access_set_t set = {0};
   if (!node.is_fence) {
     if ((access->n_reads && !access->reads) || (access->n_writes && !access->writes)) {
       int reads_missing = access->n_reads && !access->reads;
-      st = cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: access.%s is NULL but n_%s is %zu", where,
+      st = fail_at(where, CG_ERR_INVALID_ARGUMENT, "access.%s is NULL but n_%s is %zu",
                    reads_missing ? "reads" : "writes", reads_missing ? "reads" : "writes",
                    reads_missing ? access->n_reads : access->n_writes);
       goto out;
     }
     if (access->n_reads > SIZE_MAX / 2 / sizeof *spans || access->n_writes > SIZE_MAX / 2 / sizeof *spans) {
-      st = cg_fail(CG_ERR_OVERFLOW, "%s: %zu read and %zu write ranges", where, access->n_reads, access->n_writes);
+      st = fail_at(where, CG_ERR_OVERFLOW, "%zu read and %zu write ranges", access->n_reads, access->n_writes);
       goto out;
     }
     size_t n = access->n_reads + access->n_writes;
     spans = malloc((n ? n : 1) * sizeof *spans);
     if (!spans) {
-      st = cg_fail(CG_ERR_NO_MEMORY, "%s: copying %zu access ranges", where, n);
+      st = fail_at(where, CG_ERR_NO_MEMORY, "copying %zu access ranges", n);
       goto out;
     }
     if ((st = convert_ranges(where, "reads", access->reads, access->n_reads, spans)) != CG_SUCCESS ||

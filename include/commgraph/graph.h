@@ -6,7 +6,10 @@
  * touch memory the graph cannot see (barriers, host functions, child graphs and
  * events without declared accesses) are fences: ordered after every earlier node
  * and before every later one. Every recording call validates its arguments
- * first; a rejected call changes nothing. */
+ * first; a rejected call changes nothing.
+ *
+ * A graph is not thread-safe: record into it from one thread at a time.
+ * Different graphs may be recorded on different threads. */
 #ifndef COMMGRAPH_GRAPH_H
 #define COMMGRAPH_GRAPH_H
 
