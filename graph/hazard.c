@@ -269,9 +269,17 @@ static void apply_span(cg_hazard_t *h, uint32_t node, cg_span_t span, int writin
   h->root = merge(h->segs, merge(h->segs, below, inside), above);
 }
 
+/* A read the same node also writes over leaves no trace: the write replaces it. */
+static int covered_by_writes(const cg_access_set_t *access, cg_span_t span) {
+  for (size_t i = 0; i < access->n_writes; i++)
+    if (access->writes[i].start <= span.start && span.end <= access->writes[i].end) return 1;
+  return 0;
+}
+
 void cg_hazard_apply(cg_hazard_t *h, uint32_t node, const cg_access_set_t *access) {
   for (size_t i = 0; i < access->n_reads; i++)
-    if (access->reads[i].start < access->reads[i].end) apply_span(h, node, access->reads[i], 0);
+    if (access->reads[i].start < access->reads[i].end && !covered_by_writes(access, access->reads[i]))
+      apply_span(h, node, access->reads[i], 0);
   for (size_t i = 0; i < access->n_writes; i++)
     if (access->writes[i].start < access->writes[i].end) apply_span(h, node, access->writes[i], 1);
 }
