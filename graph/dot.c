@@ -59,13 +59,16 @@ static void write_node(FILE *f, uint32_t index, const cg_node_rec_t *n) {
 }
 
 static void write_edge(FILE *f, uint32_t from, uint32_t to, uint32_t causes) {
+  const uint32_t hazards = CG_EDGE_RAW | CG_EDGE_WAR | CG_EDGE_WAW;
   fprintf(f, "  n%u -> n%u", from, to);
-  if (causes & CG_EDGE_EXPLICIT) {
+  if (causes & CG_EDGE_EXPLICIT)
     fputs(" [style=solid", f);
-    if (causes & ~(uint32_t)CG_EDGE_EXPLICIT) fputs(", color=black", f);
-  } else {
-    fputs(causes == CG_EDGE_FENCE ? " [style=dotted" : " [style=dashed, color=gray40", f);
-  }
+  else if (causes & hazards)
+    fputs(" [style=dashed, color=gray40", f);
+  else if (causes & CG_EDGE_FENCE)
+    fputs(" [style=dotted", f);
+  else /* only keeps a communicator's order */
+    fputs(" [style=solid, color=steelblue, arrowsize=0.6", f);
   static const struct {
     uint32_t bit;
     const char *text;

@@ -54,7 +54,10 @@ void cg_graph_destroy(cg_graph_t *g) {
     free(n->preds.items);
     free(n->succs.items);
   }
-  for (uint32_t i = 0; i < g->n_comms; i++) cg_comm_release(g->comms[i]);
+  for (uint32_t i = 0; i < g->n_comms; i++) {
+    cg_comm_release(g->comms[i].comm);
+    free(g->comms[i].p2p_since);
+  }
   cg_hazard_free(&g->hazards);
   free(g->scratch.items);
   free(g->comms);
@@ -108,19 +111,68 @@ static cg_status_t collect_fence_preds(const cg_graph_t *g, cg_edge_vec_t *preds
   return CG_SUCCESS;
 }
 
-static cg_status_t reserve_comm(cg_graph_t *g, cg_comm_t *comm, int *is_new) {
+static int is_p2p(cg_node_kind_t kind) { return kind == CG_NODE_SEND || kind == CG_NODE_RECV; }
+
+/* Finds (or makes room for) `comm` in the graph's list and reserves what the
+ * new node will add to its order state. *use is its index; *is_new says that
+ * the slot still has to be filled. */
+static cg_status_t reserve_comm_use(cg_graph_t *g, const cg_node_rec_t *proto, uint32_t *use, int *is_new) {
   *is_new = 0;
-  if (!comm) return CG_SUCCESS;
-  for (uint32_t i = 0; i < g->n_comms; i++)
-    if (g->comms[i] == comm) return CG_SUCCESS;
-  *is_new = 1;
-  if (g->n_comms < g->cap_comms) return CG_SUCCESS;
-  uint32_t cap = g->cap_comms ? 2 * g->cap_comms : 4;
-  cg_comm_t **comms = realloc(g->comms, cap * sizeof *comms);
-  if (!comms) return CG_ERR_NO_MEMORY;
-  g->comms = comms;
-  g->cap_comms = cap;
+  *use = CG_NO_NODE;
+  if (!proto->comm) return CG_SUCCESS;
+  for (uint32_t i = 0; i < g->n_comms && *use == CG_NO_NODE; i++)
+    if (g->comms[i].comm == proto->comm) *use = i;
+  if (*use == CG_NO_NODE) {
+    if (g->n_comms == g->cap_comms) {
+      uint32_t cap = g->cap_comms ? 2 * g->cap_comms : 4;
+      cg_comm_use_t *comms = realloc(g->comms, cap * sizeof *comms);
+      if (!comms) return CG_ERR_NO_MEMORY;
+      g->comms = comms;
+      g->cap_comms = cap;
+    }
+    /* filled now, counted in n_comms only when the node is added */
+    *use = g->n_comms;
+    *is_new = 1;
+    g->comms[*use] = (cg_comm_use_t){proto->comm, CG_NO_NODE, NULL, 0, 0};
+  }
+  cg_comm_use_t *u = &g->comms[*use];
+  if (is_p2p(proto->kind) && u->n_p2p == u->cap_p2p) {
+    uint32_t cap = u->cap_p2p ? 2 * u->cap_p2p : 8;
+    uint32_t *since = realloc(u->p2p_since, cap * sizeof *since);
+    if (!since) return CG_ERR_NO_MEMORY;
+    u->p2p_since = since;
+    u->cap_p2p = cap;
+  }
   return CG_SUCCESS;
+}
+
+/* Predecessors that keep the communicator's order: a collective follows the
+ * point-to-point group before it, or else the previous collective; a send or
+ * receive follows the previous collective. */
+static cg_status_t collect_comm_order_preds(const cg_comm_use_t *u, cg_node_kind_t kind, cg_edge_vec_t *preds) {
+  size_t n = !is_p2p(kind) && u->n_p2p ? u->n_p2p : (u->last_collective != CG_NO_NODE);
+  if (cg_edge_vec_reserve(preds, (size_t)preds->len + n) != CG_SUCCESS) return CG_ERR_NO_MEMORY;
+  if (!is_p2p(kind) && u->n_p2p) {
+    for (uint32_t i = 0; i < u->n_p2p; i++) preds->items[preds->len++] = (cg_edge_t){u->p2p_since[i], CG_EDGE_COMM_ORDER};
+  } else if (u->last_collective != CG_NO_NODE) {
+    preds->items[preds->len++] = (cg_edge_t){u->last_collective, CG_EDGE_COMM_ORDER};
+  }
+  return CG_SUCCESS;
+}
+
+static void update_comm_use(cg_graph_t *g, uint32_t use, int is_new, const cg_node_rec_t *node, uint32_t index) {
+  if (use == CG_NO_NODE) return;
+  if (is_new) {
+    cg_comm_retain(node->comm);
+    g->n_comms++;
+  }
+  cg_comm_use_t *u = &g->comms[use];
+  if (is_p2p(node->kind)) {
+    u->p2p_since[u->n_p2p++] = index;
+  } else {
+    u->last_collective = index;
+    u->n_p2p = 0;
+  }
 }
 
 cg_status_t cg_graph_add_node(cg_graph_t *g, const cg_node_rec_t *proto, const cg_access_set_t *access,
@@ -128,6 +180,7 @@ cg_status_t cg_graph_add_node(cg_graph_t *g, const cg_node_rec_t *proto, const c
   cg_status_t st = CG_SUCCESS;
   cg_edge_t *pred_items = NULL;
   int new_comm = 0;
+  uint32_t use = CG_NO_NODE;
   if (g->n_nodes == UINT32_MAX - 1) {
     st = CG_ERR_NO_MEMORY;
     goto out;
@@ -142,17 +195,17 @@ cg_status_t cg_graph_add_node(cg_graph_t *g, const cg_node_rec_t *proto, const c
     g->nodes = nodes;
     g->cap_nodes = cap;
   }
-  if ((st = reserve_comm(g, proto->comm, &new_comm)) != CG_SUCCESS) goto out;
+  if ((st = reserve_comm_use(g, proto, &use, &new_comm)) != CG_SUCCESS) goto out;
 
   cg_edge_vec_t *preds = &g->scratch;
   preds->len = 0;
-  if (proto->is_fence) {
+  if (proto->is_fence)
     st = collect_fence_preds(g, preds);
-  } else {
+  else
     st = cg_hazard_prepare(&g->hazards, access, preds);
-    merge_duplicates(preds);
-  }
+  if (st == CG_SUCCESS && use != CG_NO_NODE) st = collect_comm_order_preds(&g->comms[use], proto->kind, preds);
   if (st != CG_SUCCESS) goto out;
+  merge_duplicates(preds);
   if (!proto->is_fence && g->last_fence != CG_NO_NODE &&
       (preds->len == 0 || preds->items[preds->len - 1].node < g->last_fence)) {
     /* Nothing orders this node after the fence yet; the fence itself does. */
@@ -191,13 +244,14 @@ cg_status_t cg_graph_add_node(cg_graph_t *g, const cg_node_rec_t *proto, const c
   } else {
     cg_hazard_apply(&g->hazards, index, access);
   }
-  if (new_comm) {
-    cg_comm_retain(proto->comm);
-    g->comms[g->n_comms++] = proto->comm;
-  }
+  update_comm_use(g, use, new_comm, proto, index);
   if (out) *out = (cg_node_t){g->serial, index};
 out:
   free(pred_items);
+  if (st != CG_SUCCESS && new_comm) {
+    free(g->comms[use].p2p_since); /* the slot was never counted */
+    g->comms[use].p2p_since = NULL;
+  }
   if (st == CG_ERR_NO_MEMORY)
     return cg_fail(st, "recording %s node #%u: out of memory", cg_node_kind_name(proto->kind), g->n_nodes);
   return st;
@@ -249,6 +303,7 @@ cg_status_t cg_graph_stats(cg_graph_stats_t *out, const cg_graph_t *g) {
       s.war_edges += !!(c & CG_EDGE_WAR);
       s.waw_edges += !!(c & CG_EDGE_WAW);
       s.fence_edges += !!(c & CG_EDGE_FENCE);
+      s.comm_order_edges += !!(c & CG_EDGE_COMM_ORDER);
     }
   }
   *out = s;

@@ -28,6 +28,18 @@ typedef struct cg_node_rec {
   cg_edge_vec_t succs;
 } cg_node_rec_t;
 
+/* One communicator as this graph uses it. Its collectives run in record order on
+ * every rank: each follows the previous one, and the point-to-point operations
+ * between two collectives (which form one group, issued together) follow the
+ * first and precede the second. */
+typedef struct cg_comm_use {
+  cg_comm_t *comm;
+  uint32_t last_collective; /* CG_NO_NODE before the first */
+  uint32_t *p2p_since;      /* sends and receives recorded since last_collective */
+  uint32_t n_p2p;
+  uint32_t cap_p2p;
+} cg_comm_use_t;
+
 struct cg_graph {
   uint64_t serial;
   char *name;
@@ -39,7 +51,7 @@ struct cg_graph {
   uint32_t last_fence;    /* CG_NO_NODE before the first fence */
   cg_hazard_t hazards;
   cg_edge_vec_t scratch; /* predecessors of the node being recorded */
-  cg_comm_t **comms;     /* each retained once */
+  cg_comm_use_t *comms; /* by first use in record order; each communicator retained once */
   uint32_t n_comms;
   uint32_t cap_comms;
 };

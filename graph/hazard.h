@@ -27,6 +27,7 @@ enum {
   CG_EDGE_WAR = 1u << 2,
   CG_EDGE_WAW = 1u << 3,
   CG_EDGE_FENCE = 1u << 4,
+  CG_EDGE_COMM_ORDER = 1u << 5, /* keeps one communicator's operations in record order */
 };
 
 /* Half-open byte interval [start, end). */

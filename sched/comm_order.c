@@ -23,16 +23,13 @@ cg_status_t cg_comm_order_build(cg_comm_order_t *out, const cg_graph_t *g) {
     goto out;
   }
   if ((st = cg_graph_topo_order(g, topo)) != CG_SUCCESS) goto out;
-  /* first pass: which communicators, in order of first use, and how many nodes */
+  /* Sequences follow the graph's list of communicators, which is in order of
+   * first use in record order: the same on every rank. */
+  for (uint32_t s = 0; s < g->n_comms; s++) o.sequences[s].comm = g->comms[s].comm;
+  o.n_sequences = g->n_comms;
   for (uint32_t i = 0; i < n; i++) {
     cg_comm_t *comm = cg_graph_node(g, topo[i])->comm;
-    if (!comm) continue;
-    uint32_t s = sequence_of(&o, comm);
-    if (s == UINT32_MAX) {
-      s = o.n_sequences++;
-      o.sequences[s].comm = comm;
-    }
-    o.sequences[s].len++;
+    if (comm) o.sequences[sequence_of(&o, comm)].len++;
   }
   offsets = malloc((o.n_sequences ? o.n_sequences : 1) * sizeof *offsets);
   if (!offsets) {

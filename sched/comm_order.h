@@ -1,7 +1,10 @@
 /* Per-communicator order: the nodes of each communicator in the graph's
- * deterministic topological order. Every rank that recorded the same program
- * gets the same sequences; this is what the cross-rank check compares and what
- * the lowering keeps in one total order per communicator. */
+ * deterministic topological order. The graph keeps each communicator's
+ * collectives in record order (comm-order edges), so every rank that recorded
+ * the same program gets the same sequence of collectives, whatever its
+ * rank-specific hazard edges; only the point-to-point operations inside one
+ * group (between two collectives) may come in another order. This is what the
+ * cross-rank check compares and what the lowering keeps in one total order. */
 #ifndef CG_SCHED_COMM_ORDER_H
 #define CG_SCHED_COMM_ORDER_H
 
@@ -14,7 +17,7 @@ typedef struct cg_comm_sequence {
 } cg_comm_sequence_t;
 
 typedef struct cg_comm_order {
-  cg_comm_sequence_t *sequences; /* by first appearance in the topological order */
+  cg_comm_sequence_t *sequences; /* by first use in record order */
   uint32_t n_sequences;
   uint32_t *storage;
 } cg_comm_order_t;

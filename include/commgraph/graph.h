@@ -5,8 +5,11 @@
  * writes (read-after-write, write-after-read, write-after-write). Nodes that
  * touch memory the graph cannot see (barriers, host functions, child graphs and
  * events without declared accesses) are fences: ordered after every earlier node
- * and before every later one. Every recording call validates its arguments
- * first; a rejected call changes nothing.
+ * and before every later one. The collectives of one communicator run in
+ * record order on every rank: each follows the previous one (comm-order edges),
+ * and the sends and receives recorded between two collectives form one group
+ * that follows the first and precedes the second. Every recording call
+ * validates its arguments first; a rejected call changes nothing.
  *
  * A graph is not thread-safe: record into it from one thread at a time.
  * Different graphs may be recorded on different threads. */
@@ -111,6 +114,7 @@ typedef struct cg_graph_stats {
   size_t war_edges;      /* inferred write-after-read */
   size_t waw_edges;      /* inferred write-after-write */
   size_t fence_edges;    /* inferred from fences */
+  size_t comm_order_edges; /* keep each communicator's collectives in record order */
   size_t bytes;          /* bytes this rank contributes, summed over collective nodes */
 } cg_graph_stats_t;
 /* An edge can be counted under several causes (explicit and raw, say), so the
@@ -118,8 +122,9 @@ typedef struct cg_graph_stats {
 CG_API cg_status_t cg_graph_stats(cg_graph_stats_t *out, const cg_graph_t *graph);
 
 /* Writes the recorded graph in Graphviz DOT: nodes labelled with kind, count,
- * dtype, reduction, root/peer and name; explicit edges solid, inferred ones
- * dashed and labelled with their hazard. */
+ * dtype, reduction, root/peer and name. Explicit edges are solid black;
+ * hazard edges dashed and labelled raw, war or waw; fence edges dotted and
+ * labelled fence; edges that only keep a communicator's order thin and blue. */
 CG_API cg_status_t cg_graph_write_dot(const cg_graph_t *graph, FILE *file);
 
 #ifdef __cplusplus
