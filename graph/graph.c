@@ -16,6 +16,8 @@ cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *where,
 static char *copy_text(const char *text, size_t max) {
   size_t n = 0;
   while (n < max && text[n]) n++;
+  if (text[n]) /* cut: do not split a UTF-8 sequence */
+    while (n && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
   char *copy = malloc(n + 1);
   if (copy) {
     memcpy(copy, text, n);
@@ -252,6 +254,9 @@ out:
     free(g->comms[use].p2p_since); /* the slot was never counted */
     g->comms[use].p2p_since = NULL;
   }
+  if (st == CG_ERR_NO_MEMORY && proto->comm)
+    return cg_fail(st, "recording %s node #%u (rank %d of %d): out of memory", cg_node_kind_name(proto->kind),
+                   g->n_nodes, proto->comm->rank, proto->comm->size);
   if (st == CG_ERR_NO_MEMORY)
     return cg_fail(st, "recording %s node #%u: out of memory", cg_node_kind_name(proto->kind), g->n_nodes);
   return st;

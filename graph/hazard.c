@@ -54,6 +54,11 @@ static cg_status_t grow(void **items, size_t item_size, uint32_t *cap, size_t ne
   return CG_SUCCESS;
 }
 
+static int compare_spans(const void *a, const void *b) {
+  const cg_span_t *x = a, *y = b;
+  return (x->start > y->start) - (x->start < y->start);
+}
+
 /* ---- treap primitives: all infallible once the pools are reserved */
 
 static uint32_t next_prio(cg_hazard_t *h) {
@@ -188,25 +193,35 @@ static cg_status_t query(const cg_hazard_t *h, cg_span_t span, int writing, cg_e
   return v.status;
 }
 
+/* Sorted, no empty span, and each span ends strictly before the next starts. */
+static int is_normalized(const cg_span_t *spans, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (spans[i].start >= spans[i].end || (i && spans[i - 1].end >= spans[i].start)) return 0;
+  return 1;
+}
+
 cg_status_t cg_hazard_prepare(cg_hazard_t *h, const cg_access_set_t *access, cg_edge_vec_t *preds) {
-  /* Each range applied before this one can add at most two boundaries inside
-   * it, so pieces seen now plus two per earlier range bound its new segments. */
-  size_t segs_needed = 0, cells_needed = 0, gaps_needed = 0, earlier = 0;
+  if (!is_normalized(access->reads, access->n_reads) || !is_normalized(access->writes, access->n_writes))
+    return CG_ERR_INTERNAL;
+  /* Reads are disjoint, so one read cannot cut inside another; writes replace
+   * what they cover whatever the reads before them cut. So a read needs at most
+   * two cut-off halves plus one segment per gap and a reader cell per piece,
+   * and a write two halves plus itself. */
+  size_t segs_needed = 0, cells_needed = 0, gaps_needed = 0;
   for (int writing = 0; writing < 2; writing++) {
     const cg_span_t *spans = writing ? access->writes : access->reads;
     size_t n = writing ? access->n_writes : access->n_reads;
     for (size_t i = 0; i < n; i++) {
-      if (spans[i].start >= spans[i].end) continue;
       size_t pieces = 0;
       cg_status_t st = query(h, spans[i], writing, preds, &pieces);
       if (st != CG_SUCCESS) return st;
-      size_t bound = pieces + 2 * earlier;
-      segs_needed += bound + 3;
-      if (!writing) {
-        cells_needed += bound + 2;
-        if (bound + 2 > gaps_needed) gaps_needed = bound + 2;
+      if (writing) {
+        segs_needed += 3;
+      } else {
+        segs_needed += pieces + 2;
+        cells_needed += pieces;
+        if (pieces > gaps_needed) gaps_needed = pieces;
       }
-      earlier++;
     }
   }
   if (grow((void **)&h->segs, sizeof *h->segs, &h->cap_segs, (size_t)h->n_segs + segs_needed) != CG_SUCCESS ||
@@ -278,10 +293,24 @@ static int covered_by_writes(const cg_access_set_t *access, cg_span_t span) {
 
 void cg_hazard_apply(cg_hazard_t *h, uint32_t node, const cg_access_set_t *access) {
   for (size_t i = 0; i < access->n_reads; i++)
-    if (access->reads[i].start < access->reads[i].end && !covered_by_writes(access, access->reads[i]))
-      apply_span(h, node, access->reads[i], 0);
-  for (size_t i = 0; i < access->n_writes; i++)
-    if (access->writes[i].start < access->writes[i].end) apply_span(h, node, access->writes[i], 1);
+    if (!covered_by_writes(access, access->reads[i])) apply_span(h, node, access->reads[i], 0);
+  for (size_t i = 0; i < access->n_writes; i++) apply_span(h, node, access->writes[i], 1);
+}
+
+size_t cg_span_normalize(cg_span_t *spans, size_t n) {
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++)
+    if (spans[i].start < spans[i].end) spans[kept++] = spans[i];
+  qsort(spans, kept, sizeof *spans, compare_spans);
+  size_t merged = 0;
+  for (size_t i = 0; i < kept; i++) {
+    if (merged && spans[i].start <= spans[merged - 1].end) {
+      if (spans[i].end > spans[merged - 1].end) spans[merged - 1].end = spans[i].end;
+    } else {
+      spans[merged++] = spans[i];
+    }
+  }
+  return merged;
 }
 
 void cg_hazard_clear(cg_hazard_t *h) {

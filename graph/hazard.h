@@ -36,7 +36,8 @@ typedef struct cg_span {
   uintptr_t end;
 } cg_span_t;
 
-/* The memory one node touches. */
+/* The memory one node touches. The reads, and the writes, are each normalized:
+ * sorted, none empty, none overlapping or touching another (cg_span_normalize). */
 typedef struct cg_access_set {
   const cg_span_t *reads;
   size_t n_reads;
@@ -77,12 +78,17 @@ void cg_hazard_free(cg_hazard_t *h);
 
 /* Appends (predecessor, cause) pairs for `access` to `preds`, unsorted and
  * possibly repeated, and reserves what cg_hazard_apply needs. On failure the
- * tracker is unchanged (preds may have grown capacity). */
+ * tracker is unchanged (preds may have grown capacity). CG_ERR_INTERNAL if the
+ * access set is not normalized. */
 cg_status_t cg_hazard_prepare(cg_hazard_t *h, const cg_access_set_t *access, cg_edge_vec_t *preds);
 
 /* Records that `node` performed `access`. Must follow a successful prepare with
  * the same access and no other change in between. */
 void cg_hazard_apply(cg_hazard_t *h, uint32_t node, const cg_access_set_t *access);
+
+/* Drops empty spans, sorts the rest and merges those that overlap or touch;
+ * returns how many remain. */
+size_t cg_span_normalize(cg_span_t *spans, size_t n);
 
 /* Forgets every segment: used after a fence, which every later node follows. */
 void cg_hazard_clear(cg_hazard_t *h);

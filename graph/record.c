@@ -180,7 +180,7 @@ static cg_status_t record_collective(cg_node_t *out, cg_graph_t *g, const collec
                          .dtype = c->dtype,
                          .op = c->has_op ? c->op : CG_SUM,
                          .root = c->root_kind ? c->root : -1};
-  cg_access_set_t access = {&spans[0], 1, &spans[1], 1};
+  cg_access_set_t access = {&spans[0], spans[0].start < spans[0].end, &spans[1], spans[1].start < spans[1].end};
   return cg_graph_add_node(g, &proto, &access, out);
 }
 
@@ -245,7 +245,7 @@ cg_status_t cg_recv(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm, void *buf, s
 }
 
 cg_status_t cg_barrier(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm) {
-  collective_t c = {.caller = "cg_barrier", .kind = CG_NODE_BARRIER};
+  collective_t c = {.caller = "cg_barrier", .kind = CG_NODE_BARRIER, .comm = comm};
   if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_barrier: NULL graph");
   const where_t where_data = {g, &c}, *where = &where_data;
   if (!comm) return fail_at(where, CG_ERR_INVALID_ARGUMENT, "NULL communicator");
@@ -303,7 +303,8 @@ cg_status_t cg_graph_record_user_node(cg_node_t *out, cg_graph_t *g, const cg_no
         (st = convert_ranges(where, "writes", access->writes, access->n_writes, spans + access->n_reads)) !=
             CG_SUCCESS)
       goto out;
-    set = (cg_access_set_t){spans, access->n_reads, spans + access->n_reads, access->n_writes};
+    set = (cg_access_set_t){spans, cg_span_normalize(spans, access->n_reads), spans + access->n_reads,
+                            cg_span_normalize(spans + access->n_reads, access->n_writes)};
   }
   st = cg_graph_add_node(g, &node, &set, out);
 out:

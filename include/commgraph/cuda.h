@@ -7,6 +7,10 @@
 
 #include "commgraph/graph.h"
 
+#if !CG_HAVE_CUDA
+#error "this commgraph was built without CUDA: commgraph/cuda.h is not available"
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
