@@ -9,6 +9,14 @@
 
 static cudaEvent_t fake_event(uintptr_t value) { return (cudaEvent_t)value; }
 
+/* Causes of the edge from -> to, 0 if there is none. */
+static uint32_t causes_of(const cg_graph_t *g, cg_node_t from, cg_node_t to) {
+  const cg_edge_vec_t *preds = &cg_graph_node(g, to.index)->preds;
+  for (uint32_t e = 0; e < preds->len; e++)
+    if (preds->items[e].node == from.index) return preds->items[e].causes;
+  return 0;
+}
+
 START_TEST(cuda_record__event_nodes_are_fences_by_default) {
   cg_comm_t *comm;
   cg_graph_t *g;
@@ -27,13 +35,24 @@ START_TEST(cuda_record__event_nodes_are_fences_by_default) {
   ck_assert_ptr_eq(w->user_object, (void *)0x1000);
   ck_assert_ptr_eq(r->user_object, (void *)0x2000);
   ck_assert(w->is_fence && r->is_fence);
-  /* chain: n0 -> wait -> n2 -> record -> barrier */
+  /* chain of fences: n0 -> wait -> n2 -> record -> barrier; the collectives on
+   * comm also follow each other directly (comm-order edges), the events, which
+   * have no communicator, get none */
   ck_assert_int_eq(w->preds.len, 1);
-  ck_assert_uint_eq(w->preds.items[0].node, n0.index);
-  ck_assert_int_eq(cg_graph_node(g, n2.index)->preds.len, 1);
-  ck_assert_uint_eq(cg_graph_node(g, n2.index)->preds.items[0].node, wait.index);
-  ck_assert_uint_eq(r->preds.items[0].node, n2.index);
-  ck_assert_uint_eq(cg_graph_node(g, n4.index)->preds.items[0].node, rec.index);
+  ck_assert_uint_eq(causes_of(g, n0, wait), CG_EDGE_FENCE);
+  ck_assert_int_eq(cg_graph_node(g, n2.index)->preds.len, 2);
+  ck_assert_uint_eq(causes_of(g, n0, n2), CG_EDGE_COMM_ORDER);
+  ck_assert_uint_eq(causes_of(g, wait, n2), CG_EDGE_FENCE);
+  ck_assert_int_eq(r->preds.len, 1);
+  ck_assert_uint_eq(causes_of(g, n2, rec), CG_EDGE_FENCE);
+  ck_assert_int_eq(cg_graph_node(g, n4.index)->preds.len, 2);
+  ck_assert_uint_eq(causes_of(g, n2, n4), CG_EDGE_COMM_ORDER);
+  ck_assert_uint_eq(causes_of(g, rec, n4), CG_EDGE_FENCE);
+  cg_graph_stats_t st;
+  ck_assert_cg_ok(cg_graph_stats(&st, g));
+  ck_assert_uint_eq(st.edges, 6);
+  ck_assert_uint_eq(st.fence_edges, 4);
+  ck_assert_uint_eq(st.comm_order_edges, 2);
   cg_graph_destroy(g);
   cg_comm_destroy(comm);
 }
@@ -57,7 +76,9 @@ START_TEST(cuda_record__event_with_declared_access_gets_only_hazard_edges) {
   const cg_node_rec_t *r = cg_graph_node(g, rec.index);
   ck_assert(!r->is_fence);
   ck_assert_int_eq(r->preds.len, 1);
-  ck_assert_uint_eq(r->preds.items[0].node, n1.index);
+  ck_assert_uint_eq(causes_of(g, n1, rec), CG_EDGE_RAW); /* no communicator: no comm-order edge */
+  ck_assert_int_eq(cg_graph_node(g, n1.index)->preds.len, 1);
+  ck_assert_uint_eq(causes_of(g, n0, n1), CG_EDGE_COMM_ORDER);
   cg_graph_destroy(g);
   cg_comm_destroy(comm);
 }

@@ -95,37 +95,62 @@ START_TEST(dot__node_labels_carry_kind_count_dtype_op_root_and_name) {
 }
 END_TEST
 
+/* Every edge line of the sample: all on one communicator, so besides the
+ * hazards, the fence and the explicit edge, comm-order edges chain the
+ * collectives (0 -> 1, 5 -> 6), make the send and the receive follow the
+ * broadcast (1 -> 3, 1 -> 4) and the barrier follow them (merged with its fence
+ * edges 3 -> 5, 4 -> 5). */
 START_TEST(dot__edges_drawn_by_cause) {
   sample_t s;
   build_sample(&s, "grads");
   char *text = cg_test_dot_text(s.graph);
+  /* order only: thin steelblue, never labelled */
+  static const char *const order_only[] = {"  n0 -> n1 ", "  n1 -> n3 ", "  n1 -> n4 ", "  n5 -> n6 "};
+  for (size_t i = 0; i < sizeof order_only / sizeof order_only[0]; i++) {
+    char *line = line_starting(text, order_only[i]);
+    ck_assert_msg(line != NULL, "no edge '%s'", order_only[i]);
+    ck_assert_str_eq(strstr(line, "["), "[style=solid, color=steelblue, arrowsize=0.6];");
+  }
   /* host func reads grads after the allreduce wrote them */
   char *line = line_starting(text, "  n0 -> n2 ");
   ck_assert_ptr_nonnull(line);
-  ck_assert_ptr_nonnull(strstr(line, "style=dashed"));
-  ck_assert_ptr_nonnull(strstr(line, "label=\"raw\""));
+  ck_assert_str_eq(strstr(line, "["), "[style=dashed, color=gray40, label=\"raw\"];");
   /* host func writes params the broadcast wrote */
   line = line_starting(text, "  n1 -> n2 ");
-  ck_assert_ptr_nonnull(strstr(line, "label=\"waw\""));
-  /* the send reads params after the host func wrote them, plus nothing explicit */
+  ck_assert_ptr_nonnull(line);
+  ck_assert_str_eq(strstr(line, "["), "[style=dashed, color=gray40, label=\"waw\"];");
+  /* the send reads params after the host func wrote them; nothing explicit */
   line = line_starting(text, "  n2 -> n3 ");
-  ck_assert_ptr_nonnull(strstr(line, "label=\"raw\""));
-  /* explicit only: solid, no label */
+  ck_assert_ptr_nonnull(line);
+  ck_assert_str_eq(strstr(line, "["), "[style=dashed, color=gray40, label=\"raw\"];");
+  /* explicit only: solid black, no label */
   line = line_starting(text, "  n3 -> n4 ");
   ck_assert_ptr_nonnull(line);
-  ck_assert_ptr_nonnull(strstr(line, "style=solid"));
-  ck_assert_ptr_null(strstr(line, "label"));
-  /* the barrier is a fence: dotted edge from the sink before it, and to the reduce after it */
+  ck_assert_str_eq(strstr(line, "["), "[style=solid];");
+  /* the barrier is a fence after the sinks before it (the send and the
+   * receive, which the communicator's order puts before it too): dotted,
+   * labelled fence only */
+  line = line_starting(text, "  n3 -> n5 ");
+  ck_assert_ptr_nonnull(line);
+  ck_assert_str_eq(strstr(line, "["), "[style=dotted, label=\"fence\"];");
   line = line_starting(text, "  n4 -> n5 ");
-  ck_assert_ptr_nonnull(strstr(line, "style=dotted"));
-  ck_assert_ptr_nonnull(strstr(line, "label=\"fence\""));
-  ck_assert_ptr_nonnull(line_starting(text, "  n5 -> n6 "));
+  ck_assert_ptr_nonnull(line);
+  ck_assert_str_eq(strstr(line, "["), "[style=dotted, label=\"fence\"];");
   /* nothing else: count arrows */
-  int arrows = 0;
+  int arrows = 0, blue = 0;
   for (const char *p = text; (p = strstr(p, " -> ")); p++) arrows++;
+  for (const char *p = text; (p = strstr(p, "steelblue")); p++) blue++;
+  ck_assert_int_eq(arrows, 10);
+  ck_assert_int_eq(blue, 4);
   cg_graph_stats_t st;
   ck_assert_cg_ok(cg_graph_stats(&st, s.graph));
   ck_assert_int_eq(arrows, (int)st.edges);
+  ck_assert_uint_eq(st.explicit_edges, 1);
+  ck_assert_uint_eq(st.raw_edges, 2);
+  ck_assert_uint_eq(st.war_edges, 0);
+  ck_assert_uint_eq(st.waw_edges, 1);
+  ck_assert_uint_eq(st.fence_edges, 2);
+  ck_assert_uint_eq(st.comm_order_edges, 6);
   free(text);
   free_sample(&s);
 }
@@ -134,11 +159,25 @@ END_TEST
 START_TEST(dot__explicit_edge_over_hazard_is_solid_and_labelled) {
   sample_t s;
   build_sample(&s, "grads");
-  ck_assert_cg_ok(cg_depend(s.graph, s.reduce, s.host));
+  ck_assert_cg_ok(cg_depend(s.graph, s.reduce, s.host));  /* over raw */
+  ck_assert_cg_ok(cg_depend(s.graph, s.reduce, s.bcast)); /* over comm order */
+  ck_assert_cg_ok(cg_depend(s.graph, s.recv, s.barrier)); /* over fence and comm order */
   char *text = cg_test_dot_text(s.graph);
   char *line = line_starting(text, "  n0 -> n2 ");
-  ck_assert_ptr_nonnull(strstr(line, "style=solid"));
-  ck_assert_ptr_nonnull(strstr(line, "label=\"raw\""));
+  ck_assert_ptr_nonnull(line);
+  ck_assert_str_eq(strstr(line, "["), "[style=solid, label=\"raw\"];");
+  /* the comm-order cause is neither drawn nor labelled once another cause is there */
+  line = line_starting(text, "  n0 -> n1 ");
+  ck_assert_ptr_nonnull(line);
+  ck_assert_str_eq(strstr(line, "["), "[style=solid];");
+  line = line_starting(text, "  n4 -> n5 ");
+  ck_assert_ptr_nonnull(line);
+  ck_assert_str_eq(strstr(line, "["), "[style=solid, label=\"fence\"];");
+  int arrows = 0, blue = 0;
+  for (const char *p = text; (p = strstr(p, " -> ")); p++) arrows++;
+  for (const char *p = text; (p = strstr(p, "steelblue")); p++) blue++;
+  ck_assert_int_eq(arrows, 10); /* no new edges */
+  ck_assert_int_eq(blue, 3);
   free(text);
   free_sample(&s);
 }

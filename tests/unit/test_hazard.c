@@ -1,15 +1,20 @@
 /* Hazard edges (graph/hazard.c, graph/graph.c, graph/edges.c): read-after-write,
  * write-after-read and write-after-write edges with their causes, byte-exact
- * overlaps, in-place forms, fences and explicit edges; by hand on small graphs
- * and against brute-force references on random ones. */
+ * overlaps, in-place forms, fences, comm-order edges (each communicator's
+ * collectives in record order, sends and receives grouped between them) and
+ * explicit edges; by hand on small graphs and against brute-force references on
+ * random ones. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_order.h"
 #include "graph_view.h"
 #include "test_support.h"
 
 #define HAZARD_CAUSES (CG_EDGE_RAW | CG_EDGE_WAR | CG_EDGE_WAW)
-#define ALL_CAUSES (CG_EDGE_EXPLICIT | HAZARD_CAUSES | CG_EDGE_FENCE)
+#define CO CG_EDGE_COMM_ORDER
+#define ALL_CAUSES (CG_EDGE_EXPLICIT | HAZARD_CAUSES | CG_EDGE_FENCE | CG_EDGE_COMM_ORDER)
+#define N_CAUSES 6
 
 /* ck_assert for hot loops: Check logs every passing ck_assert, which costs a
  * system call each. */
@@ -83,7 +88,7 @@ static void check_preds(const cg_graph_t *g, uint32_t node, const want_t *want, 
 #define NO_PREDS(g, node) check_preds((g), (node), NULL, 0)
 
 static void check_stats(const cg_graph_t *g, size_t edges, size_t expl, size_t raw, size_t war, size_t waw,
-                        size_t fence) {
+                        size_t fence, size_t comm_order) {
   cg_graph_stats_t s;
   ck_assert_cg_ok(cg_graph_stats(&s, g));
   ck_assert_uint_eq(s.edges, edges);
@@ -92,11 +97,16 @@ static void check_stats(const cg_graph_t *g, size_t edges, size_t expl, size_t r
   ck_assert_uint_eq(s.war_edges, war);
   ck_assert_uint_eq(s.waw_edges, waw);
   ck_assert_uint_eq(s.fence_edges, fence);
+  ck_assert_uint_eq(s.comm_order_edges, comm_order);
 }
 
-/* ---- hand-checked graphs: one offline communicator, buffers in one array */
+/* ---- hand-checked graphs: offline communicators, buffers in one array.
+ * Sends and receives (send_, recv_) go on `comm`. Tests about memory hazards
+ * record each collective on a communicator of its own (other[k]), so that no
+ * comm-order edge joins them; the comm_order tests use `comm` throughout. */
 
-static cg_comm_t *comm;
+#define N_OTHER 6
+static cg_comm_t *comm, *other[N_OTHER];
 static cg_graph_t *g;
 static unsigned char mem[1024];
 #define A (mem + 0)
@@ -107,12 +117,14 @@ static unsigned char mem[1024];
 
 static void setup(void) {
   ck_assert_cg_ok(cg_comm_create_offline(&comm, 1, 4));
+  for (int k = 0; k < N_OTHER; k++) ck_assert_cg_ok(cg_comm_create_offline(&other[k], k % 2, 2));
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
 }
 
 static void teardown(void) {
   cg_graph_destroy(g);
   cg_comm_destroy(comm);
+  for (int k = 0; k < N_OTHER; k++) cg_comm_destroy(other[k]);
 }
 
 static cg_node_t node_(uint32_t index) { return (cg_node_t){g->serial, index}; }
@@ -135,7 +147,7 @@ static void host_(const cg_range_t *reads, size_t n_reads, const cg_range_t *wri
 
 START_TEST(hazard__raw_edge) {
   cg_node_t n;
-  ck_assert_cg_ok(cg_allreduce(&n, g, comm, A, B, 16, CG_FLOAT32, CG_SUM)); /* #0 reads A, writes B */
+  ck_assert_cg_ok(cg_allreduce(&n, g, other[0], A, B, 16, CG_FLOAT32, CG_SUM)); /* #0 reads A, writes B */
   ck_assert_uint_eq(n.index, 0);
   send_(B, 16, CG_FLOAT32); /* #1 reads B */
   send_(A, 16, CG_FLOAT32); /* #2 reads A: read after read */
@@ -143,7 +155,7 @@ START_TEST(hazard__raw_edge) {
   PREDS(g, 1, {0, CG_EDGE_RAW});
   NO_PREDS(g, 2);
   ck_assert_uint_eq(cg_graph_node(g, 0)->succs.len, 1);
-  check_stats(g, 1, 0, 1, 0, 0, 0);
+  check_stats(g, 1, 0, 1, 0, 0, 0, 0);
 }
 END_TEST
 
@@ -153,7 +165,7 @@ START_TEST(hazard__war_edge) {
   recv_(A, 16, CG_FLOAT32); /* #2 writes A */
   NO_PREDS(g, 1);
   PREDS(g, 2, {0, CG_EDGE_WAR});
-  check_stats(g, 1, 0, 0, 1, 0, 0);
+  check_stats(g, 1, 0, 0, 1, 0, 0, 0);
 }
 END_TEST
 
@@ -163,7 +175,7 @@ START_TEST(hazard__waw_edge) {
   recv_(C, 16, CG_FLOAT32);      /* #2 elsewhere */
   PREDS(g, 1, {0, CG_EDGE_WAW});
   NO_PREDS(g, 2);
-  check_stats(g, 1, 0, 0, 0, 1, 0);
+  check_stats(g, 1, 0, 0, 0, 1, 0, 0);
 }
 END_TEST
 
@@ -174,7 +186,7 @@ START_TEST(hazard__one_byte_overlap_makes_an_edge_adjacent_ranges_do_not) {
   send_(mem + 84, 4, CG_INT32);    /* #3 reads [84, 100): just below */
   recv_(mem + 116, 1, CG_INT64);   /* #4 writes [116, 124): overlaps #2 only */
   recv_(mem + 99, 1, CG_UINT8);    /* #5 writes [99, 100): overlaps #3 only */
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, mem + 200, mem + 108, 1, CG_UINT64, CG_MAX)); /* #6 writes [108, 116) */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[0], mem + 200, mem + 108, 1, CG_UINT64, CG_MAX)); /* #6 writes [108, 116) */
   PREDS(g, 1, {0, CG_EDGE_RAW});
   NO_PREDS(g, 2);
   NO_PREDS(g, 3);
@@ -182,7 +194,7 @@ START_TEST(hazard__one_byte_overlap_makes_an_edge_adjacent_ranges_do_not) {
   PREDS(g, 5, {3, CG_EDGE_WAR});
   /* [108, 115) was last written by #0 and not read since; [115, 116) was read by #1 */
   PREDS(g, 6, {0, CG_EDGE_WAW}, {1, CG_EDGE_WAR});
-  check_stats(g, 5, 0, 1, 3, 1, 0);
+  check_stats(g, 5, 0, 1, 3, 1, 0, 0);
 }
 END_TEST
 
@@ -195,17 +207,18 @@ START_TEST(hazard__ranges_at_the_top_of_the_address_space) {
   PREDS(g, 1, {0, CG_EDGE_RAW});
   NO_PREDS(g, 2);
   PREDS(g, 3, {0, CG_EDGE_WAW}, {2, CG_EDGE_WAR});
+  check_stats(g, 3, 0, 1, 1, 1, 0, 0);
 }
 END_TEST
 
 START_TEST(hazard__in_place_allreduce) {
-  recv_(B, 16, CG_FLOAT32);                                                /* #0 writes B */
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, B, B, 16, CG_FLOAT32, CG_SUM)); /* #1 reads and writes B */
-  send_(B, 16, CG_FLOAT32);                                                /* #2 reads B */
-  send_(B + 32, 4, CG_FLOAT32);                                            /* #3 reads B[32, 48) */
-  recv_(B, 16, CG_FLOAT32);                                                /* #4 writes B */
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, B, B, 16, CG_FLOAT32, CG_SUM)); /* #5 */
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, B, B, 16, CG_FLOAT32, CG_SUM)); /* #6 */
+  recv_(B, 16, CG_FLOAT32);                                                    /* #0 writes B */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[0], B, B, 16, CG_FLOAT32, CG_SUM)); /* #1 reads and writes B */
+  send_(B, 16, CG_FLOAT32);                                                    /* #2 reads B */
+  send_(B + 32, 4, CG_FLOAT32);                                                /* #3 reads B[32, 48) */
+  recv_(B, 16, CG_FLOAT32);                                                    /* #4 writes B */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[1], B, B, 16, CG_FLOAT32, CG_SUM)); /* #5 */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[2], B, B, 16, CG_FLOAT32, CG_SUM)); /* #6 */
   PREDS(g, 1, {0, CG_EDGE_RAW | CG_EDGE_WAW});
   PREDS(g, 2, {1, CG_EDGE_RAW});
   PREDS(g, 3, {1, CG_EDGE_RAW});
@@ -213,7 +226,7 @@ START_TEST(hazard__in_place_allreduce) {
   ck_assert(reaches(g, 1, 4));
   PREDS(g, 5, {4, CG_EDGE_RAW | CG_EDGE_WAW});
   PREDS(g, 6, {5, CG_EDGE_RAW | CG_EDGE_WAW});
-  check_stats(g, 7, 0, 5, 2, 3, 0);
+  check_stats(g, 7, 0, 5, 2, 3, 0, 0);
 }
 END_TEST
 
@@ -222,7 +235,7 @@ START_TEST(hazard__readers_then_writer_get_war_but_no_waw) {
   send_(B, 16, CG_FLOAT32);                                                /* #1 */
   send_(B, 16, CG_FLOAT32);                                                /* #2 */
   send_(B, 8, CG_FLOAT32);                                                 /* #3 first half */
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, A, B, 16, CG_FLOAT32, CG_SUM)); /* #4 writes B */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[0], A, B, 16, CG_FLOAT32, CG_SUM)); /* #4 writes B */
   PREDS(g, 1, {0, CG_EDGE_RAW});
   PREDS(g, 2, {0, CG_EDGE_RAW});
   PREDS(g, 3, {0, CG_EDGE_RAW});
@@ -234,7 +247,7 @@ START_TEST(hazard__readers_then_writer_get_war_but_no_waw) {
   send_(D, 8, CG_FLOAT32);  /* #6 reads the first half */
   recv_(D, 16, CG_FLOAT32); /* #7 */
   PREDS(g, 7, {5, CG_EDGE_WAW}, {6, CG_EDGE_WAR});
-  check_stats(g, 9, 0, 4, 4, 1, 0);
+  check_stats(g, 9, 0, 4, 4, 1, 0, 0);
 }
 END_TEST
 
@@ -245,13 +258,16 @@ START_TEST(hazard__one_edge_per_pair_with_ored_causes) {
   host_(r1, 3, w1, 2); /* #1: reads A twice and B, writes B and C */
   PREDS(g, 1, {0, CG_EDGE_RAW | CG_EDGE_WAW | CG_EDGE_WAR});
   ck_assert_uint_eq(cg_graph_node(g, 0)->succs.len, 1);
-  /* a collective whose send and recv both conflict with one node */
+  /* a collective whose send and recv both conflict with one node, the previous
+   * collective on its communicator: the comm-order edge joins the same pair */
   ck_assert_cg_ok(cg_allreduce(NULL, g, comm, A, A + 64, 4, CG_INT32, CG_SUM)); /* #2 reads A[0,16) */
   ck_assert_cg_ok(cg_alltoall(NULL, g, comm, A + 64, A, 1, CG_INT32));          /* #3 reads A[64,80), writes A[0,16) */
   PREDS(g, 2, {0, CG_EDGE_RAW});
   /* every byte of A[0, 16) was read since #0 wrote it, so no WAW from #0 */
-  PREDS(g, 3, {1, CG_EDGE_WAR}, {2, CG_EDGE_RAW | CG_EDGE_WAR});
-  check_stats(g, 4, 0, 3, 3, 1, 0);
+  PREDS(g, 3, {1, CG_EDGE_WAR}, {2, CG_EDGE_RAW | CG_EDGE_WAR | CG_EDGE_COMM_ORDER});
+  ck_assert_uint_eq(edge(g, 2, 3), 0x26);
+  ck_assert_uint_eq(cg_graph_node(g, 2)->succs.len, 1);
+  check_stats(g, 4, 0, 3, 3, 1, 0, 1);
 }
 END_TEST
 
@@ -268,19 +284,19 @@ START_TEST(hazard__barrier_and_opaque_host_func_are_fences) {
   recv_(A, 16, CG_FLOAT32);                                                  /* #0 */
   send_(A, 16, CG_FLOAT32);                                                  /* #1 */
   send_(C, 16, CG_FLOAT32);                                                  /* #2 */
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, D, E, 16, CG_FLOAT32, CG_SUM)); /* #3 */
-  ck_assert_cg_ok(cg_barrier(NULL, g, comm));                                /* #4 */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[0], D, E, 16, CG_FLOAT32, CG_SUM)); /* #3 */
+  ck_assert_cg_ok(cg_barrier(NULL, g, other[1]));                                /* #4 */
   send_(A, 16, CG_FLOAT32);      /* #5: conflicts only with nodes before the fence */
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, NULL, NULL, 0, CG_FLOAT32, CG_SUM)); /* #6 touches nothing */
-  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, NULL));                  /* #7 */
-  ck_assert_cg_ok(cg_barrier(NULL, g, comm));                                /* #8 */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[2], NULL, NULL, 0, CG_FLOAT32, CG_SUM)); /* #6 touches nothing */
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, NULL));                      /* #7 */
+  ck_assert_cg_ok(cg_barrier(NULL, g, other[3]));                                /* #8 */
   cg_access_t everything = CG_ACCESS_INIT;
   cg_range_t r[] = {{B, 4}};
   everything.reads = r; /* ignored: everything = 1 */
   everything.n_reads = 1;
   ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &everything)); /* #9 */
   recv_(E, 4, CG_INT8);                                            /* #10 */
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, NULL, NULL, 0, CG_INT8, CG_SUM)); /* #11 */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[4], NULL, NULL, 0, CG_INT8, CG_SUM)); /* #11 */
   for (uint32_t f = 4; f <= 9; f++) {
     if (f == 5 || f == 6) continue;
     ck_assert(cg_graph_node(g, f)->is_fence);
@@ -294,17 +310,20 @@ START_TEST(hazard__barrier_and_opaque_host_func_are_fences) {
   ck_assert_uint_eq(edge(g, 7, 8), CG_EDGE_FENCE); /* consecutive fences */
   ck_assert_uint_eq(edge(g, 8, 9), CG_EDGE_FENCE);
   NO_PREDS(g, 0);
+  cg_graph_stats_t st;
+  ck_assert_cg_ok(cg_graph_stats(&st, g));
+  ck_assert_uint_eq(st.comm_order_edges, 0);
 }
 END_TEST
 
 START_TEST(hazard__consecutive_fences_are_chained) {
-  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
-  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  ck_assert_cg_ok(cg_barrier(NULL, g, other[0]));
+  ck_assert_cg_ok(cg_barrier(NULL, g, other[1]));
   ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, NULL));
-  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  ck_assert_cg_ok(cg_barrier(NULL, g, other[2]));
   NO_PREDS(g, 0);
   for (uint32_t i = 1; i < 4; i++) PREDS(g, i, {i - 1, CG_EDGE_FENCE});
-  check_stats(g, 3, 0, 0, 0, 0, 3);
+  check_stats(g, 3, 0, 0, 0, 0, 3, 0);
 }
 END_TEST
 
@@ -325,7 +344,7 @@ START_TEST(hazard__host_func_with_declared_access_is_not_a_fence) {
   ck_assert_uint_eq(cg_graph_node(g, 4)->succs.len, 0);
   PREDS(g, 5, {2, CG_EDGE_RAW});
   NO_PREDS(g, 6);
-  check_stats(g, 2, 0, 2, 0, 0, 0);
+  check_stats(g, 2, 0, 2, 0, 0, 0, 0);
 }
 END_TEST
 
@@ -336,12 +355,12 @@ START_TEST(hazard__explicit_edges) {
   PREDS(g, 1, {0, CG_EDGE_EXPLICIT});
   ck_assert_cg_ok(cg_depend(g, node_(0), node_(1))); /* again: a no-op */
   PREDS(g, 1, {0, CG_EDGE_EXPLICIT});
-  check_stats(g, 1, 1, 0, 0, 0, 0);
+  check_stats(g, 1, 1, 0, 0, 0, 0, 0);
   ck_assert_cg_status(cg_depend(g, node_(1), node_(0)), CG_ERR_CYCLE);
   ck_assert_cg_status(cg_depend(g, node_(1), node_(1)), CG_ERR_CYCLE);
   NO_PREDS(g, 0);
   ck_assert_uint_eq(cg_graph_node(g, 1)->succs.len, 0);
-  check_stats(g, 1, 1, 0, 0, 0, 0);
+  check_stats(g, 1, 1, 0, 0, 0, 0, 0);
 }
 END_TEST
 
@@ -351,8 +370,8 @@ START_TEST(hazard__explicit_edge_joins_an_existing_edge) {
   ck_assert_cg_ok(cg_depend(g, node_(0), node_(1)));
   PREDS(g, 1, {0, CG_EDGE_RAW | CG_EDGE_EXPLICIT});
   ck_assert_uint_eq(cg_graph_node(g, 0)->succs.len, 1);
-  check_stats(g, 1, 1, 1, 0, 0, 0);
-  ck_assert_cg_ok(cg_barrier(NULL, g, comm)); /* #2 */
+  check_stats(g, 1, 1, 1, 0, 0, 0, 0);
+  ck_assert_cg_ok(cg_barrier(NULL, g, other[0])); /* #2 */
   ck_assert_cg_ok(cg_depend(g, node_(1), node_(2)));
   PREDS(g, 2, {1, CG_EDGE_FENCE | CG_EDGE_EXPLICIT});
   send_(B, 4, CG_FLOAT32); /* #3 */
@@ -361,7 +380,110 @@ START_TEST(hazard__explicit_edge_joins_an_existing_edge) {
   PREDS(g, 3, {2, CG_EDGE_FENCE}, {4, CG_EDGE_EXPLICIT});
   ck_assert_cg_status(cg_depend(g, node_(3), node_(0)), CG_ERR_CYCLE); /* 0 -> 1 -> 2 -> 3 */
   ck_assert_cg_status(cg_depend(g, node_(3), node_(4)), CG_ERR_CYCLE);
-  check_stats(g, 5, 3, 1, 0, 0, 3);
+  check_stats(g, 5, 3, 1, 0, 0, 3, 0);
+}
+END_TEST
+
+/* ---- comm-order edges */
+
+START_TEST(comm_order__collectives_of_one_communicator_follow_in_record_order) {
+  cg_range_t c_range[] = {{C, 16}}, e_range[] = {{E, 16}};
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, A, A, 16, CG_FLOAT32, CG_SUM));     /* #0 first on comm */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[0], B, B, 16, CG_FLOAT32, CG_SUM)); /* #1 first on other[0] */
+  host_(c_range, 1, NULL, 0);                                                      /* #2 reads C, no comm */
+  ck_assert_cg_ok(cg_reduce(NULL, g, comm, C, D, 4, CG_FLOAT32, CG_SUM, 1));      /* #3 root: reads C, writes D */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, D, E, 4, CG_FLOAT32, CG_SUM));      /* #4 reads D, writes E */
+  host_(e_range, 1, NULL, 0);                                                      /* #5 reads E, no comm */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, other[0], NULL, NULL, 0, CG_FLOAT32, CG_SUM)); /* #6 touches nothing */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, NULL, NULL, 0, CG_FLOAT32, CG_SUM));     /* #7 touches nothing */
+  NO_PREDS(g, 0);
+  NO_PREDS(g, 1); /* another communicator: no order with #0 */
+  NO_PREDS(g, 2); /* no communicator: never a comm-order edge */
+  PREDS(g, 3, {0, CG_EDGE_COMM_ORDER}); /* read after read of C: only the order */
+  PREDS(g, 4, {3, CG_EDGE_RAW | CG_EDGE_COMM_ORDER});
+  ck_assert_uint_eq(edge(g, 3, 4), 0x22);
+  PREDS(g, 5, {4, CG_EDGE_RAW});
+  PREDS(g, 6, {1, CG_EDGE_COMM_ORDER});
+  PREDS(g, 7, {4, CG_EDGE_COMM_ORDER}); /* the previous collective on comm, not every earlier one */
+  check_stats(g, 5, 0, 2, 0, 0, 0, 4);
+  /* a later collective cannot run before an earlier one on its communicator */
+  ck_assert_cg_status(cg_depend(g, node_(7), node_(0)), CG_ERR_CYCLE);
+  ck_assert_cg_status(cg_depend(g, node_(4), node_(3)), CG_ERR_CYCLE);
+  ck_assert_cg_status(cg_depend(g, node_(6), node_(1)), CG_ERR_CYCLE);
+  /* across communicators the order is free */
+  ck_assert_cg_ok(cg_depend(g, node_(6), node_(0)));
+  PREDS(g, 0, {6, CG_EDGE_EXPLICIT});
+  ck_assert_cg_ok(cg_depend(g, node_(0), node_(3))); /* joins the comm-order edge */
+  ck_assert_uint_eq(edge(g, 0, 3), CG_EDGE_COMM_ORDER | CG_EDGE_EXPLICIT);
+  check_stats(g, 6, 2, 2, 0, 0, 0, 4);
+}
+END_TEST
+
+START_TEST(comm_order__sends_and_receives_between_collectives_form_one_group) {
+  cg_range_t d_range[] = {{D, 16}};
+  send_(A, 16, CG_FLOAT32);                                                     /* #0 before any collective */
+  recv_(B, 16, CG_FLOAT32);                                                     /* #1 */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, C, C, 16, CG_FLOAT32, CG_SUM));  /* #2 collective P */
+  send_(A, 16, CG_FLOAT32);                                                     /* #3 group after P */
+  recv_(D, 16, CG_FLOAT32);                                                     /* #4 group */
+  ck_assert_cg_ok(cg_send(NULL, g, other[0], E, 16, CG_FLOAT32, 1));           /* #5 another communicator */
+  recv_(C, 16, CG_FLOAT32);                                                     /* #6 group; overwrites P's C */
+  host_(d_range, 1, NULL, 0);                                                   /* #7 no communicator */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, NULL, NULL, 0, CG_FLOAT32, CG_SUM)); /* #8 collective Q */
+  send_(A, 16, CG_FLOAT32);                                                     /* #9 group after Q */
+  NO_PREDS(g, 0); /* no collective on comm yet */
+  NO_PREDS(g, 1);
+  PREDS(g, 2, {0, CG_EDGE_COMM_ORDER}, {1, CG_EDGE_COMM_ORDER}); /* the group before it */
+  PREDS(g, 3, {2, CG_EDGE_COMM_ORDER});
+  PREDS(g, 4, {2, CG_EDGE_COMM_ORDER});
+  NO_PREDS(g, 5);
+  PREDS(g, 6, {2, CG_EDGE_WAW | CG_EDGE_COMM_ORDER});
+  PREDS(g, 7, {4, CG_EDGE_RAW});
+  /* Q follows every send and receive since P, and through them P */
+  PREDS(g, 8, {3, CG_EDGE_COMM_ORDER}, {4, CG_EDGE_COMM_ORDER}, {6, CG_EDGE_COMM_ORDER});
+  ck_assert_uint_eq(edge(g, 2, 8), 0);
+  ck_assert(reaches(g, 2, 8));
+  ck_assert(!reaches(g, 5, 8) && !reaches(g, 7, 8));
+  PREDS(g, 9, {8, CG_EDGE_COMM_ORDER});
+  check_stats(g, 10, 0, 1, 0, 1, 0, 9);
+  /* inside a group sends and receives are not ordered; across groups they are */
+  ck_assert_cg_ok(cg_depend(g, node_(6), node_(3)));
+  ck_assert_cg_status(cg_depend(g, node_(9), node_(6)), CG_ERR_CYCLE);
+  ck_assert_cg_status(cg_depend(g, node_(3), node_(0)), CG_ERR_CYCLE);
+  ck_assert_cg_status(cg_depend(g, node_(8), node_(4)), CG_ERR_CYCLE);
+  ck_assert_cg_status(cg_depend(g, node_(3), node_(2)), CG_ERR_CYCLE);
+  check_stats(g, 11, 1, 1, 0, 1, 0, 9);
+}
+END_TEST
+
+/* A barrier is both a fence and a collective: its edges carry both causes where
+ * both rules give the same pair. */
+START_TEST(comm_order__barriers_are_fences_and_collectives) {
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, A, A, 16, CG_FLOAT32, CG_SUM)); /* #0 */
+  send_(B, 16, CG_FLOAT32);                                                  /* #1 */
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));                                /* #2 */
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));                                /* #3 */
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, NULL));          /* #4 fence, no comm */
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));                                /* #5 */
+  send_(A, 16, CG_FLOAT32);                                                  /* #6 */
+  ck_assert_cg_ok(cg_recv(NULL, g, other[0], C, 16, CG_FLOAT32, 1));        /* #7 */
+  NO_PREDS(g, 0);
+  PREDS(g, 1, {0, CG_EDGE_COMM_ORDER});
+  /* #1 is both the last node nothing follows and the group before #2 */
+  PREDS(g, 2, {1, CG_EDGE_FENCE | CG_EDGE_COMM_ORDER});
+  PREDS(g, 3, {2, CG_EDGE_FENCE | CG_EDGE_COMM_ORDER});
+  PREDS(g, 4, {3, CG_EDGE_FENCE});
+  /* the fence #4 alone would do, but #5 still follows the previous barrier */
+  PREDS(g, 5, {3, CG_EDGE_COMM_ORDER}, {4, CG_EDGE_FENCE});
+  /* the comm-order edge from the fence already orders #6 after it */
+  PREDS(g, 6, {5, CG_EDGE_COMM_ORDER});
+  PREDS(g, 7, {5, CG_EDGE_FENCE});
+  for (uint32_t f = 2; f <= 5; f++) {
+    ck_assert(cg_graph_node(g, f)->is_fence);
+    for (uint32_t i = 0; i < f; i++) ck_assert_msg(reaches(g, i, f), "#%u does not reach fence #%u", i, f);
+    for (uint32_t j = f + 1; j < 8; j++) ck_assert_msg(reaches(g, f, j), "fence #%u does not reach #%u", f, j);
+  }
+  check_stats(g, 8, 0, 0, 0, 0, 5, 5);
 }
 END_TEST
 
@@ -370,13 +492,22 @@ END_TEST
  * Buffers are fake addresses in a few regions (the library never dereferences
  * them). Alongside the library, a byte-level shadow memory keeps per byte the
  * last writer and the readers since that write: the specification in
- * graph/hazard.h, computed the slow way. */
+ * graph/hazard.h, computed the slow way. The comm-order rule is modelled from
+ * each node's kind, communicator and record index only: a scan back over the
+ * earlier nodes of the same communicator gives the expected comm-order
+ * predecessors, and a position per node gives the order every graph must keep:
+ * the k-th collective of a communicator (from 0) has position 2k, a send or
+ * receive recorded after k of its collectives has position 2k - 1, and a node
+ * of lower position on the same communicator must run first. */
 
 #define MAX_SPANS 4
 #define REG_STRIDE ((uintptr_t)1 << 24)
 
 typedef struct ref_node {
   int fence;
+  int comm; /* index into gen_t.comms, -1 for none */
+  int p2p;  /* send or receive */
+  long pos; /* comm-order position (set when recorded), when comm >= 0 */
   unsigned n_r, n_w;
   cg_span_t r[MAX_SPANS], w[MAX_SPANS];
 } ref_node_t;
@@ -405,7 +536,12 @@ typedef struct gen {
   shadow_byte_t *mem;
   size_t mem_bytes;
   uint32_t *causes, *touched, n_touched; /* expected hazard causes into the node just recorded */
+  uint32_t n_coll[3];                    /* collectives recorded on each communicator */
+  int first_use[3], n_used;              /* communicators in order of first use */
+  uint32_t *co_off, *co_preds, n_co;     /* expected comm-order preds of j: co_preds[co_off[j] .. co_off[j + 1]) */
 } gen_t;
+
+static size_t comm_order_cycles; /* random cg_depend calls the comm order alone forbids */
 
 static void shadow_clear(gen_t *s) {
   for (size_t b = 0; b < s->mem_bytes; b++) {
@@ -430,7 +566,10 @@ static void gen_init(gen_t *s, const params_t *p, uint32_t cap) {
   s->mem = calloc(s->mem_bytes, sizeof *s->mem);
   s->causes = calloc(cap, sizeof *s->causes);
   s->touched = malloc(cap * sizeof *s->touched);
-  ck_assert(s->ref && s->explicit_edges && s->mem && s->causes && s->touched);
+  s->co_off = calloc((size_t)cap + 1, sizeof *s->co_off);
+  s->co_preds = malloc((2 * (size_t)cap + 1) * sizeof *s->co_preds); /* at most one per send or receive and one
+                                                                       * per collective beyond its group */
+  ck_assert(s->ref && s->explicit_edges && s->mem && s->causes && s->touched && s->co_off && s->co_preds);
   shadow_clear(s);
 }
 
@@ -443,6 +582,8 @@ static void gen_free(gen_t *s) {
   free(s->mem);
   free(s->causes);
   free(s->touched);
+  free(s->co_off);
+  free(s->co_preds);
 }
 
 static uintptr_t rand_addr(const gen_t *s, unsigned reg) {
@@ -456,6 +597,37 @@ static shadow_byte_t *shadow_of(const gen_t *s, cg_span_t x) {
   return &s->mem[reg * s->p.reg_bytes + off];
 }
 
+/* The comm-order reference for node j, just recorded: scanning back over the
+ * earlier nodes of its communicator, a send or receive follows the nearest
+ * collective; a collective follows every send and receive since the nearest
+ * collective, or that collective where there are none. */
+static void expect_comm_order(gen_t *s, uint32_t j) {
+  const ref_node_t *y = &s->ref[j];
+  REQUIRE(s->co_off[j] == s->n_co, "comm-order reference out of step at #%u", j);
+  for (uint32_t i = j; y->comm >= 0 && i-- > 0;) {
+    const ref_node_t *x = &s->ref[i];
+    if (x->comm != y->comm) continue;
+    if (!x->p2p) {
+      if (y->p2p || s->n_co == s->co_off[j]) s->co_preds[s->n_co++] = i;
+      break;
+    }
+    if (!y->p2p) s->co_preds[s->n_co++] = i;
+  }
+  s->co_off[j + 1] = s->n_co;
+}
+
+/* Whether the reference has a comm-order edge i -> j. */
+static int co_expected(const gen_t *s, uint32_t i, uint32_t j) {
+  for (uint32_t k = s->co_off[j]; k < s->co_off[j + 1]; k++)
+    if (s->co_preds[k] == i) return 1;
+  return 0;
+}
+
+/* Node i must run before node j by the comm order. */
+static int co_before(const ref_node_t *x, const ref_node_t *y) {
+  return x->comm >= 0 && x->comm == y->comm && x->pos < y->pos;
+}
+
 static void expect(gen_t *s, uint32_t from, uint32_t cause) {
   if (!s->causes[from]) s->touched[s->n_touched++] = from;
   s->causes[from] |= cause;
@@ -466,10 +638,17 @@ static void expect(gen_t *s, uint32_t from, uint32_t cause) {
 static void shadow_record(gen_t *s, uint32_t j) {
   const ref_node_t *x = &s->ref[j];
   const cg_edge_vec_t *preds = &cg_graph_node(s->g, j)->preds;
+  uint32_t n_co = 0, want_co = s->co_off[j + 1] - s->co_off[j];
   if (x->fence) {
-    for (uint32_t e = 0; e < preds->len; e++)
-      REQUIRE(preds->items[e].causes == CG_EDGE_FENCE, "fence #%u: edge from #%u has causes %#x", j,
-              preds->items[e].node, preds->items[e].causes);
+    for (uint32_t e = 0; e < preds->len; e++) {
+      uint32_t i = preds->items[e].node, c = preds->items[e].causes;
+      REQUIRE(!!(c & CO) == co_expected(s, i, j), "fence #%u: edge from #%u has comm-order bit %d, reference says %d",
+              j, i, !!(c & CO), co_expected(s, i, j));
+      REQUIRE((c & ~(uint32_t)CO) == CG_EDGE_FENCE || c == CO, "fence #%u: edge from #%u has causes %#x", j, i, c);
+      n_co += !!(c & CO);
+    }
+    REQUIRE(n_co == want_co, "fence #%u has %u of the %u comm-order predecessors the reference expects", j, n_co,
+            want_co);
     shadow_clear(s);
     return;
   }
@@ -487,11 +666,17 @@ static void shadow_record(gen_t *s, uint32_t j) {
     uint32_t i = preds->items[e].node, c = preds->items[e].causes;
     REQUIRE((c & HAZARD_CAUSES) == s->causes[i], "edge #%u -> #%u has hazard causes %#x, reference says %#x", i, j,
             c & HAZARD_CAUSES, s->causes[i]);
-    REQUIRE((c & ~HAZARD_CAUSES) == 0 || c == CG_EDGE_FENCE, "edge #%u -> #%u has causes %#x when recorded", i, j, c);
+    REQUIRE(!!(c & CO) == co_expected(s, i, j), "edge #%u -> #%u has comm-order bit %d, reference says %d", i, j,
+            !!(c & CO), co_expected(s, i, j));
+    REQUIRE((c & ~(uint32_t)(HAZARD_CAUSES | CO)) == 0 || c == CG_EDGE_FENCE,
+            "edge #%u -> #%u has causes %#x when recorded", i, j, c);
     matched += s->causes[i] != 0;
+    n_co += !!(c & CO);
   }
   REQUIRE(matched == s->n_touched, "node #%u has %u of the %u hazard predecessors the reference expects", j, matched,
           s->n_touched);
+  REQUIRE(n_co == want_co, "node #%u has %u of the %u comm-order predecessors the reference expects", j, n_co,
+          want_co);
   for (uint32_t t = 0; t < s->n_touched; t++) s->causes[s->touched[t]] = 0;
   for (unsigned k = 0; k < x->n_r; k++)
     for (shadow_byte_t *b = shadow_of(s, x->r[k]), *end = b + (x->r[k].end - x->r[k].start); b < end; b++) {
@@ -515,7 +700,18 @@ static void accept_node(gen_t *s, cg_status_t st, cg_node_t out, const ref_node_
   REQUIRE(out.index == s->n && cg_graph_node_count(s->g) == s->n + 1, "node #%u recorded as #%u", s->n, out.index);
   REQUIRE(cg_graph_node(s->g, s->n)->is_fence == x->fence, "node #%u: is_fence %d, expected %d", s->n,
           cg_graph_node(s->g, s->n)->is_fence, x->fence);
-  s->ref[s->n] = *x;
+  REQUIRE(cg_graph_node(s->g, s->n)->comm == (x->comm < 0 ? NULL : s->comms[x->comm]), "node #%u: wrong communicator",
+          s->n);
+  ref_node_t *y = &s->ref[s->n];
+  *y = *x;
+  if (y->comm >= 0) {
+    int f = 0;
+    while (f < s->n_used && s->first_use[f] != y->comm) f++;
+    if (f == s->n_used) s->first_use[s->n_used++] = y->comm;
+    y->pos = 2 * (long)s->n_coll[y->comm] - y->p2p;
+    s->n_coll[y->comm] += !y->p2p;
+  }
+  expect_comm_order(s, s->n);
   shadow_record(s, s->n++);
 }
 
@@ -581,7 +777,7 @@ static void record_collective(gen_t *s) {
   }
   if ((!l.use_s || !count) && cg_test_below(2)) send = 0;
   if ((!l.use_r || !count) && cg_test_below(2)) recv = 0;
-  ref_node_t x = {0};
+  ref_node_t x = {.comm = c, .p2p = kind == CG_NODE_SEND || kind == CG_NODE_RECV};
   if (l.use_s) add_span(x.r, &x.n_r, send, l.s_el * ds);
   if (l.use_r) add_span(x.w, &x.n_w, recv, l.r_el * ds);
   int alias = spans_overlap(x.r, x.n_r, x.w, x.n_w) && !(l.form == 1 && send == recv + l.off * ds) &&
@@ -617,7 +813,7 @@ static void record_collective(gen_t *s) {
 static void record_host_func(gen_t *s) {
   cg_range_t reads[MAX_SPANS - 1], writes[MAX_SPANS - 1];
   cg_access_t access = CG_ACCESS_INIT;
-  ref_node_t x = {0};
+  ref_node_t x = {.comm = -1};
   access.everything = 0;
   access.reads = reads;
   access.n_reads = cg_test_below(MAX_SPANS);
@@ -633,7 +829,7 @@ static void record_host_func(gen_t *s) {
   }
   const cg_access_t *ap = &access;
   if (s->p.fences && cg_test_below(8) == 0) {
-    x = (ref_node_t){.fence = 1};
+    x = (ref_node_t){.fence = 1, .comm = -1};
     if (cg_test_below(2)) ap = NULL;
     else access.everything = 1;
   }
@@ -644,6 +840,12 @@ static void record_host_func(gen_t *s) {
 static void random_depend(gen_t *s) {
   uint32_t a = (uint32_t)cg_test_below(s->n), b = (uint32_t)cg_test_below(s->n);
   cg_status_t want = a == b || reaches(s->g, b, a) ? CG_ERR_CYCLE : CG_SUCCESS;
+  /* b before a by the comm order: the graph must already hold a path */
+  if (co_before(&s->ref[b], &s->ref[a])) {
+    REQUIRE(want == CG_ERR_CYCLE, "#%u must run before #%u on communicator %d, but no path leads there", b, a,
+            s->ref[a].comm);
+    comm_order_cycles++;
+  }
   cg_status_t st = cg_depend(s->g, (cg_node_t){s->g->serial, a}, (cg_node_t){s->g->serial, b});
   REQUIRE(st == want, "cg_depend(#%u, #%u) returned %s, expected %s", a, b, cg_status_string(st),
           cg_status_string(want));
@@ -658,8 +860,8 @@ static void gen_step(gen_t *s) {
     record_host_func(s);
   } else {
     cg_node_t out = CG_NODE_NULL;
-    ref_node_t x = {.fence = 1};
-    accept_node(s, cg_barrier(&out, s->g, s->comms[cg_test_below(3)]), out, &x);
+    ref_node_t x = {.fence = 1, .comm = (int)cg_test_below(3)};
+    accept_node(s, cg_barrier(&out, s->g, s->comms[x.comm]), out, &x);
   }
   if (s->p.depends && s->n >= 2 && cg_test_below(6) == 0) random_depend(s);
 }
@@ -667,7 +869,7 @@ static void gen_step(gen_t *s) {
 /* Structure of the stored edges: mirrored, no duplicates, no self edges, known
  * causes, counted right by cg_graph_stats. Returns the edge count. */
 static size_t check_structure(const cg_graph_t *gr, uint32_t n, int forward_only) {
-  size_t n_preds = 0, n_succs = 0, by_cause[5] = {0};
+  size_t n_preds = 0, n_succs = 0, by_cause[N_CAUSES] = {0};
   for (uint32_t j = 0; j < n; j++) {
     const cg_node_rec_t *x = cg_graph_node(gr, j);
     n_succs += x->succs.len;
@@ -684,14 +886,49 @@ static size_t check_structure(const cg_graph_t *gr, uint32_t n, int forward_only
       REQUIRE(c != 0 && (c & ~(uint32_t)ALL_CAUSES) == 0, "edge #%u -> #%u has causes %#x", i, j, c);
       REQUIRE(!forward_only || i < j, "backward edge #%u -> #%u", i, j);
       REQUIRE(edge(gr, i, j) == c, "edge #%u -> #%u", i, j); /* also: once on each side, same causes */
-      for (int b = 0; b < 5; b++) by_cause[b] += !!(c & (1u << b));
+      for (int b = 0; b < N_CAUSES; b++) by_cause[b] += !!(c & (1u << b));
       n_preds++;
     }
   }
   ck_assert_uint_eq(n_preds, n_succs);
-  check_stats(gr, n_preds, by_cause[0], by_cause[1], by_cause[2], by_cause[3], by_cause[4]);
+  check_stats(gr, n_preds, by_cause[0], by_cause[1], by_cause[2], by_cause[3], by_cause[4], by_cause[5]);
   ck_assert_uint_eq(cg_graph_node_count(gr), n);
   return n_preds;
+}
+
+/* The per-communicator sequences (sched/comm_order.c): one per communicator,
+ * in order of first use in record order, each holding exactly that
+ * communicator's nodes with non-decreasing comm-order positions: its
+ * collectives in record order, and each send or receive between the two
+ * collectives recorded around it. */
+static void check_comm_sequences(const gen_t *s) {
+  cg_comm_order_t o;
+  cg_status_t st = cg_comm_order_build(&o, s->g);
+  REQUIRE(st == CG_SUCCESS, "cg_comm_order_build: %s (%s)", cg_status_string(st), cg_error_last());
+  REQUIRE(o.n_sequences == (uint32_t)s->n_used, "%u sequences, %d communicators used", o.n_sequences, s->n_used);
+  unsigned char *seen = calloc((size_t)s->n + 1, 1);
+  REQUIRE(seen, "out of memory");
+  uint32_t in_sequences = 0, with_comm = 0;
+  for (uint32_t j = 0; j < s->n; j++) with_comm += s->ref[j].comm >= 0;
+  for (uint32_t q = 0; q < o.n_sequences; q++) {
+    const cg_comm_sequence_t *seq = &o.sequences[q];
+    int c = s->first_use[q];
+    REQUIRE(seq->comm == s->comms[c], "sequence %u is not for communicator %d, the %u-th used", q, c, q + 1);
+    long prev = -1;
+    for (uint32_t k = 0; k < seq->len; k++) {
+      uint32_t v = seq->nodes[k];
+      REQUIRE(v < s->n && !seen[v] && s->ref[v].comm == c, "sequence %u item %u: #%u", q, k, v);
+      seen[v] = 1;
+      REQUIRE(s->ref[v].pos >= prev, "sequence %u item %u: #%u (comm-order position %ld) after position %ld", q, k,
+              v, s->ref[v].pos, prev);
+      prev = s->ref[v].pos;
+    }
+    in_sequences += seq->len;
+  }
+  REQUIRE(in_sequences == with_comm, "sequences hold %u nodes, %u nodes have a communicator", in_sequences,
+          with_comm);
+  free(seen);
+  cg_comm_order_free(&o);
 }
 
 /* Full check of a small random graph with all-pairs references; returns the
@@ -731,7 +968,17 @@ static size_t check_random_graph(const gen_t *s) {
     for (uint32_t i = 0; i < j; i++)
       REQUIRE(!conflicts(&s->ref[i], &s->ref[j]) || REACHES(i, j), "#%u and #%u conflict but #%u does not reach #%u",
               i, j, i, j);
-  /* (b) no spurious edges */
+  /* (e) the comm order: every node of lower position on the same communicator
+   * reaches a node, so every topological order keeps the collectives of one
+   * communicator in record order */
+  for (uint32_t j = 0; j < n; j++)
+    for (uint32_t i = 0; i < j; i++)
+      REQUIRE(!co_before(&s->ref[i], &s->ref[j]) || REACHES(i, j),
+              "#%u (position %ld) must run before #%u (position %ld) on communicator %d, but does not reach it", i,
+              s->ref[i].pos, j, s->ref[j].pos, s->ref[j].comm);
+  check_comm_sequences(s);
+  /* (b) no spurious edges, and exactly the comm-order edges of the reference */
+  size_t co_edges = 0;
   uint32_t lf = CG_NO_NODE;
   for (uint32_t j = 0; j < n; j++) {
     last_fence[j] = lf;
@@ -746,6 +993,9 @@ static size_t check_random_graph(const gen_t *s) {
       REQUIRE(!!(c & CG_EDGE_EXPLICIT) == s->explicit_edges[(size_t)i * s->cap + j],
               "edge #%u -> #%u: explicit bit %d, cg_depend added it: %d", i, j, !!(c & CG_EDGE_EXPLICIT),
               s->explicit_edges[(size_t)i * s->cap + j]);
+      REQUIRE(!!(c & CO) == co_expected(s, i, j), "edge #%u -> #%u: comm-order bit %d, reference says %d", i, j,
+              !!(c & CO), co_expected(s, i, j));
+      co_edges += !!(c & CO);
       if (c & HAZARD_CAUSES)
         REQUIRE(i < j && !x->fence && !y->fence && (last_fence[j] == CG_NO_NODE || last_fence[j] < i),
                 "hazard edge #%u -> #%u (causes %#x) across or onto a fence", i, j, c);
@@ -761,6 +1011,7 @@ static size_t check_random_graph(const gen_t *s) {
       }
     }
   }
+  REQUIRE(co_edges == s->n_co, "%zu comm-order edges, the reference expects %u", co_edges, s->n_co);
   /* every cg_depend that succeeded left an explicit edge */
   for (uint32_t i = 0; i < n; i++)
     for (uint32_t j = 0; j < n; j++)
@@ -792,9 +1043,11 @@ START_TEST(hazard__random_graphs_match_brute_force_reference) {
   const params_t p = {.nreg = 3, .reg_bytes = 1024, .max_off = 256, .max_count = 12, .max_host_bytes = 96,
                       .fences = 1, .depends = 1};
   size_t nodes = 0, edges = 0;
+  comm_order_cycles = 0;
   run_random(&p, 300, 80, &nodes, &edges);
   ck_assert_uint_gt(nodes, 10000);
   ck_assert_uint_gt(edges, nodes / 2);
+  ck_assert_uint_gt(comm_order_cycles, 100); /* cg_depend against the comm order was tried, and refused */
 }
 END_TEST
 
@@ -819,7 +1072,7 @@ START_TEST(hazard__large_graph_keeps_every_conflict_ordered) {
   for (uint32_t tries = 0; s.n < n && tries < 4 * n; tries++) {
     if (s.n == n / 2) {
       cg_node_t out = CG_NODE_NULL;
-      ref_node_t x = {.fence = 1};
+      ref_node_t x = {.fence = 1, .comm = 0};
       accept_node(&s, cg_barrier(&out, s.g, s.comms[0]), out, &x); /* one fence clears a big tree */
     }
     gen_step(&s); /* each node's hazard edges are checked against the shadow memory as it is recorded */
@@ -839,6 +1092,20 @@ START_TEST(hazard__large_graph_keeps_every_conflict_ordered) {
     REQUIRE(reaches_within(s.g, i, j, j), "#%u and #%u conflict but #%u does not reach #%u", i, j, i, j);
   }
   ck_assert_uint_gt(checked, 2000);
+  /* sampled comm order: the nearest earlier node that must run first by it */
+  checked = 0;
+  for (uint32_t t = 1; t <= 1000; t++) {
+    uint32_t j = 1 + (uint32_t)cg_test_below(n - 1), i = j;
+    if (s.ref[j].comm < 0) continue;
+    while (i-- > 0 && !co_before(&s.ref[i], &s.ref[j])) {
+    }
+    if (i == UINT32_MAX) continue;
+    checked++;
+    REQUIRE(reaches_within(s.g, i, j, j), "#%u must run before #%u by the comm order but does not reach it", i, j);
+  }
+  ck_assert_uint_gt(checked, 500);
+  check_comm_sequences(&s);
+  ck_assert_uint_gt(s.n_co, n / 2);
   gen_free(&s);
 }
 END_TEST
@@ -861,6 +1128,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, hazard__host_func_with_declared_access_is_not_a_fence);
   tcase_add_test(tc, hazard__explicit_edges);
   tcase_add_test(tc, hazard__explicit_edge_joins_an_existing_edge);
+  tcase_add_test(tc, comm_order__collectives_of_one_communicator_follow_in_record_order);
+  tcase_add_test(tc, comm_order__sends_and_receives_between_collectives_form_one_group);
+  tcase_add_test(tc, comm_order__barriers_are_fences_and_collectives);
   suite_add_tcase(s, tc);
   TCase *rnd = tcase_create("random");
   tcase_set_timeout(rnd, 120);

@@ -112,6 +112,24 @@ static void get_stats(cg_graph_stats_t *s, const cg_graph_t *g) {
   ck_assert_cg_ok(cg_graph_stats(s, g));
 }
 
+/* The edge to `node` in v has exactly `causes` (0 if there is none). */
+static int has_edge(const cg_edge_vec_t *v, uint32_t node, uint32_t causes) {
+  for (uint32_t i = 0; i < v->len; i++)
+    if (v->items[i].node == node) return v->items[i].causes == causes;
+  return 0;
+}
+
+/* Node `index` has exactly the predecessors want[0..n), with exactly those causes. */
+static void expect_preds(const cg_graph_t *g, uint32_t index, const cg_edge_t *want, uint32_t n) {
+  const cg_node_rec_t *r = cg_graph_node(g, index);
+  ck_assert_msg(r->preds.len == n, "node #%u has %u predecessors, expected %u", index, r->preds.len, n);
+  for (uint32_t i = 0; i < n; i++) {
+    ck_assert_msg(has_edge(&r->preds, want[i].node, want[i].causes), "node #%u: no edge from #%u with causes 0x%x",
+                  index, want[i].node, want[i].causes);
+    ck_assert(has_edge(&cg_graph_node(g, want[i].node)->succs, index, want[i].causes));
+  }
+}
+
 /* Records 1..6 nodes of kind `k` on random communicators and checks every
  * stored field, the handles and the statistics. */
 static void check_kind_fields(cg_node_kind_t k, uint64_t salt) {
@@ -140,11 +158,18 @@ static void check_kind_fields(cg_node_kind_t k, uint64_t salt) {
     ck_assert_uint_eq(s.nodes, n_nodes);
     for (int kk = 0; kk < CG_NODE_KIND_COUNT; kk++) ck_assert_uint_eq(s.nodes_by_kind[kk], kk == (int)k ? n_nodes : 0);
     ck_assert_uint_eq(s.bytes, bytes);
-    /* separate buffers: no hazards. Fences form a chain. */
+    /* separate buffers: no hazards. Fences (barriers, host functions) form a
+     * chain; so do the collectives of one communicator, barriers included (one
+     * edge per pair, both causes). Sends and receives follow the previous
+     * collective, and there is none. */
     int fence = k == CG_NODE_BARRIER || k == CG_NODE_HOST_FUNC;
-    ck_assert_uint_eq(s.edges, fence ? n_nodes - 1 : 0);
+    int ordered = k != CG_NODE_HOST_FUNC && !cg_test_kind_is_p2p(k);
+    uint32_t chain = (fence ? CG_EDGE_FENCE : 0) | (ordered ? CG_EDGE_COMM_ORDER : 0);
+    ck_assert_uint_eq(s.edges, chain ? n_nodes - 1 : 0);
     ck_assert_uint_eq(s.fence_edges, fence ? n_nodes - 1 : 0);
+    ck_assert_uint_eq(s.comm_order_edges, ordered ? n_nodes - 1 : 0);
     ck_assert_uint_eq(s.raw_edges + s.war_edges + s.waw_edges + s.explicit_edges, 0);
+    for (uint32_t i = 0; i < n_nodes; i++) expect_preds(g, i, &(cg_edge_t){i - 1, chain}, i && chain ? 1 : 0);
     if (k != CG_NODE_HOST_FUNC) ck_assert_int_eq(atomic_load(&comm->refs), 2);
     cg_graph_destroy(g);
     cg_comm_destroy(comm);
@@ -219,6 +244,7 @@ START_TEST(record__host_func_fence_unless_access_declared) {
   /* 0 -> 1 (fence), 1 -> 2 and 1 -> 3 (after the fence) */
   ck_assert_uint_eq(s.edges, 3);
   ck_assert_uint_eq(s.fence_edges, 3);
+  ck_assert_uint_eq(s.comm_order_edges, 0); /* no communicator */
   cg_graph_destroy(g);
 }
 END_TEST
@@ -266,7 +292,11 @@ START_TEST(record__inplace_forms_accepted) {
       ck_assert_uint_eq(s.nodes, i + 1);
       ck_assert_uint_eq(s.nodes_by_kind[k], 1);
       ck_assert_uint_eq(s.bytes, bytes);
-      ck_assert_uint_eq(s.edges, 0); /* each node has its own buffer */
+      /* each node has its own buffer: only the communicator's order chain */
+      ck_assert_uint_eq(s.edges, i);
+      ck_assert_uint_eq(s.comm_order_edges, i);
+      ck_assert_uint_eq(s.raw_edges + s.war_edges + s.waw_edges + s.fence_edges + s.explicit_edges, 0);
+      if (i) expect_preds(g, h.index, &(cg_edge_t){h.index - 1, CG_EDGE_COMM_ORDER}, 1);
     }
     cg_graph_destroy(g);
     cg_comm_destroy(comm);
@@ -309,6 +339,16 @@ START_TEST(record__unused_buffers_ignored) {
     get_stats(&s, g);
     ck_assert_uint_eq(s.bytes, bytes);
     ck_assert_uint_eq(s.bytes, 2 * count * es); /* reduce and gather send; broadcast and scatter nothing */
+    /* only the used buffer makes hazards: scatter overwrites what broadcast
+     * wrote, reduce and gather read it; plus the comm-order chain */
+    ck_assert_uint_eq(s.edges, 4);
+    ck_assert_uint_eq(s.comm_order_edges, 3);
+    ck_assert_uint_eq(s.waw_edges, 1);
+    ck_assert_uint_eq(s.raw_edges, 2);
+    ck_assert_uint_eq(s.war_edges + s.fence_edges + s.explicit_edges, 0);
+    expect_preds(g, 1, &(cg_edge_t){0, CG_EDGE_WAW | CG_EDGE_COMM_ORDER}, 1);
+    expect_preds(g, 2, &(cg_edge_t){1, CG_EDGE_RAW | CG_EDGE_COMM_ORDER}, 1);
+    expect_preds(g, 3, (cg_edge_t[]){{1, CG_EDGE_RAW}, {2, CG_EDGE_COMM_ORDER}}, 2);
     cg_graph_destroy(g);
     cg_comm_destroy(comm);
     free(buf);
@@ -336,7 +376,15 @@ START_TEST(record__count_zero_null_buffers) {
     get_stats(&s, g);
     ck_assert_uint_eq(s.nodes, CG_TEST_N_COMM_KINDS);
     ck_assert_uint_eq(s.bytes, 0);
-    ck_assert_uint_eq(s.edges, 0);
+    /* no bytes, no hazards: the eight collectives form a chain, and the send
+     * and the receive (last) both follow the last collective */
+    ck_assert_int_eq(cg_test_comm_kinds[CG_TEST_N_COMM_KINDS - 2], CG_NODE_SEND);
+    ck_assert_int_eq(cg_test_comm_kinds[CG_TEST_N_COMM_KINDS - 1], CG_NODE_RECV);
+    ck_assert_uint_eq(s.edges, CG_TEST_N_COMM_KINDS - 1);
+    ck_assert_uint_eq(s.comm_order_edges, CG_TEST_N_COMM_KINDS - 1);
+    for (uint32_t i = 1; i < CG_TEST_N_COMM_KINDS; i++)
+      expect_preds(g, i, &(cg_edge_t){i < CG_TEST_N_COMM_KINDS - 2 ? i - 1 : CG_TEST_N_COMM_KINDS - 3,
+                                      CG_EDGE_COMM_ORDER}, 1);
     cg_graph_destroy(g);
     cg_comm_destroy(comm);
   }
@@ -424,6 +472,10 @@ START_TEST(record__mixed_sequence_stats) {
     ck_assert_cg_ok(cg_graph_create(&g, NULL));
     size_t by_kind[CG_NODE_KIND_COUNT] = {0}, bytes = 0;
     int used[3] = {0, 0, 0};
+    /* comm-order model per communicator: has a collective been recorded, and
+     * how many sends and receives since the last one */
+    int has_collective[3] = {0, 0, 0};
+    size_t p2p_since[3] = {0, 0, 0}, order_edges = 0;
     int n = 20 + (int)cg_test_below(60);
     for (int i = 0; i < n; i++) {
       int ci = (int)cg_test_below(3);
@@ -436,12 +488,21 @@ START_TEST(record__mixed_sequence_stats) {
       by_kind[k]++;
       bytes += expected_bytes(k, c.count, c.dtype, sizes[ci], ranks[ci], c.root);
       if (k != CG_NODE_HOST_FUNC) used[ci] = 1;
+      if (cg_test_kind_is_p2p(k)) {
+        order_edges += (size_t)has_collective[ci];
+        p2p_since[ci]++;
+      } else if (k != CG_NODE_HOST_FUNC) {
+        order_edges += p2p_since[ci] ? p2p_since[ci] : (size_t)has_collective[ci];
+        has_collective[ci] = 1;
+        p2p_since[ci] = 0;
+      }
     }
     cg_graph_stats_t s;
     get_stats(&s, g);
     ck_assert_uint_eq(s.nodes, (size_t)n);
     for (int k = 0; k < CG_NODE_KIND_COUNT; k++) ck_assert_uint_eq(s.nodes_by_kind[k], by_kind[k]);
     ck_assert_uint_eq(s.bytes, bytes);
+    ck_assert_uint_eq(s.comm_order_edges, order_edges);
     for (int i = 0; i < 3; i++) ck_assert_int_eq(atomic_load(&comms[i]->refs), 1 + used[i]);
     cg_graph_destroy(g);
     for (int i = 0; i < 3; i++) {
@@ -504,11 +565,12 @@ START_TEST(record__node_name_copied_truncated_renamed) {
   ck_assert_cg_ok(cg_node_name(g, n0, long_name));
   ck_assert_str_eq(cg_graph_node(g, 0)->name, long_name);
 
-  /* names change nothing else */
+  /* names change nothing else: the send follows the allreduce on the communicator */
   cg_graph_stats_t s;
   get_stats(&s, g);
   ck_assert_uint_eq(s.nodes, 2);
-  ck_assert_uint_eq(s.edges, 0);
+  ck_assert_uint_eq(s.edges, 1);
+  ck_assert_uint_eq(s.comm_order_edges, 1);
   cg_graph_destroy(g);
   cg_comm_destroy(comm);
 }
@@ -516,30 +578,26 @@ END_TEST
 
 /* ---- explicit edges */
 
-static int has_edge(const cg_edge_vec_t *v, uint32_t node, uint32_t causes) {
-  for (uint32_t i = 0; i < v->len; i++)
-    if (v->items[i].node == node) return v->items[i].causes == causes;
-  return 0;
-}
-
 START_TEST(record__depend_adds_edge_once) {
   cg_test_reseed(501);
-  cg_comm_t *comm = NULL;
+  /* three communicators, so that no comm-order edge ties the nodes together */
+  cg_comm_t *comm[3] = {NULL, NULL, NULL};
   cg_graph_t *g = NULL;
-  ck_assert_cg_ok(cg_comm_create_offline(&comm, 0, 4));
+  for (int i = 0; i < 3; i++) ck_assert_cg_ok(cg_comm_create_offline(&comm[i], 0, 4));
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   double a[16], b[16], c[16], d[16];
   cg_node_t n[4];
-  ck_assert_cg_ok(cg_allreduce(&n[0], g, comm, a, b, 16, CG_FLOAT64, CG_SUM)); /* writes b */
-  ck_assert_cg_ok(cg_allreduce(&n[1], g, comm, c, d, 16, CG_FLOAT64, CG_SUM)); /* independent */
-  ck_assert_cg_ok(cg_send(&n[2], g, comm, b, 16, CG_FLOAT64, 1));              /* reads b: raw 0 -> 2 */
-  ck_assert_cg_ok(cg_recv(&n[3], g, comm, a, 16, CG_FLOAT64, 3));              /* writes a: war 0 -> 3 */
+  ck_assert_cg_ok(cg_allreduce(&n[0], g, comm[0], a, b, 16, CG_FLOAT64, CG_SUM)); /* writes b */
+  ck_assert_cg_ok(cg_allreduce(&n[1], g, comm[1], c, d, 16, CG_FLOAT64, CG_SUM)); /* independent */
+  ck_assert_cg_ok(cg_send(&n[2], g, comm[2], b, 16, CG_FLOAT64, 1));              /* reads b: raw 0 -> 2 */
+  ck_assert_cg_ok(cg_recv(&n[3], g, comm[2], a, 16, CG_FLOAT64, 3));              /* writes a: war 0 -> 3 */
   cg_graph_stats_t s0, s1, s2;
   get_stats(&s0, g);
   ck_assert_uint_eq(s0.edges, 2);
   ck_assert_uint_eq(s0.raw_edges, 1);
   ck_assert_uint_eq(s0.war_edges, 1);
   ck_assert_uint_eq(s0.explicit_edges, 0);
+  ck_assert_uint_eq(s0.comm_order_edges, 0);
 
   /* a new forward edge */
   ck_assert_cg_ok(cg_depend(g, n[0], n[1]));
@@ -577,8 +635,81 @@ START_TEST(record__depend_adds_edge_once) {
   ck_assert_uint_eq(order[1], 2);
   ck_assert_uint_eq(order[2], 3);
   ck_assert_uint_eq(order[3], 1);
+  get_stats(&s2, g);
+  ck_assert_uint_eq(s2.comm_order_edges, 0);
   cg_graph_destroy(g);
-  cg_comm_destroy(comm);
+  for (int i = 0; i < 3; i++) cg_comm_destroy(comm[i]);
+}
+END_TEST
+
+/* ---- comm-order edges */
+
+START_TEST(record__comm_order_edges) {
+  cg_test_reseed(502);
+  cg_comm_t *ca = NULL, *cb = NULL;
+  cg_graph_t *g = NULL;
+  ck_assert_cg_ok(cg_comm_create_offline(&ca, 0, 4));
+  ck_assert_cg_ok(cg_comm_create_offline(&cb, 1, 2));
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  float x[8], y[8], gathered[32], w[32], s1[8], r1[8], s2[8], s3[8], u[8];
+  cg_range_t reads[] = {{r1, sizeof r1}};
+  cg_access_t reads_r1 = CG_ACCESS_INIT;
+  reads_r1.everything = 0;
+  reads_r1.reads = reads;
+  reads_r1.n_reads = 1;
+  cg_node_t n[11];
+  ck_assert_cg_ok(cg_allreduce(&n[0], g, ca, x, x, 8, CG_FLOAT32, CG_SUM));           /* writes x */
+  ck_assert_cg_ok(cg_allreduce(&n[1], g, cb, y, y, 8, CG_FLOAT32, CG_SUM));           /* another comm */
+  ck_assert_cg_ok(cg_send(&n[2], g, ca, s1, 8, CG_FLOAT32, 1));                       /* follows 0 */
+  ck_assert_cg_ok(cg_recv(&n[3], g, ca, r1, 8, CG_FLOAT32, 2));                       /* follows 0 */
+  ck_assert_cg_ok(cg_send(&n[4], g, cb, s2, 8, CG_FLOAT32, 0));                       /* follows 1 */
+  ck_assert_cg_ok(cg_allgather(&n[5], g, ca, x, gathered, 8, CG_FLOAT32));            /* after 2 and 3 */
+  ck_assert_cg_ok(cg_host_func(&n[6], g, cg_test_noop, NULL, &reads_r1));             /* no comm */
+  ck_assert_cg_ok(cg_allreduce(&n[7], g, ca, gathered, w, 32, CG_FLOAT32, CG_MAX));   /* raw + order */
+  ck_assert_cg_ok(cg_barrier(&n[8], g, ca));                                          /* fence + order */
+  ck_assert_cg_ok(cg_send(&n[9], g, cb, s3, 8, CG_FLOAT32, 1));                       /* follows 1 and 8 */
+  ck_assert_cg_ok(cg_allreduce(&n[10], g, cb, u, u, 8, CG_FLOAT32, CG_SUM));          /* after 4 and 9 */
+  for (uint32_t i = 0; i < 11; i++) ck_assert_uint_eq(n[i].index, i);
+
+  const uint32_t O = CG_EDGE_COMM_ORDER, F = CG_EDGE_FENCE, R = CG_EDGE_RAW;
+  expect_preds(g, 0, NULL, 0);
+  expect_preds(g, 1, NULL, 0); /* the first collective on cb follows nothing on ca */
+  expect_preds(g, 2, &(cg_edge_t){0, O}, 1);
+  expect_preds(g, 3, &(cg_edge_t){0, O}, 1); /* not after the send: one group */
+  expect_preds(g, 4, &(cg_edge_t){1, O}, 1);
+  /* the group, not the collective before it; reading x still follows its writer */
+  expect_preds(g, 5, (cg_edge_t[]){{0, R}, {2, O}, {3, O}}, 3);
+  expect_preds(g, 6, &(cg_edge_t){3, R}, 1);
+  expect_preds(g, 7, &(cg_edge_t){5, R | O}, 1); /* one edge, two causes */
+  /* the barrier follows the sinks (4, 6, 7); 7 is also the previous collective */
+  expect_preds(g, 8, (cg_edge_t[]){{4, F}, {6, F}, {7, F | O}}, 3);
+  expect_preds(g, 9, (cg_edge_t[]){{1, O}, {8, F}}, 2);
+  expect_preds(g, 10, (cg_edge_t[]){{4, O}, {9, O}}, 2); /* the group on cb since 1, across the fence */
+
+  cg_graph_stats_t s;
+  get_stats(&s, g);
+  ck_assert_uint_eq(s.nodes, 11);
+  ck_assert_uint_eq(s.edges, 15);
+  ck_assert_uint_eq(s.comm_order_edges, 10);
+  ck_assert_uint_eq(s.raw_edges, 3);
+  ck_assert_uint_eq(s.fence_edges, 4);
+  ck_assert_uint_eq(s.war_edges + s.waw_edges + s.explicit_edges, 0);
+
+  /* an explicit edge over an order edge adds a cause, not an edge */
+  ck_assert_cg_ok(cg_depend(g, n[2], n[5]));
+  expect_preds(g, 5, (cg_edge_t[]){{0, R}, {2, O | CG_EDGE_EXPLICIT}, {3, O}}, 3);
+  get_stats(&s, g);
+  ck_assert_uint_eq(s.edges, 15);
+  ck_assert_uint_eq(s.explicit_edges, 1);
+  ck_assert_uint_eq(s.comm_order_edges, 10);
+  /* the two sends of one group stay unordered: a backward edge between them is fine */
+  ck_assert_cg_ok(cg_depend(g, n[3], n[2]));
+  get_stats(&s, g);
+  ck_assert_uint_eq(s.edges, 16);
+  ck_assert_uint_eq(s.comm_order_edges, 10);
+  cg_graph_destroy(g);
+  cg_comm_destroy(ca);
+  cg_comm_destroy(cb);
 }
 END_TEST
 
@@ -665,6 +796,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, record__mixed_sequence_stats);
   tcase_add_test(tc, record__node_name_copied_truncated_renamed);
   tcase_add_test(tc, record__depend_adds_edge_once);
+  tcase_add_test(tc, record__comm_order_edges);
   tcase_add_test(tc, record__comm_outlives_its_destroy_while_graph_lives);
   suite_add_tcase(s, tc);
   return s;

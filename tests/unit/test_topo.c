@@ -1,6 +1,8 @@
 /* Deterministic topological order (graph/topo.c) and per-communicator sequences
  * (sched/comm_order.c), by hand and against brute-force references on random
- * graphs. */
+ * graphs. Sequences come in order of each communicator's first use in record
+ * order, and the comm-order edges keep each communicator's collectives in
+ * record order, so ranks whose hazard edges differ still agree on them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +81,14 @@ static void check_order_is(const cg_graph_t *g, const uint32_t *want, uint32_t n
                  (uint32_t)(sizeof((const uint32_t[]){__VA_ARGS__}) / sizeof(uint32_t)))
 
 static cg_node_t node_(const cg_graph_t *g, uint32_t index) { return (cg_node_t){g->serial, index}; }
+
+/* Causes of the edge from -> to, 0 if there is none. */
+static uint32_t causes_of(const cg_graph_t *g, uint32_t from, uint32_t to) {
+  const cg_edge_vec_t *preds = &cg_graph_node(g, to)->preds;
+  for (uint32_t e = 0; e < preds->len; e++)
+    if (preds->items[e].node == from) return preds->items[e].causes;
+  return 0;
+}
 
 /* ---- random programs, recordable any number of times */
 
@@ -323,6 +333,20 @@ START_TEST(topo__same_program_same_order) {
       REQUIRE(o1[k] == again[k] && o1[k] == o2[k] && o1[k] == o3[k],
               "round %d: order[%u] is %u, then %u; re-recorded %u; other communicators %u", round, k, o1[k], again[k],
               o2[k], o3[k]);
+    /* other communicators, same program: the same sequences of node indices */
+    cg_comm_order_t q1, q3;
+    ck_assert_cg_ok(cg_comm_order_build(&q1, g1));
+    ck_assert_cg_ok(cg_comm_order_build(&q3, g3));
+    REQUIRE(q1.n_sequences == q3.n_sequences, "round %d: %u and %u sequences", round, q1.n_sequences,
+            q3.n_sequences);
+    for (uint32_t q = 0; q < q1.n_sequences; q++) {
+      REQUIRE(q1.sequences[q].len == q3.sequences[q].len, "round %d: sequence %u lengths differ", round, q);
+      for (uint32_t k = 0; k < q1.sequences[q].len; k++)
+        REQUIRE(q1.sequences[q].nodes[k] == q3.sequences[q].nodes[k], "round %d: sequence %u item %u differs", round,
+                q, k);
+    }
+    cg_comm_order_free(&q1);
+    cg_comm_order_free(&q3);
     free(o1);
     free(again);
     free(o2);
@@ -341,22 +365,32 @@ END_TEST
 
 /* ---- per-communicator sequences */
 
+static int is_p2p(const cg_node_rec_t *x) { return x->kind == CG_NODE_SEND || x->kind == CG_NODE_RECV; }
+
 /* Each sequence is exactly its communicator's nodes in `order`; sequences come
- * in order of first appearance in `order`. */
+ * in order of first use in record order (node index), whatever `order` is.
+ * Along each sequence the collectives are in record order and each send or
+ * receive sits between the collectives recorded around it: with position 2k
+ * for a communicator's k-th collective (from 0) and 2k - 1 for a send or
+ * receive recorded after k of them, positions never decrease. */
 static void check_comm_order(const cg_graph_t *g, const cg_comm_order_t *o, const uint32_t *order) {
   uint32_t n = cg_graph_node_count(g), seen = 0, with_comm = 0;
   const cg_comm_t *firsts[64];
-  uint32_t n_firsts = 0;
-  for (uint32_t k = 0; k < n; k++) {
-    const cg_comm_t *c = cg_graph_node(g, order[k])->comm;
-    if (!c) continue;
+  uint32_t n_firsts = 0, collectives[64] = {0};
+  long *pos = malloc((n + 1) * sizeof *pos);
+  REQUIRE(pos, "out of memory");
+  for (uint32_t i = 0; i < n; i++) {
+    const cg_node_rec_t *x = cg_graph_node(g, i);
+    if (!x->comm) continue;
     with_comm++;
     uint32_t f = 0;
-    while (f < n_firsts && firsts[f] != c) f++;
+    while (f < n_firsts && firsts[f] != x->comm) f++;
     if (f == n_firsts) {
       REQUIRE(n_firsts < 64, "too many communicators");
-      firsts[n_firsts++] = c;
+      firsts[n_firsts++] = x->comm;
     }
+    pos[i] = 2 * (long)collectives[f] - is_p2p(x);
+    collectives[f] += !is_p2p(x);
   }
   REQUIRE(o->n_sequences == n_firsts, "%u sequences, expected %u", o->n_sequences, n_firsts);
   for (uint32_t s = 0; s < o->n_sequences; s++) {
@@ -367,12 +401,16 @@ static void check_comm_order(const cg_graph_t *g, const cg_comm_order_t *o, cons
       if (cg_graph_node(g, order[k])->comm != q->comm) continue;
       REQUIRE(at < q->len && q->nodes[at] == order[k], "sequence %u item %u is #%u, expected #%u", s, at,
               at < q->len ? q->nodes[at] : UINT32_MAX, order[k]);
+      REQUIRE(at == 0 || pos[q->nodes[at]] >= pos[q->nodes[at - 1]],
+              "sequence %u item %u: #%u (position %ld) after #%u (position %ld)", s, at, q->nodes[at],
+              pos[q->nodes[at]], q->nodes[at - 1], pos[q->nodes[at - 1]]);
       at++;
     }
     REQUIRE(at == q->len, "sequence %u has %u nodes, expected %u", s, q->len, at);
     seen += q->len;
   }
   REQUIRE(seen == with_comm, "sequences hold %u nodes, %u nodes have a communicator", seen, with_comm);
+  free(pos);
 }
 
 START_TEST(comm_order__by_hand) {
@@ -408,7 +446,8 @@ START_TEST(comm_order__by_hand) {
   ck_assert_ptr_null(o.sequences);
   ck_assert_uint_eq(o.n_sequences, 0);
   cg_graph_destroy(g);
-  /* an explicit backward edge changes which communicator comes first */
+  /* explicit backward edges change the topological order, not the order of the
+   * sequences: first use in record order (A, B, C) */
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_send(NULL, g, a, buf, 4, CG_INT32, 1));       /* #0 A */
   ck_assert_cg_ok(cg_send(NULL, g, b, buf + 16, 4, CG_INT32, 1));  /* #1 B */
@@ -420,21 +459,147 @@ START_TEST(comm_order__by_hand) {
   ORDER_IS(g, 2, 3, 0, 4, 1);
   ck_assert_cg_ok(cg_comm_order_build(&o, g));
   ck_assert_uint_eq(o.n_sequences, 3);
-  ck_assert_ptr_eq(o.sequences[0].comm, c);
-  ck_assert_uint_eq(o.sequences[0].len, 1);
-  ck_assert_uint_eq(o.sequences[0].nodes[0], 3);
-  ck_assert_ptr_eq(o.sequences[1].comm, a);
-  ck_assert_uint_eq(o.sequences[1].len, 2);
-  ck_assert_uint_eq(o.sequences[1].nodes[0], 0);
-  ck_assert_uint_eq(o.sequences[1].nodes[1], 4);
-  ck_assert_ptr_eq(o.sequences[2].comm, b);
+  ck_assert_ptr_eq(o.sequences[0].comm, a);
+  ck_assert_uint_eq(o.sequences[0].len, 2);
+  ck_assert_uint_eq(o.sequences[0].nodes[0], 0);
+  ck_assert_uint_eq(o.sequences[0].nodes[1], 4);
+  ck_assert_ptr_eq(o.sequences[1].comm, b);
+  ck_assert_uint_eq(o.sequences[1].len, 1);
+  ck_assert_uint_eq(o.sequences[1].nodes[0], 1);
+  ck_assert_ptr_eq(o.sequences[2].comm, c);
   ck_assert_uint_eq(o.sequences[2].len, 1);
-  ck_assert_uint_eq(o.sequences[2].nodes[0], 1);
+  ck_assert_uint_eq(o.sequences[2].nodes[0], 3);
+  check_comm_order(g, &o, (const uint32_t[]){2, 3, 0, 4, 1});
   cg_comm_order_free(&o);
   cg_graph_destroy(g);
   cg_comm_destroy(a);
   cg_comm_destroy(b);
   cg_comm_destroy(c);
+}
+END_TEST
+
+/* Two ranks of communicators c and d record the same program. Only rank 0, the
+ * broadcast's root, reads S there, so only its graph orders G after H, and the
+ * two topological orders differ: rank 1 can start with G. Ordered by first
+ * appearance in the topological order, rank 1's sequences would list d first;
+ * by first use in record order both ranks list c, then d, with the same nodes. */
+START_TEST(comm_order__ranks_with_different_hazards_agree) {
+  static float xb[16], S[16], T[16];
+  cg_comm_t *c[2], *d[2];
+  cg_graph_t *gr[2];
+  cg_comm_order_t o[2];
+  cg_status_t k_after_x[2], k_after_h[2];
+  for (int r = 0; r < 2; r++) {
+    ck_assert_cg_ok(cg_comm_create_offline(&c[r], r, 2));
+    ck_assert_cg_ok(cg_comm_create_offline(&d[r], r, 2));
+    ck_assert_cg_ok(cg_graph_create(&gr[r], NULL));
+    cg_graph_t *g = gr[r];
+    cg_range_t writes_s[] = {{S, sizeof S}};
+    cg_access_t h_access = CG_ACCESS_INIT, k_access = CG_ACCESS_INIT;
+    h_access.everything = 0;
+    h_access.writes = writes_s;
+    h_access.n_writes = 1;
+    k_access.everything = 0; /* declares no ranges: touches nothing, not a fence */
+    cg_node_t x, h, gb, y, k;
+    ck_assert_cg_ok(cg_allreduce(&x, g, c[r], xb, xb, 16, CG_FLOAT32, CG_SUM)); /* X #0 */
+    ck_assert_cg_ok(cg_host_func(&h, g, cg_test_noop, NULL, &h_access));       /* H #1 writes S */
+    ck_assert_cg_ok(cg_broadcast(&gb, g, d[r], S, T, 16, CG_FLOAT32, 0));      /* G #2 reads S on rank 0 */
+    ck_assert_cg_ok(cg_allreduce(&y, g, c[r], T, T, 16, CG_FLOAT32, CG_SUM));  /* Y #3 */
+    ck_assert_cg_ok(cg_host_func(&k, g, cg_test_noop, NULL, &k_access));       /* K #4 */
+    ck_assert_uint_eq(k.index, 4);
+    k_after_x[r] = cg_depend(g, k, x);
+    k_after_h[r] = cg_depend(g, k, h);
+  }
+  /* nothing reaches K, so both backward edges are accepted on both ranks */
+  for (int r = 0; r < 2; r++) {
+    ck_assert_cg_status(k_after_x[r], CG_SUCCESS);
+    ck_assert_cg_status(k_after_h[r], CG_SUCCESS);
+    ck_assert_uint_eq(causes_of(gr[r], 4, 0), CG_EDGE_EXPLICIT);
+    ck_assert_uint_eq(causes_of(gr[r], 4, 1), CG_EDGE_EXPLICIT);
+    ck_assert_uint_eq(causes_of(gr[r], 0, 3), CG_EDGE_COMM_ORDER); /* X before Y on c */
+    ck_assert_uint_eq(causes_of(gr[r], 2, 3), CG_EDGE_RAW | CG_EDGE_WAW);
+    ck_assert_uint_eq(cg_graph_node(gr[r], 2)->preds.len, r == 0 ? 1 : 0);
+  }
+  ck_assert_uint_eq(causes_of(gr[0], 1, 2), CG_EDGE_RAW);
+  ORDER_IS(gr[0], 4, 0, 1, 2, 3);
+  ORDER_IS(gr[1], 2, 4, 0, 1, 3);
+  for (int r = 0; r < 2; r++) {
+    uint32_t *order = topo(gr[r]);
+    ck_assert_cg_ok(cg_comm_order_build(&o[r], gr[r]));
+    check_comm_order(gr[r], &o[r], order);
+    free(order);
+    ck_assert_uint_eq(o[r].n_sequences, 2);
+    ck_assert_ptr_eq(o[r].sequences[0].comm, c[r]);
+    ck_assert_ptr_eq(o[r].sequences[1].comm, d[r]);
+  }
+  for (uint32_t s = 0; s < 2; s++) {
+    ck_assert_uint_eq(o[0].sequences[s].len, o[1].sequences[s].len);
+    for (uint32_t k = 0; k < o[0].sequences[s].len; k++)
+      ck_assert_uint_eq(o[0].sequences[s].nodes[k], o[1].sequences[s].nodes[k]);
+  }
+  ck_assert_uint_eq(o[0].sequences[0].len, 2);
+  ck_assert_uint_eq(o[0].sequences[0].nodes[0], 0);
+  ck_assert_uint_eq(o[0].sequences[0].nodes[1], 3);
+  ck_assert_uint_eq(o[0].sequences[1].len, 1);
+  ck_assert_uint_eq(o[0].sequences[1].nodes[0], 2);
+  for (int r = 0; r < 2; r++) {
+    cg_comm_order_free(&o[r]);
+    cg_graph_destroy(gr[r]);
+    cg_comm_destroy(c[r]);
+    cg_comm_destroy(d[r]);
+  }
+}
+END_TEST
+
+/* Sends and receives recorded between collectives P and Q on one communicator
+ * follow P and precede Q; among themselves they may be reordered. */
+START_TEST(comm_order__sends_and_receives_between_collectives) {
+  cg_comm_t *c, *d;
+  cg_graph_t *g;
+  static unsigned char buf[256];
+  ck_assert_cg_ok(cg_comm_create_offline(&c, 0, 3));
+  ck_assert_cg_ok(cg_comm_create_offline(&d, 0, 2));
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, c, buf, buf, 4, CG_INT32, CG_SUM));           /* #0 P */
+  ck_assert_cg_ok(cg_send(NULL, g, c, buf + 16, 4, CG_INT32, 1));                     /* #1 */
+  ck_assert_cg_ok(cg_recv(NULL, g, c, buf + 32, 4, CG_INT32, 2));                     /* #2 */
+  ck_assert_cg_ok(cg_send(NULL, g, d, buf + 48, 4, CG_INT32, 1));                     /* #3 other comm */
+  ck_assert_cg_ok(cg_send(NULL, g, c, buf + 64, 4, CG_INT32, 2));                     /* #4 */
+  ck_assert_cg_ok(cg_allreduce(NULL, g, c, buf + 80, buf + 80, 4, CG_INT32, CG_SUM)); /* #5 Q */
+  ck_assert_cg_ok(cg_recv(NULL, g, c, buf + 96, 4, CG_INT32, 1));                     /* #6 after Q */
+  for (uint32_t i = 1; i <= 4; i++) {
+    if (i == 3) continue;
+    ck_assert_uint_eq(cg_graph_node(g, i)->preds.len, 1);
+    ck_assert_uint_eq(causes_of(g, 0, i), CG_EDGE_COMM_ORDER);
+    ck_assert_uint_eq(causes_of(g, i, 5), CG_EDGE_COMM_ORDER);
+  }
+  ck_assert_uint_eq(cg_graph_node(g, 3)->preds.len, 0);
+  ck_assert_uint_eq(cg_graph_node(g, 5)->preds.len, 3); /* #1, #2, #4: not P itself */
+  ck_assert_uint_eq(cg_graph_node(g, 6)->preds.len, 1);
+  ck_assert_uint_eq(causes_of(g, 5, 6), CG_EDGE_COMM_ORDER);
+  /* reorder the group; crossing P or Q is a cycle */
+  ck_assert_cg_ok(cg_depend(g, node_(g, 4), node_(g, 1)));
+  ck_assert_cg_ok(cg_depend(g, node_(g, 2), node_(g, 4)));
+  ck_assert_cg_status(cg_depend(g, node_(g, 5), node_(g, 1)), CG_ERR_CYCLE);
+  ck_assert_cg_status(cg_depend(g, node_(g, 1), node_(g, 0)), CG_ERR_CYCLE);
+  ck_assert_cg_status(cg_depend(g, node_(g, 6), node_(g, 2)), CG_ERR_CYCLE);
+  ck_assert_cg_status(cg_depend(g, node_(g, 5), node_(g, 0)), CG_ERR_CYCLE);
+  ORDER_IS(g, 0, 2, 3, 4, 1, 5, 6);
+  cg_comm_order_t o;
+  ck_assert_cg_ok(cg_comm_order_build(&o, g));
+  check_comm_order(g, &o, (const uint32_t[]){0, 2, 3, 4, 1, 5, 6});
+  ck_assert_uint_eq(o.n_sequences, 2);
+  ck_assert_ptr_eq(o.sequences[0].comm, c);
+  const uint32_t want[] = {0, 2, 4, 1, 5, 6};
+  ck_assert_uint_eq(o.sequences[0].len, 6);
+  for (uint32_t k = 0; k < 6; k++) ck_assert_uint_eq(o.sequences[0].nodes[k], want[k]);
+  ck_assert_ptr_eq(o.sequences[1].comm, d);
+  ck_assert_uint_eq(o.sequences[1].len, 1);
+  ck_assert_uint_eq(o.sequences[1].nodes[0], 3);
+  cg_comm_order_free(&o);
+  cg_graph_destroy(g);
+  cg_comm_destroy(c);
+  cg_comm_destroy(d);
 }
 END_TEST
 
@@ -474,6 +639,8 @@ static Suite *suite(void) {
   TCase *co = tcase_create("comm_order");
   tcase_set_timeout(co, 60);
   tcase_add_test(co, comm_order__by_hand);
+  tcase_add_test(co, comm_order__ranks_with_different_hazards_agree);
+  tcase_add_test(co, comm_order__sends_and_receives_between_collectives);
   tcase_add_test(co, comm_order__random_graphs_match_reference);
   suite_add_tcase(s, co);
   return s;

@@ -43,6 +43,7 @@ static void get_stats(cg_graph_stats_t *s, const cg_graph_t *g) {
 typedef struct env {
   int size, rank;
   cg_comm_t *comm; /* used by valid calls */
+  cg_comm_t *comm2; /* used by some of the prefix, so that not every prefix node is ordered by comm */
   cg_comm_t *bad;  /* used by rejected calls; never retained */
   cg_graph_t *g, *ref;
   unsigned char *arena;
@@ -86,6 +87,7 @@ static void env_init(env_t *e, uint64_t salt, int size) {
   e->size = size > 0 ? size : 1 + (int)cg_test_below(8);
   e->rank = (int)cg_test_below((uint64_t)e->size);
   ck_assert_cg_ok(cg_comm_create_offline(&e->comm, (int)cg_test_below(4), 4));
+  ck_assert_cg_ok(cg_comm_create_offline(&e->comm2, (int)cg_test_below(4), 4));
   ck_assert_cg_ok(cg_comm_create_offline(&e->bad, e->rank, e->size));
   cg_graph_opts_t o = CG_GRAPH_OPTS_INIT;
   o.name = "vg";
@@ -93,19 +95,21 @@ static void env_init(env_t *e, uint64_t salt, int size) {
   ck_assert_cg_ok(cg_graph_create(&e->ref, &o));
   e->arena = malloc(ARENA);
   ck_assert_ptr_nonnull(e->arena);
-  /* the prefix: 1..6 random nodes in the lower half of the arena */
+  /* the prefix: 1..6 random nodes in the lower half of the arena, on either
+   * communicator (the collectives of one are chained by comm-order edges) */
   int n = 1 + (int)cg_test_below(6);
   for (int i = 0; i < n; i++) {
     size_t off = cg_test_below(HALF - 512), bytes = 1 + cg_test_below(512);
     uint64_t what = cg_test_below(8);
+    cg_comm_t *c = cg_test_below(2) ? e->comm : e->comm2;
     if (what == 0) {
-      env_record(e, &(call_t){.kind = CG_NODE_BARRIER, .comm = e->comm});
+      env_record(e, &(call_t){.kind = CG_NODE_BARRIER, .comm = c});
     } else if (what == 1) {
-      env_record(e, &(call_t){CG_NODE_SEND, e->comm, e->arena + off, NULL, bytes, CG_UINT8, CG_SUM, 3});
+      env_record(e, &(call_t){CG_NODE_SEND, c, e->arena + off, NULL, bytes, CG_UINT8, CG_SUM, 3});
     } else {
-      env_record(e, &(call_t){CG_NODE_ALLREDUCE, e->comm, e->arena + off, e->arena + HALF - 512 + cg_test_below(512),
-                              1, CG_INT8, CG_SUM, -1});
-      env_record_arena(e, off, bytes);
+      env_record(e, &(call_t){CG_NODE_ALLREDUCE, c, e->arena + off, e->arena + HALF - 512 + cg_test_below(512), 1,
+                              CG_INT8, CG_SUM, -1});
+      env_record(e, &(call_t){CG_NODE_ALLREDUCE, c, e->arena + off, e->arena + off, bytes, CG_INT8, CG_SUM, -1});
     }
   }
   if (cg_test_below(2)) {
@@ -126,6 +130,7 @@ static void env_free(env_t *e) {
   ck_assert_int_eq(atomic_load(&e->bad->refs), 1);
   cg_comm_destroy(e->bad);
   cg_comm_destroy(e->comm);
+  cg_comm_destroy(e->comm2);
   free(e->arena);
   free(e->dot);
 }
@@ -536,17 +541,41 @@ START_TEST(validate__depend_self_edge) {
 }
 END_TEST
 
+/* A host function reading [p, p + 64) and writing [p + 1024, p + 1088), in both twins. */
+static uint32_t env_host_func(env_t *e, unsigned char *p) {
+  cg_range_t reads[] = {{p, 64}}, writes[] = {{p + 1024, 64}};
+  cg_access_t access = {sizeof(cg_access_t), 0, reads, 1, writes, 1};
+  cg_node_t a, b;
+  ck_assert_cg_ok(cg_host_func(&a, e->g, cg_test_noop, NULL, &access));
+  ck_assert_cg_ok(cg_host_func(&b, e->ref, cg_test_noop, NULL, &access));
+  ck_assert_uint_eq(a.index, e->next);
+  ck_assert_uint_eq(b.index, e->next);
+  e->next++;
+  env_snapshot(e);
+  return a.index;
+}
+
 START_TEST(validate__depend_cycle_through_backward_edges) {
   env_t e;
   env_init(&e, 32, 0);
+  /* nothing orders these four: disjoint buffers, allreduces on communicators
+   * of their own, host functions with declared accesses (not fences) */
+  cg_comm_t *comms[2];
   uint32_t n[4];
   for (int i = 0; i < 4; i++) {
     unsigned char *p = e.arena + HALF + 4096 * (size_t)i;
-    n[i] = env_record(&e, &(call_t){CG_NODE_ALLREDUCE, e.comm, p, p + 1024, 16, CG_FLOAT32, CG_SUM, -1}).index;
+    if (i % 2) {
+      n[i] = env_host_func(&e, p);
+    } else {
+      ck_assert_cg_ok(cg_comm_create_offline(&comms[i / 2], 0, 2));
+      call_t c = {CG_NODE_ALLREDUCE, comms[i / 2], p, p + 1024, 16, CG_FLOAT32, CG_SUM, -1};
+      n[i] = env_record(&e, &c).index;
+    }
   }
   env_depend(&e, n[3], n[2]);
   env_depend(&e, n[2], n[1]);
   env_depend(&e, n[1], n[0]);
+  ck_assert_int_eq(e.g->has_backward_edges, 1);
   const uint32_t bad[][2] = {{n[0], n[3]}, {n[0], n[2]}, {n[1], n[3]}, {n[0], n[1]}};
   for (size_t i = 0; i < 4; i++) {
     char nb[32], na[32];
@@ -556,6 +585,49 @@ START_TEST(validate__depend_cycle_through_backward_edges) {
     env_rejected(&e, "closes a backward chain", cg_depend(e.g, before, after), CG_ERR_CYCLE, "cg_depend", 0, nb, na);
   }
   env_free(&e);
+  for (int i = 0; i < 2; i++) cg_comm_destroy(comms[i]);
+}
+END_TEST
+
+START_TEST(validate__depend_backward_between_collectives_of_one_comm) {
+  env_t e;
+  env_init(&e, 34, 0);
+  cg_comm_t *other = NULL;
+  ck_assert_cg_ok(cg_comm_create_offline(&other, 0, 2));
+  /* disjoint buffers: only comm-order edges relate these nodes */
+  unsigned char *p = e.arena + HALF;
+  uint32_t a = env_record(&e, &(call_t){CG_NODE_ALLREDUCE, e.comm, p, p + 1024, 16, CG_FLOAT32, CG_SUM, -1}).index;
+  uint32_t a2 = env_record(&e, &(call_t){CG_NODE_BROADCAST, e.comm, p + 2048, p + 2048, 16, CG_FLOAT32, CG_SUM,
+                                         e.comm->rank}).index;
+  uint32_t s = env_record(&e, &(call_t){CG_NODE_SEND, e.comm, p + 4096, NULL, 16, CG_FLOAT32, CG_SUM, 0}).index;
+  uint32_t r = env_record(&e, &(call_t){CG_NODE_RECV, e.comm, NULL, p + 5120, 16, CG_FLOAT32, CG_SUM, 1}).index;
+  uint32_t b =
+      env_record(&e, &(call_t){CG_NODE_ALLGATHER, e.comm, p + 6144, p + 7168, 16, CG_FLOAT32, CG_SUM, -1}).index;
+  uint32_t c =
+      env_record(&e, &(call_t){CG_NODE_ALLREDUCE, other, p + 9216, p + 10240, 16, CG_FLOAT32, CG_SUM, -1}).index;
+  const cg_node_rec_t *rec = cg_graph_node(e.g, a2);
+  ck_assert_uint_eq(rec->preds.len, 1); /* the order edge alone */
+  ck_assert_uint_eq(rec->preds.items[0].node, a);
+  ck_assert_uint_eq(rec->preds.items[0].causes, CG_EDGE_COMM_ORDER);
+  /* a later collective cannot run before an earlier one of its communicator,
+   * directly or through the sends and receives between them */
+  const uint32_t bad[][2] = {{a2, a}, {b, a}, {b, a2}, {s, a2}, {r, a}, {b, s}, {b, r}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char nb[32], na[32];
+    snprintf(nb, sizeof nb, "node #%u", bad[i][0]);
+    snprintf(na, sizeof na, "node #%u", bad[i][1]);
+    cg_node_t before = {e.g->serial, bad[i][0]}, after = {e.g->serial, bad[i][1]};
+    env_rejected(&e, "backward across the communicator's order", cg_depend(e.g, before, after), CG_ERR_CYCLE,
+                 "cg_depend", 0, nb, na);
+  }
+  /* the sends and receives of one group are not ordered among themselves, and
+   * another communicator's collective is not ordered with these at all */
+  env_depend(&e, r, s);
+  env_depend(&e, c, a);
+  env_depend(&e, c, b);
+  ck_assert_int_eq(e.g->has_backward_edges, 1);
+  env_free(&e);
+  cg_comm_destroy(other);
 }
 END_TEST
 
@@ -784,6 +856,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, validate__depend_cycle_through_hazard_edges);
   tcase_add_test(tc, validate__depend_self_edge);
   tcase_add_test(tc, validate__depend_cycle_through_backward_edges);
+  tcase_add_test(tc, validate__depend_backward_between_collectives_of_one_comm);
   tcase_add_test(tc, validate__depend_random_matches_reachability);
   tcase_add_test(tc, validate__invalid_node_handles);
   tcase_add_test(tc, validate__host_func_null_fn);
