@@ -129,8 +129,9 @@ int main(int argc, char **argv) {
   printf("  %zu nodes:", s.nodes);
   for (int k = 0; k < CG_NODE_KIND_COUNT; k++)
     if (s.nodes_by_kind[k]) printf(" %zu %s", s.nodes_by_kind[k], cg_node_kind_name((cg_node_kind_t)k));
-  printf("\n  %zu edges: %zu read-after-write, %zu write-after-read, %zu write-after-write, %zu fence, %zu explicit\n",
-         s.edges, s.raw_edges, s.war_edges, s.waw_edges, s.fence_edges, s.explicit_edges);
+  printf("\n  %zu edges: %zu read-after-write, %zu write-after-read, %zu write-after-write, %zu fence, "
+         "%zu communicator order, %zu explicit\n",
+         s.edges, s.raw_edges, s.war_edges, s.waw_edges, s.fence_edges, s.comm_order_edges, s.explicit_edges);
   printf("  %zu tensors, %.1f MB of gradients all-reduced per iteration\n", model.n_tensors,
          (double)model.total * sizeof(float) / 1e6);
 
