@@ -89,6 +89,10 @@ cg_status_t cg_graph_write_dot(const cg_graph_t *g, FILE *f) {
   fputs("\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
         "  edge [fontname=\"Helvetica\", fontsize=8];\n",
         f);
+  /* Long order chains with many edges into one node (gradients into an
+   * optimizer step) take Graphviz minutes to route; straight edges and a
+   * bounded crossing search keep large graphs at about a second. */
+  if (g->n_nodes > 64) fputs("  splines=line;\n  nslimit=1;\n  mclimit=0.1;\n", f);
   for (uint32_t i = 0; i < g->n_nodes; i++) write_node(f, i, &g->nodes[i]);
   for (uint32_t i = 0; i < g->n_nodes; i++) {
     const cg_edge_vec_t *succs = &g->nodes[i].succs;

@@ -225,6 +225,33 @@ START_TEST(dot__write_errors_and_null_arguments) {
 }
 END_TEST
 
+START_TEST(dot__large_graphs_ask_graphviz_for_a_fast_layout) {
+  /* an order chain of all-reduces all feeding one host function: without the
+   * layout hints Graphviz spends minutes on it */
+  cg_comm_t *comm;
+  cg_graph_t *g;
+  static float grads[100][16];
+  ck_assert_cg_ok(cg_comm_create_offline(&comm, 0, 2));
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int i = 0; i < 64; i++) ck_assert_cg_ok(cg_allreduce(NULL, g, comm, grads[i], grads[i], 16, CG_FLOAT32, CG_SUM));
+  char *small = cg_test_dot_text(g);
+  ck_assert_ptr_null(strstr(small, "splines=line"));
+  for (int i = 64; i < 100; i++) ck_assert_cg_ok(cg_allreduce(NULL, g, comm, grads[i], grads[i], 16, CG_FLOAT32, CG_SUM));
+  cg_range_t reads[] = {{grads, sizeof grads}};
+  cg_access_t access = CG_ACCESS_INIT;
+  access.everything = 0;
+  access.reads = reads;
+  access.n_reads = 1;
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &access));
+  char *large = cg_test_dot_text(g);
+  ck_assert_ptr_nonnull(strstr(large, "  splines=line;\n  nslimit=1;\n  mclimit=0.1;\n"));
+  free(small);
+  free(large);
+  cg_graph_destroy(g);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("dot");
   TCase *tc = tcase_create("dot");
@@ -233,6 +260,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, dot__edges_drawn_by_cause);
   tcase_add_test(tc, dot__explicit_edge_over_hazard_is_solid_and_labelled);
   tcase_add_test(tc, dot__graphviz_parses_output);
+  tcase_add_test(tc, dot__large_graphs_ask_graphviz_for_a_fast_layout);
   tcase_add_test(tc, dot__write_errors_and_null_arguments);
   suite_add_tcase(s, tc);
   return s;
