@@ -11,6 +11,7 @@ cg_comm_t *cg_comm_alloc(int rank, int size, const cg_comm_ops_t *ops, void *imp
   comm->serial = atomic_fetch_add(&next_comm_serial, 1);
   comm->rank = rank;
   comm->size = size;
+  comm->device = CG_DEVICE_HOST;
   atomic_init(&comm->refs, 1);
   comm->ops = ops;
   comm->impl = impl;
@@ -43,5 +44,11 @@ cg_status_t cg_comm_backend_name(const char **out, const cg_comm_t *comm) {
   if (!out || !comm)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_backend_name: NULL %s", out ? "comm" : "out");
   *out = comm->ops && comm->ops->backend_name ? comm->ops->backend_name : "none";
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_comm_device(int *out, const cg_comm_t *comm) {
+  if (!out || !comm) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_device: NULL %s", out ? "comm" : "out");
+  *out = comm->device;
   return CG_SUCCESS;
 }

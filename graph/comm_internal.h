@@ -1,5 +1,7 @@
 /* The communicator as the graph layer sees it: an identity, a rank in a size,
- * and a backend behind a table of operations. Backends fill `ops` and `impl`. */
+ * and a backend behind a table of operations. Backends fill `ops` and `impl`.
+ * `backend` is the scheduler's interface to the backend (sched/backend.h);
+ * opaque here. */
 #ifndef CG_GRAPH_COMM_INTERNAL_H
 #define CG_GRAPH_COMM_INTERNAL_H
 
@@ -8,15 +10,19 @@
 
 #include "commgraph/comm.h"
 
+struct cg_backend;
+
 typedef struct cg_comm_ops {
   const char *backend_name;
   void (*destroy_impl)(void *impl); /* may be NULL */
+  const struct cg_backend *backend; /* NULL: the communicator runs nothing */
 } cg_comm_ops_t;
 
 struct cg_comm {
   uint64_t serial; /* process-wide creation number, for DOT labels */
   int rank;
   int size;
+  int device; /* CG_DEVICE_HOST or a CUDA device ordinal */
   atomic_int refs; /* the creator's reference plus one per graph that uses it */
   const cg_comm_ops_t *ops;
   void *impl;

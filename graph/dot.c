@@ -1,11 +1,11 @@
 /* Graphviz DOT export of a recorded graph. */
 #include <stdio.h>
 
+#include "dot_text.h"
 #include "error.h"
 #include "graph_internal.h"
 
-/* Writes `text` as the inside of a DOT double-quoted string. */
-static void put_escaped(FILE *f, const char *text) {
+void cg_dot_put_escaped(FILE *f, const char *text) {
   for (const char *p = text; *p; p++) {
     if (*p == '"' || *p == '\\')
       fprintf(f, "\\%c", *p);
@@ -42,7 +42,7 @@ static void write_node(FILE *f, uint32_t index, const cg_node_rec_t *n) {
   fprintf(f, "  n%u [shape=%s, label=\"#%u %s", index, shape_of(n), index, cg_node_kind_name(n->kind));
   if (n->name) {
     fputs("\\n", f);
-    put_escaped(f, n->name);
+    cg_dot_put_escaped(f, n->name);
   }
   if (n->comm && n->kind != CG_NODE_BARRIER) {
     fprintf(f, "\\n%zu x %s", n->count, cg_dtype_name(n->dtype));
@@ -85,7 +85,7 @@ static void write_edge(FILE *f, uint32_t from, uint32_t to, uint32_t causes) {
 cg_status_t cg_graph_write_dot(const cg_graph_t *g, FILE *f) {
   if (!g || !f) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_graph_write_dot: NULL %s", g ? "file" : "graph");
   fputs("digraph \"", f);
-  put_escaped(f, g->name ? g->name : "commgraph");
+  cg_dot_put_escaped(f, g->name ? g->name : "commgraph");
   fputs("\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
         "  edge [fontname=\"Helvetica\", fontsize=8];\n",
         f);

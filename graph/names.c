@@ -1,3 +1,4 @@
+#include "commgraph/comm.h"
 #include "commgraph/types.h"
 
 size_t cg_dtype_size(cg_dtype_t dtype) {
@@ -47,6 +48,19 @@ const char *cg_node_kind_name(cg_node_kind_t kind) {
     CG_NODE_KIND_LIST(CG_KIND_NAME_CASE)
 #undef CG_KIND_NAME_CASE
     case CG_NODE_KIND_COUNT:
+      break;
+  }
+  return "unknown";
+}
+
+const char *cg_backend_kind_name(cg_backend_kind_t kind) {
+  switch (kind) {
+#define CG_BACKEND_NAME_CASE(name, text) \
+  case name:                             \
+    return text;
+    CG_BACKEND_LIST(CG_BACKEND_NAME_CASE)
+#undef CG_BACKEND_NAME_CASE
+    case CG_BACKEND_COUNT:
       break;
   }
   return "unknown";

@@ -14,7 +14,7 @@ const char *cg_status_string(cg_status_t status) {
   return "unknown status";
 }
 
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[1024];
 
 const char *cg_error_last(void) { return last_error; }
 

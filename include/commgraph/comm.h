@@ -1,10 +1,13 @@
 /* Communicators: the ranks a collective runs over, with a backend.
  *
- * Real communicators (MPI, NCCL) come from backend-specific constructors. An
- * offline communicator only knows its rank and size: it lets a program record,
- * validate and draw a graph as one rank of a job without any transport. */
+ * Real communicators come from cg_comm_create (commgraph/mpi.h), which takes an
+ * MPI_Comm and a cg_comm_opts_t. An offline communicator only knows its rank and
+ * size: it lets a program record, validate, compile and draw a graph as one rank
+ * of a job without any transport; its plans cannot run. */
 #ifndef COMMGRAPH_COMM_H
 #define COMMGRAPH_COMM_H
+
+#include <stddef.h>
 
 #include "commgraph/status.h"
 
@@ -13,6 +16,31 @@ extern "C" {
 #endif
 
 typedef struct cg_comm cg_comm_t;
+
+/* X(name, text): the backends a communicator can use. */
+#define CG_BACKEND_LIST(X)                 \
+  X(CG_BACKEND_AUTO, "auto")               \
+  X(CG_BACKEND_MPI, "mpi")                 \
+  X(CG_BACKEND_NCCL, "nccl")               \
+  X(CG_BACKEND_HOSTTRANSFER, "hosttransfer")
+
+#define CG_BACKEND_ENUMERATOR(name, text) name,
+typedef enum cg_backend_kind { CG_BACKEND_LIST(CG_BACKEND_ENUMERATOR) CG_BACKEND_COUNT } cg_backend_kind_t;
+#undef CG_BACKEND_ENUMERATOR
+
+/* Static name ("mpi"); "unknown" outside the list. */
+CG_API const char *cg_backend_kind_name(cg_backend_kind_t kind);
+
+/* Where a communicator's buffers live: host memory, or the CUDA device with this
+ * ordinal. */
+#define CG_DEVICE_HOST (-1)
+
+typedef struct cg_comm_opts {
+  size_t size;               /* sizeof(cg_comm_opts_t) */
+  cg_backend_kind_t backend; /* AUTO: mpi for host buffers, nccl for a device */
+  int device;                /* CG_DEVICE_HOST or a CUDA device ordinal */
+} cg_comm_opts_t;
+#define CG_COMM_OPTS_INIT {sizeof(cg_comm_opts_t), CG_BACKEND_AUTO, CG_DEVICE_HOST}
 
 /* A communicator of `size` ranks seen from `rank`, with no transport.
  * CG_ERR_INVALID_ARGUMENT for size < 1, CG_ERR_OUT_OF_RANGE for rank outside
@@ -25,8 +53,10 @@ CG_API void cg_comm_destroy(cg_comm_t *comm);
 
 CG_API cg_status_t cg_comm_rank(int *out, const cg_comm_t *comm);
 CG_API cg_status_t cg_comm_size(int *out, const cg_comm_t *comm);
-/* Backend name: "offline" for cg_comm_create_offline. Static text. */
+/* Backend name: "mpi", or "offline" for cg_comm_create_offline. Static text. */
 CG_API cg_status_t cg_comm_backend_name(const char **out, const cg_comm_t *comm);
+/* CG_DEVICE_HOST or the CUDA device ordinal the communicator's buffers live on. */
+CG_API cg_status_t cg_comm_device(int *out, const cg_comm_t *comm);
 
 #ifdef __cplusplus
 }

@@ -26,7 +26,10 @@ extern "C" {
   X(CG_ERR_NO_MEMORY, 8, "out of memory")                                              \
   X(CG_ERR_IO, 9, "write failed")                                                      \
   X(CG_ERR_UNSUPPORTED, 10, "not supported by this build or backend")                  \
-  X(CG_ERR_INTERNAL, 11, "internal error")
+  X(CG_ERR_INTERNAL, 11, "internal error")                                             \
+  X(CG_ERR_MISMATCH, 12, "ranks recorded different operations on a communicator")      \
+  X(CG_ERR_BACKEND, 13, "the communication library reported an error")                 \
+  X(CG_ERR_IN_PROGRESS, 14, "the plan is running")
 
 #define CG_STATUS_ENUMERATOR(name, value, text) name = value,
 typedef enum cg_status { CG_STATUS_LIST(CG_STATUS_ENUMERATOR) } cg_status_t;

@@ -1,0 +1,41 @@
+/* The MPI backend's private state: two duplicates of the user's MPI_Comm (one
+ * for plan steps, one for control traffic such as the cross-rank check, so a
+ * compile never interleaves with a running plan's collectives) and the MPI
+ * datatype and reduction operations MPI lacks (float16, bfloat16). */
+#ifndef CG_BACKENDS_MPI_BACKEND_H
+#define CG_BACKENDS_MPI_BACKEND_H
+
+#include <mpi.h>
+
+#include "backend.h"
+
+typedef struct cg_mpi_comm {
+  MPI_Comm data;    /* plan steps */
+  MPI_Comm control; /* cross-rank check and other library traffic */
+  int thread_level; /* what MPI provides */
+  MPI_Datatype half; /* two opaque bytes: float16 and bfloat16 elements */
+  MPI_Op half_ops[2][4]; /* [float16, bfloat16][sum, prod, min, max] */
+} cg_mpi_comm_t;
+
+extern const cg_backend_t cg_mpi_backend;
+
+/* Creates the datatype and operations; frees them. */
+cg_status_t cg_mpi_types_create(cg_mpi_comm_t *m);
+void cg_mpi_types_free(cg_mpi_comm_t *m);
+
+/* The MPI datatype of a commgraph element type. */
+MPI_Datatype cg_mpi_datatype(const cg_mpi_comm_t *m, cg_dtype_t dtype);
+/* The MPI operation reducing `dtype` with `op` (CG_AVG reduces as a sum; the
+ * division is the caller's). */
+MPI_Op cg_mpi_op(const cg_mpi_comm_t *m, cg_dtype_t dtype, cg_redop_t op);
+
+/* CG_ERR_BACKEND with "<call>: <MPI's error text>". */
+cg_status_t cg_mpi_fail(int mpi_error, const char *call);
+
+/* Step execution (mpi_steps.c), referenced by the backend table. */
+cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *step);
+void cg_mpi_step_release(void *comm_impl, void *state);
+cg_status_t cg_mpi_step_start(void *comm_impl, const cg_step_t *step, void *state);
+cg_status_t cg_mpi_step_test(int *done, void *comm_impl, const cg_step_t *step, void *state);
+
+#endif

@@ -1,0 +1,147 @@
+/* One plan step as one nonblocking MPI call. In-place forms are NCCL's and map
+ * onto MPI_IN_PLACE where MPI's meaning is the same; reduce_scatter in place
+ * goes through a scratch buffer, because MPI's in-place reduce_scatter leaves
+ * the result at the start of the buffer and overwrites bytes NCCL's form does
+ * not touch. Average is a sum followed by a division on the ranks that receive
+ * the result. */
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "host_reduce.h"
+#include "mpi_backend.h"
+
+typedef struct mpi_step {
+  MPI_Request request;
+  void *scratch;     /* reduce_scatter in place: the result before it is copied */
+  size_t scratch_bytes;
+  void *divide;      /* average: where this rank's result lands, or NULL */
+} mpi_step_t;
+
+static const char *at(const void *base, size_t elems, size_t elem_size) {
+  return (const char *)base + elems * elem_size;
+}
+
+cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *s) {
+  (void)comm_impl;
+  size_t es = cg_dtype_size(s->dtype);
+  int rank = s->comm->rank, is_root = rank == s->root;
+  if (s->count > (size_t)INT_MAX)
+    return cg_fail(CG_ERR_UNSUPPORTED, "count %zu is above MPI's int counts (%d)", s->count, INT_MAX);
+  mpi_step_t *m = calloc(1, sizeof *m);
+  if (!m) return cg_fail(CG_ERR_NO_MEMORY, "allocating the MPI step");
+  m->request = MPI_REQUEST_NULL;
+  if (s->op_kind == CG_NODE_REDUCE_SCATTER && s->count &&
+      (const char *)s->recv == at(s->send, (size_t)rank * s->count, es)) {
+    m->scratch_bytes = s->count * es;
+    if (!(m->scratch = malloc(m->scratch_bytes))) {
+      free(m);
+      return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of reduce_scatter scratch", s->count * es);
+    }
+  }
+  if (s->op == CG_AVG && s->count) {
+    int receives = s->op_kind == CG_NODE_ALLREDUCE || s->op_kind == CG_NODE_REDUCE_SCATTER ||
+                   (s->op_kind == CG_NODE_REDUCE && is_root);
+    if (receives) m->divide = s->recv;
+  }
+  *state = m;
+  return CG_SUCCESS;
+}
+
+void cg_mpi_step_release(void *comm_impl, void *state) {
+  (void)comm_impl;
+  mpi_step_t *m = state;
+  if (!m) return;
+  if (m->request != MPI_REQUEST_NULL) MPI_Request_free(&m->request);
+  free(m->scratch);
+  free(m);
+}
+
+cg_status_t cg_mpi_step_start(void *comm_impl, const cg_step_t *s, void *state) {
+  cg_mpi_comm_t *mc = comm_impl;
+  mpi_step_t *m = state;
+  MPI_Comm comm = mc->data;
+  MPI_Datatype type = cg_mpi_datatype(mc, s->dtype);
+  MPI_Op op = cg_mpi_op(mc, s->dtype, s->op);
+  size_t es = cg_dtype_size(s->dtype);
+  int count = (int)s->count, rank = s->comm->rank, is_root = rank == s->root;
+  const void *send = s->send;
+  void *recv = s->recv;
+  const char *call = "";
+  int err = MPI_SUCCESS;
+  switch (s->op_kind) {
+    case CG_NODE_ALLREDUCE:
+      call = "MPI_Iallreduce";
+      err = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, count, type, op, comm, &m->request);
+      break;
+    case CG_NODE_BROADCAST:
+      call = "MPI_Ibcast";
+      if (is_root && send != recv && count) memcpy(recv, send, s->count * es);
+      err = MPI_Ibcast(recv, count, type, s->root, comm, &m->request);
+      break;
+    case CG_NODE_REDUCE:
+      call = "MPI_Ireduce";
+      err = MPI_Ireduce(is_root && send == recv ? MPI_IN_PLACE : send, recv, count, type, op, s->root, comm,
+                        &m->request);
+      break;
+    case CG_NODE_ALLGATHER:
+      call = "MPI_Iallgather";
+      err = MPI_Iallgather(count && send == at(recv, (size_t)rank * s->count, es) ? MPI_IN_PLACE : send, count, type,
+                           recv, count, type, comm, &m->request);
+      break;
+    case CG_NODE_REDUCE_SCATTER:
+      call = "MPI_Ireduce_scatter_block";
+      err = MPI_Ireduce_scatter_block(send, m->scratch ? m->scratch : recv, count, type, op, comm, &m->request);
+      break;
+    case CG_NODE_ALLTOALL:
+      call = "MPI_Ialltoall";
+      err = MPI_Ialltoall(send, count, type, recv, count, type, comm, &m->request);
+      break;
+    case CG_NODE_GATHER:
+      call = "MPI_Igather";
+      err = MPI_Igather(is_root && count && send == at(recv, (size_t)rank * s->count, es) ? MPI_IN_PLACE : send,
+                        count, type, recv, count, type, s->root, comm, &m->request);
+      break;
+    case CG_NODE_SCATTER:
+      call = "MPI_Iscatter";
+      err = MPI_Iscatter(send, count, type,
+                         is_root && count && recv == at(send, (size_t)rank * s->count, es) ? MPI_IN_PLACE : recv,
+                         count, type, s->root, comm, &m->request);
+      break;
+    case CG_NODE_SEND:
+      call = "MPI_Isend";
+      err = MPI_Isend(send, count, type, s->root, 0, comm, &m->request);
+      break;
+    case CG_NODE_RECV:
+      call = "MPI_Irecv";
+      err = MPI_Irecv(recv, count, type, s->root, 0, comm, &m->request);
+      break;
+    case CG_NODE_BARRIER:
+      call = "MPI_Ibarrier";
+      err = MPI_Ibarrier(comm, &m->request);
+      break;
+    default:
+      return cg_fail(CG_ERR_INTERNAL, "the MPI backend got a %s step", cg_node_kind_name(s->op_kind));
+  }
+  if (err != MPI_SUCCESS) {
+    m->request = MPI_REQUEST_NULL;
+    return cg_mpi_fail(err, call);
+  }
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_mpi_step_test(int *done, void *comm_impl, const cg_step_t *s, void *state) {
+  (void)comm_impl;
+  mpi_step_t *m = state;
+  int flag = 0;
+  int err = MPI_Test(&m->request, &flag, MPI_STATUS_IGNORE);
+  if (err != MPI_SUCCESS) return cg_mpi_fail(err, "MPI_Test");
+  if (flag) {
+    if (m->scratch) memcpy(s->recv, m->scratch, m->scratch_bytes);
+    if (m->divide) cg_host_divide(m->divide, s->count, s->dtype, s->comm->size);
+  }
+  *done = flag;
+  return CG_SUCCESS;
+}

@@ -1,0 +1,47 @@
+/* Communicators over MPI.
+ *
+ * cg_comm_create duplicates the given MPI_Comm, so commgraph's traffic never
+ * matches the application's own messages, and sets MPI_ERRORS_RETURN on the
+ * duplicate so a failing call becomes CG_ERR_BACKEND with MPI's error text
+ * instead of aborting. Creation is collective over the MPI_Comm; destruction
+ * (when the last graph and plan using the communicator are gone) frees the
+ * duplicate and is collective as well, unless MPI is already finalized.
+ *
+ * Threads. Host plans run on the thread that calls cg_plan_run / start / test /
+ * wait. Under MPI_THREAD_FUNNELED that must be the main thread; under
+ * MPI_THREAD_SERIALIZED any one thread at a time; plans on the same or different
+ * communicators driven concurrently from several threads need
+ * MPI_THREAD_MULTIPLE. Each case is checked and reported with the level MPI
+ * provides. Device buffers over MPI (staged host nodes inside a CUDA graph)
+ * always need MPI_THREAD_MULTIPLE. */
+#ifndef COMMGRAPH_MPI_H
+#define COMMGRAPH_MPI_H
+
+#include "commgraph/config.h"
+#if !CG_HAVE_MPI
+#error "commgraph was built without MPI (CG_WITH_MPI=OFF or MPI not found)"
+#endif
+
+#include <mpi.h>
+
+#include "commgraph/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A communicator over the ranks of `mpi`. opts may be NULL for defaults (MPI
+ * backend, host buffers). Collective over `mpi`. Fails with
+ * CG_ERR_INVALID_ARGUMENT for MPI_COMM_NULL or MPI not initialized,
+ * CG_ERR_INVALID_ENUM for an unknown backend, CG_ERR_UNSUPPORTED for a backend
+ * or device this build cannot use (the detail says which and why). */
+CG_API cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts);
+
+/* The communicator's own MPI_Comm (the duplicate; do not free it). Fails with
+ * CG_ERR_UNSUPPORTED for a communicator without one (offline). */
+CG_API cg_status_t cg_comm_mpi(MPI_Comm *out, const cg_comm_t *comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

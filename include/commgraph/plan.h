@@ -1,0 +1,91 @@
+/* Plans: the compiled, immutable form of a graph, run many times.
+ *
+ * cg_compile checks the graph on every rank, puts each communicator's
+ * operations in one total order that is the same on every rank, and lowers the
+ * graph to a plan of steps (plain data: kind, lane, dependencies, buffers). A
+ * plan over host memory runs with cg_plan_run, or with cg_plan_start followed by
+ * cg_plan_test / cg_plan_wait, which progress it on the calling thread: steps
+ * whose dependencies are met run concurrently (nonblocking MPI), each
+ * communicator's steps start in its total order, and host functions run on the
+ * calling thread when their inputs are ready.
+ *
+ * A plan refers to the buffers recorded in the graph (it does not copy them)
+ * and keeps its communicators alive. The graph may be destroyed after
+ * compiling. */
+#ifndef COMMGRAPH_PLAN_H
+#define COMMGRAPH_PLAN_H
+
+#include <stdio.h>
+
+#include "commgraph/graph.h"
+#include "commgraph/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cg_plan cg_plan_t;
+
+typedef struct cg_compile_opts {
+  size_t size;      /* sizeof(cg_compile_opts_t) */
+  int check_ranks;  /* 1 (default): the cross-rank check below; 0: skip it */
+  const char *name; /* plan name for DOT and error details; NULL: the graph's name */
+} cg_compile_opts_t;
+#define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL}
+
+/* Compiles `graph`; opts may be NULL for defaults. Collective: every rank of
+ * every communicator the graph uses must call it (in the same order relative to
+ * other collective commgraph calls on those communicators).
+ *
+ * The cross-rank check compares, per communicator, every rank's sequence of
+ * collectives (kind, count, dtype, reduction, root) and matches every send with
+ * the receive on its peer (count, dtype, position between collectives). On any
+ * difference every rank fails with CG_ERR_MISMATCH, and cg_error_last() names
+ * the communicator, the first differing operation, the node index and name on
+ * each rank, and which ranks hold which version. Communicators without a
+ * transport (offline) are not checked. The check costs two small allgathers per
+ * communicator, once per compile. */
+CG_API cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts);
+
+/* Waits for a running plan, then frees it. NULL is fine. */
+CG_API void cg_plan_destroy(cg_plan_t *plan);
+
+/* ---- host plans */
+
+/* Runs the plan once and returns when it is complete. */
+CG_API cg_status_t cg_plan_run(cg_plan_t *plan);
+/* Starts a run and returns; CG_ERR_IN_PROGRESS if a run has not finished. */
+CG_API cg_status_t cg_plan_start(cg_plan_t *plan);
+/* Progresses the run; *done = 1 once it is complete (and for a plan that is
+ * not running). */
+CG_API cg_status_t cg_plan_test(int *done, cg_plan_t *plan);
+/* Progresses the run until it is complete; CG_SUCCESS at once when not running. */
+CG_API cg_status_t cg_plan_wait(cg_plan_t *plan);
+
+/* A failed run (CG_ERR_BACKEND, say) reports the step, its node (index and
+ * name) and the rank; the plan is then no longer running and may be started
+ * again, but steps of the failed run may still be in flight in the backend. */
+
+/* ---- inspection */
+
+typedef struct cg_plan_stats {
+  size_t steps;
+  size_t lanes;        /* one per communicator, plus one for host functions if any */
+  size_t dependencies; /* distinct (before, after) pairs between steps */
+  size_t communicators;
+} cg_plan_stats_t;
+CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
+
+/* The plan in Graphviz DOT: one cluster per lane, steps in their order, labelled
+ * with what they do and the node they came from; solid edges are
+ * dependencies. */
+CG_API cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *file);
+/* The plan as text, one line per step (kind, lane, position on its
+ * communicator, shape, dependencies, source node). Contains no addresses, so
+ * ranks that recorded the same program print the same text. */
+CG_API cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *file);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

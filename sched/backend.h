@@ -1,0 +1,53 @@
+/* The interface between the scheduler and a backend: a versioned table of
+ * function pointers. A communicator points at its backend's table; the
+ * scheduler calls only through it and never names a communication library.
+ *
+ * Every entry may be NULL where the backend has no such ability (an offline
+ * communicator has no control channel and runs nothing); the scheduler reports
+ * CG_ERR_UNSUPPORTED then. A backend built against another interface version is
+ * refused when the communicator is created. */
+#ifndef CG_SCHED_BACKEND_H
+#define CG_SCHED_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan_internal.h"
+
+#define CG_BACKEND_INTERFACE_VERSION 1u
+
+/* Where a backend's steps may read and write. */
+#define CG_BACKEND_HOST_MEMORY 1u
+#define CG_BACKEND_DEVICE_MEMORY 2u
+
+struct cg_backend {
+  uint32_t interface_version; /* CG_BACKEND_INTERFACE_VERSION */
+  const char *name;
+  uint32_t memory;      /* CG_BACKEND_*_MEMORY bits */
+  uint32_t node_kinds;  /* bit (1u << kind) per cg_node_kind_t it runs */
+  uint32_t dtypes;      /* bit (1u << dtype) per cg_dtype_t it runs */
+
+  /* Control channel for the cross-rank check: a nonblocking allgather of
+   * `bytes` from every rank of the communicator into `all` (size * bytes, in
+   * rank order). Requests on different communicators may be outstanding
+   * together and completed in any order. control_test releases the request
+   * once *done is 1. */
+  cg_status_t (*control_allgather_start)(void **request, void *comm_impl, const void *mine, void *all,
+                                         size_t bytes);
+  cg_status_t (*control_test)(int *done, void *comm_impl, void *request);
+
+  /* Host execution. host_check_thread runs when a plan starts, on the calling
+   * thread. host_step_prepare runs at compile time and may allocate what the
+   * step needs on every run (scratch buffers, requests); host_step_release frees
+   * it. host_step_start posts the step without waiting; host_step_test
+   * progresses it and sets *done once its buffers hold the result. */
+  cg_status_t (*host_check_thread)(void *comm_impl);
+  cg_status_t (*host_step_prepare)(void **state, void *comm_impl, const cg_step_t *step);
+  void (*host_step_release)(void *comm_impl, void *state);
+  cg_status_t (*host_step_start)(void *comm_impl, const cg_step_t *step, void *state);
+  cg_status_t (*host_step_test)(int *done, void *comm_impl, const cg_step_t *step, void *state);
+};
+
+typedef struct cg_backend cg_backend_t;
+
+#endif

@@ -1,0 +1,250 @@
+/* cg_compile: a recorded graph becomes a plan of steps. Each node becomes one
+ * step (fusion into buckets comes later), placed in the graph's deterministic
+ * topological order; dependencies are the graph's edges, which already keep
+ * each communicator's collectives in record order. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "comm_order.h"
+#include "error.h"
+#include "graph_view.h"
+#include "plan_internal.h"
+#include "rank_check.h"
+
+static char *copy_string(const char *s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char *c = malloc(n);
+  if (c) memcpy(c, s, n);
+  return c;
+}
+
+void cg_step_describe(char *buf, size_t size, const cg_plan_t *plan, uint32_t index) {
+  const cg_step_t *s = &plan->steps[index];
+  char plan_name[300] = "", node_name[300] = "", where[64] = "";
+  if (plan->name) snprintf(plan_name, sizeof plan_name, "plan '%s' ", plan->name);
+  if (plan->node_names[index]) snprintf(node_name, sizeof node_name, " '%s'", plan->node_names[index]);
+  if (s->comm) snprintf(where, sizeof where, " on rank %d of %d", s->comm->rank, s->comm->size);
+  snprintf(buf, size, "%sstep %u (node #%u%s, %s%s)", plan_name, index, s->node, node_name,
+           cg_node_kind_name(s->op_kind), where);
+}
+
+static int is_cuda_kind(cg_node_kind_t k) {
+  return k == CG_NODE_CHILD_GRAPH || k == CG_NODE_EVENT_WAIT || k == CG_NODE_EVENT_RECORD;
+}
+
+static void plan_free(cg_plan_t *p) {
+  if (!p) return;
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    cg_step_t *s = &p->steps[i];
+    const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
+    if (s->backend_state && b && b->host_step_release) b->host_step_release(s->comm->impl, s->backend_state);
+    if (p->node_names) free(p->node_names[i]);
+  }
+  for (uint32_t c = 0; c < p->n_comms; c++) cg_comm_release(p->comms[c].comm);
+  free(p->comm_step_storage);
+  free(p->comms);
+  free(p->node_names);
+  free(p->dep_storage);
+  free(p->steps);
+  free(p->name);
+  free(p);
+}
+
+/* Checks that the node can run on its communicator's backend. */
+static cg_status_t check_supported(const cg_graph_t *g, uint32_t node, const char *where) {
+  const cg_node_rec_t *n = cg_graph_node(g, node);
+  const char *name = n->name ? n->name : "";
+  if (is_cuda_kind(n->kind))
+    return cg_fail(CG_ERR_UNSUPPORTED, "%s: node #%u '%s' (%s): plans do not run CUDA nodes yet", where, node, name,
+                   cg_node_kind_name(n->kind));
+  if (!n->comm) return CG_SUCCESS;
+  const cg_backend_t *b = n->comm->ops->backend;
+  if (!b) return CG_SUCCESS; /* offline: compiles and draws, cannot run */
+  if (!(b->node_kinds & (1u << n->kind)))
+    return cg_fail(CG_ERR_UNSUPPORTED, "%s: node #%u '%s': the %s backend does not run %s", where, node, name, b->name,
+                   cg_node_kind_name(n->kind));
+  if (n->kind != CG_NODE_BARRIER && !(b->dtypes & (1u << n->dtype)))
+    return cg_fail(CG_ERR_UNSUPPORTED, "%s: node #%u '%s': the %s backend has no %s", where, node, name, b->name,
+                   cg_dtype_name(n->dtype));
+  return CG_SUCCESS;
+}
+
+static cg_status_t lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order_t *order, const char *where) {
+  uint32_t n = cg_graph_node_count(g);
+  uint32_t *step_of = malloc((size_t)(n ? n : 1) * sizeof *step_of);
+  uint32_t *topo = malloc((size_t)(n ? n : 1) * sizeof *topo);
+  uint32_t *comm_steps = p->comm_step_storage = malloc((size_t)(n ? n : 1) * sizeof *comm_steps);
+  cg_status_t st = CG_SUCCESS;
+  p->steps = calloc(n ? n : 1, sizeof *p->steps);
+  p->node_names = calloc(n ? n : 1, sizeof *p->node_names);
+  p->comms = calloc(order->n_sequences ? order->n_sequences : 1, sizeof *p->comms);
+  if (!step_of || !topo || !comm_steps || !p->steps || !p->node_names || !p->comms) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating %u steps", where, n);
+    goto out;
+  }
+  if ((st = cg_graph_topo_order(g, topo)) != CG_SUCCESS) goto out;
+  for (uint32_t i = 0; i < n; i++) step_of[topo[i]] = i;
+
+  /* communicators: their steps in total order, and which collectives precede
+   * each point-to-point operation */
+  uint32_t used = 0;
+  for (uint32_t c = 0; c < order->n_sequences; c++) {
+    const cg_comm_sequence_t *seq = &order->sequences[c];
+    cg_plan_comm_t *pc = &p->comms[c];
+    pc->comm = seq->comm;
+    cg_comm_retain(seq->comm);
+    p->n_comms = c + 1;
+    pc->steps = comm_steps + used;
+    pc->n_steps = seq->len;
+    used += seq->len;
+    uint32_t collectives = 0;
+    for (uint32_t k = 0; k < seq->len; k++) {
+      uint32_t s = step_of[seq->nodes[k]];
+      pc->steps[k] = s;
+      p->steps[s].comm_index = c;
+      p->steps[s].comm_position = k;
+      p->steps[s].group = collectives;
+      p->steps[s].lane = c;
+      cg_node_kind_t kind = cg_graph_node(g, seq->nodes[k])->kind;
+      if (kind != CG_NODE_SEND && kind != CG_NODE_RECV) collectives++;
+    }
+  }
+  p->n_lanes = order->n_sequences;
+
+  size_t n_deps = 0;
+  for (uint32_t i = 0; i < n; i++) n_deps += cg_graph_node(g, i)->preds.len;
+  p->dep_storage = malloc((n_deps ? 2 * n_deps : 1) * sizeof *p->dep_storage);
+  if (!p->dep_storage) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating %zu dependencies", where, n_deps);
+    goto out;
+  }
+  p->n_deps = n_deps;
+  int has_host = 0;
+  uint32_t *cursor = p->dep_storage;
+  for (uint32_t s = 0; s < n; s++) {
+    const cg_node_rec_t *node = cg_graph_node(g, topo[s]);
+    cg_step_t *step = &p->steps[s];
+    step->kind = node->comm ? CG_STEP_COLLECTIVE : CG_STEP_HOST_FUNC;
+    step->op_kind = node->kind;
+    step->node = topo[s];
+    step->comm = node->comm;
+    step->send = node->send;
+    step->recv = node->recv;
+    step->count = node->count;
+    step->dtype = node->dtype;
+    step->op = node->op;
+    step->root = node->root;
+    step->fn = node->fn;
+    step->arg = node->arg;
+    if (!node->comm) {
+      step->comm_index = CG_NO_LANE;
+      step->comm_position = 0;
+      step->lane = order->n_sequences;
+      has_host = 1;
+    }
+    if (node->name && !(p->node_names[s] = copy_string(node->name))) {
+      st = cg_fail(CG_ERR_NO_MEMORY, "%s: copying node names", where);
+      goto out;
+    }
+    step->deps = cursor;
+    step->n_deps = node->preds.len;
+    for (uint32_t e = 0; e < node->preds.len; e++) step->deps[e] = step_of[node->preds.items[e].node];
+    cursor += node->preds.len;
+    /* ascending, so dumps and DOT are in a fixed order */
+    for (uint32_t a = 1; a < step->n_deps; a++)
+      for (uint32_t b = a; b > 0 && step->deps[b - 1] > step->deps[b]; b--) {
+        uint32_t t = step->deps[b];
+        step->deps[b] = step->deps[b - 1];
+        step->deps[b - 1] = t;
+      }
+  }
+  if (has_host) p->n_lanes++;
+  /* successors: counted, then filled in step order so each list ascends */
+  for (uint32_t s = 0; s < n; s++)
+    for (uint32_t e = 0; e < p->steps[s].n_deps; e++) p->steps[p->steps[s].deps[e]].n_succs++;
+  for (uint32_t s = 0; s < n; s++) {
+    p->steps[s].succs = cursor;
+    cursor += p->steps[s].n_succs;
+    p->steps[s].n_succs = 0;
+  }
+  for (uint32_t s = 0; s < n; s++)
+    for (uint32_t e = 0; e < p->steps[s].n_deps; e++) {
+      cg_step_t *before = &p->steps[p->steps[s].deps[e]];
+      before->succs[before->n_succs++] = s;
+    }
+  p->n_steps = n;
+out:
+  free(topo);
+  free(step_of);
+  return st;
+}
+
+static cg_status_t prepare_backends(cg_plan_t *p, const char *where) {
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    cg_step_t *s = &p->steps[i];
+    const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
+    if (!b || !b->host_step_prepare) continue;
+    cg_status_t st = b->host_step_prepare(&s->backend_state, s->comm->impl, s);
+    if (st != CG_SUCCESS) {
+      char step[700], detail[512];
+      snprintf(detail, sizeof detail, "%s", cg_error_last());
+      cg_step_describe(step, sizeof step, p, i);
+      return cg_fail(st, "%s: %s: %s", where, step, detail);
+    }
+  }
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts) {
+  static const cg_compile_opts_t defaults = CG_COMPILE_OPTS_INIT;
+  cg_status_t st = CG_SUCCESS;
+  cg_comm_order_t order = {0};
+  cg_plan_t *p = NULL;
+  char where[320];
+  if (!out || !graph) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_compile: NULL %s", out ? "graph" : "out");
+  if (!opts) opts = &defaults;
+  if ((st = cg_check_opts_size(opts->size, sizeof(cg_compile_opts_t), "cg_compile", "opts")) != CG_SUCCESS)
+    return st;
+  if (graph->name)
+    snprintf(where, sizeof where, "cg_compile: graph '%s'", graph->name);
+  else
+    snprintf(where, sizeof where, "cg_compile");
+  for (uint32_t i = 0; i < cg_graph_node_count(graph); i++)
+    if ((st = check_supported(graph, i, where)) != CG_SUCCESS) return st;
+  if ((st = cg_comm_order_build(&order, graph)) != CG_SUCCESS) goto out;
+  if (opts->check_ranks && (st = cg_rank_check(graph, &order, where)) != CG_SUCCESS) goto out;
+  p = calloc(1, sizeof *p);
+  const char *name = opts->name ? opts->name : graph->name;
+  if (!p || (name && !(p->name = copy_string(name)))) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan", where);
+    goto out;
+  }
+  p->graph_serial = graph->serial;
+  if ((st = lower(p, graph, &order, where)) != CG_SUCCESS) goto out;
+  if ((st = prepare_backends(p, where)) != CG_SUCCESS) goto out;
+  *out = p;
+  p = NULL;
+out:
+  plan_free(p);
+  cg_comm_order_free(&order);
+  return st;
+}
+
+void cg_plan_destroy(cg_plan_t *plan) {
+  if (!plan) return;
+  cg_plan_wait(plan);
+  cg_host_run_free(plan);
+  plan_free(plan);
+}
+
+cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan) {
+  if (!out || !plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_stats: NULL %s", out ? "plan" : "out");
+  *out = (cg_plan_stats_t){.steps = plan->n_steps,
+                           .lanes = plan->n_lanes,
+                           .dependencies = plan->n_deps,
+                           .communicators = plan->n_comms};
+  return CG_SUCCESS;
+}

@@ -1,0 +1,213 @@
+/* The host executor: runs a plan's steps on the calling thread. A step starts
+ * once every dependency has completed and, for a communicator's steps, once
+ * every earlier step of that communicator has started, so MPI sees each
+ * communicator's operations posted in the same order on every rank (collectives
+ * must be, and point-to-point messages match in posting order). Backends post
+ * nonblocking operations; cg_plan_test polls the started ones. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend.h"
+#include "error.h"
+#include "plan_internal.h"
+
+enum { STEP_WAITING, STEP_READY, STEP_STARTED, STEP_DONE };
+
+struct cg_host_run {
+  uint32_t *pending;  /* dependencies not yet complete, per step */
+  uint8_t *state;     /* STEP_*, per step */
+  uint32_t *cursor;   /* per communicator: position of the next step to start */
+  uint32_t *started;  /* steps in flight in a backend */
+  uint32_t n_started;
+  uint32_t *worklist; /* steps that just became ready */
+  uint32_t n_work;
+  uint32_t n_done;
+  int running;
+};
+
+void cg_host_run_free(cg_plan_t *plan) {
+  cg_host_run_t *r = plan->run;
+  if (!r) return;
+  free(r->pending);
+  free(r->state);
+  free(r->cursor);
+  free(r->started);
+  free(r->worklist);
+  free(r);
+  plan->run = NULL;
+}
+
+static cg_status_t run_alloc(cg_plan_t *plan) {
+  if (plan->run) return CG_SUCCESS;
+  size_t n = plan->n_steps ? plan->n_steps : 1;
+  cg_host_run_t *r = calloc(1, sizeof *r);
+  if (r) {
+    r->pending = malloc(n * sizeof *r->pending);
+    r->state = malloc(n * sizeof *r->state);
+    r->cursor = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *r->cursor);
+    r->started = malloc(n * sizeof *r->started);
+    r->worklist = malloc(n * sizeof *r->worklist);
+  }
+  plan->run = r;
+  if (!r || !r->pending || !r->state || !r->cursor || !r->started || !r->worklist) {
+    cg_host_run_free(plan);
+    return cg_fail(CG_ERR_NO_MEMORY, "cg_plan_start: allocating the run state of %u steps", plan->n_steps);
+  }
+  return CG_SUCCESS;
+}
+
+/* Fails the run: the detail names the caller, the step and the backend's text. */
+static cg_status_t fail_step(cg_plan_t *plan, cg_status_t st, uint32_t step, const char *caller) {
+  char where[700], detail[512];
+  snprintf(detail, sizeof detail, "%s", cg_error_last());
+  cg_step_describe(where, sizeof where, plan, step);
+  plan->run->running = 0;
+  return cg_fail(st, "%s: %s: %s", caller, where, detail);
+}
+
+static void complete(cg_plan_t *plan, uint32_t index) {
+  cg_host_run_t *r = plan->run;
+  const cg_step_t *s = &plan->steps[index];
+  r->state[index] = STEP_DONE;
+  r->n_done++;
+  for (uint32_t e = 0; e < s->n_succs; e++)
+    if (--r->pending[s->succs[e]] == 0) r->worklist[r->n_work++] = s->succs[e];
+}
+
+static cg_status_t start_step(cg_plan_t *plan, uint32_t index, const char *caller) {
+  cg_host_run_t *r = plan->run;
+  cg_step_t *s = &plan->steps[index];
+  const cg_backend_t *b = s->comm->ops->backend;
+  cg_status_t st = b->host_step_start(s->comm->impl, s, s->backend_state);
+  if (st != CG_SUCCESS) return fail_step(plan, st, index, caller);
+  r->state[index] = STEP_STARTED;
+  r->started[r->n_started++] = index;
+  return CG_SUCCESS;
+}
+
+/* Starts every ready step that may start, running host functions inline, until
+ * nothing more becomes ready without waiting for a backend. */
+static cg_status_t start_ready(cg_plan_t *plan, const char *caller) {
+  cg_host_run_t *r = plan->run;
+  while (r->n_work) {
+    uint32_t index = r->worklist[--r->n_work];
+    cg_step_t *s = &plan->steps[index];
+    if (s->kind == CG_STEP_HOST_FUNC) {
+      s->fn(s->arg);
+      complete(plan, index);
+      continue;
+    }
+    r->state[index] = STEP_READY;
+    /* the communicator's next steps, in its total order, as far as they are ready */
+    cg_plan_comm_t *pc = &plan->comms[s->comm_index];
+    uint32_t *cursor = &r->cursor[s->comm_index];
+    while (*cursor < pc->n_steps && r->state[pc->steps[*cursor]] == STEP_READY) {
+      cg_status_t st = start_step(plan, pc->steps[*cursor], caller);
+      if (st != CG_SUCCESS) return st;
+      ++*cursor;
+    }
+  }
+  return CG_SUCCESS;
+}
+
+static cg_status_t poll_started(cg_plan_t *plan, const char *caller) {
+  cg_host_run_t *r = plan->run;
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < r->n_started; i++) {
+    uint32_t index = r->started[i];
+    cg_step_t *s = &plan->steps[index];
+    int done = 0;
+    cg_status_t st = s->comm->ops->backend->host_step_test(&done, s->comm->impl, s, s->backend_state);
+    if (st != CG_SUCCESS) return fail_step(plan, st, index, caller);
+    if (done)
+      complete(plan, index);
+    else
+      r->started[kept++] = index;
+  }
+  r->n_started = kept;
+  return CG_SUCCESS;
+}
+
+static cg_status_t progress(int *done, cg_plan_t *plan, const char *caller) {
+  cg_host_run_t *r = plan->run;
+  cg_status_t st = poll_started(plan, caller);
+  if (st == CG_SUCCESS) st = start_ready(plan, caller);
+  if (st != CG_SUCCESS) return st;
+  if (r->n_done == plan->n_steps) r->running = 0;
+  *done = !r->running;
+  return CG_SUCCESS;
+}
+
+static cg_status_t check_runnable(const cg_plan_t *plan) {
+  for (uint32_t c = 0; c < plan->n_comms; c++) {
+    const cg_comm_t *comm = plan->comms[c].comm;
+    const cg_backend_t *b = comm->ops->backend;
+    if (!b || !b->host_step_start || !b->host_step_test)
+      return cg_fail(CG_ERR_UNSUPPORTED,
+                     "cg_plan_start: plan '%s': communicator #%u (%s backend) cannot run steps on the host%s",
+                     plan->name ? plan->name : "", c, comm->ops->backend_name,
+                     b ? "" : ": offline communicators compile and draw, they do not run");
+    if (comm->device != CG_DEVICE_HOST)
+      return cg_fail(CG_ERR_UNSUPPORTED, "cg_plan_start: plan '%s': communicator #%u is on device %d; host plans "
+                     "need host communicators", plan->name ? plan->name : "", c, comm->device);
+    if (b->host_check_thread) {
+      cg_status_t st = b->host_check_thread(comm->impl);
+      if (st != CG_SUCCESS) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", cg_error_last());
+        return cg_fail(st, "cg_plan_start: plan '%s': communicator #%u: %s", plan->name ? plan->name : "", c,
+                       detail);
+      }
+    }
+  }
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_plan_start(cg_plan_t *plan) {
+  if (!plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_start: NULL plan");
+  if (plan->run && plan->run->running)
+    return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: plan '%s' is still running: wait for it first",
+                   plan->name ? plan->name : "");
+  cg_status_t st = check_runnable(plan);
+  if (st == CG_SUCCESS) st = run_alloc(plan);
+  if (st != CG_SUCCESS) return st;
+  cg_host_run_t *r = plan->run;
+  r->n_started = r->n_work = r->n_done = 0;
+  for (uint32_t c = 0; c < plan->n_comms; c++) r->cursor[c] = 0;
+  /* roots in reverse, so the worklist (a stack) starts them in step order */
+  for (uint32_t i = plan->n_steps; i-- > 0;) {
+    r->pending[i] = plan->steps[i].n_deps;
+    r->state[i] = STEP_WAITING;
+    if (plan->steps[i].n_deps == 0) r->worklist[r->n_work++] = i;
+  }
+  r->running = 1;
+  if ((st = start_ready(plan, "cg_plan_start")) != CG_SUCCESS) return st;
+  if (r->n_done == plan->n_steps) r->running = 0;
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_plan_test(int *done, cg_plan_t *plan) {
+  if (!done || !plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_test: NULL %s", done ? "plan" : "done");
+  if (!plan->run || !plan->run->running) {
+    *done = 1;
+    return CG_SUCCESS;
+  }
+  return progress(done, plan, "cg_plan_test");
+}
+
+cg_status_t cg_plan_wait(cg_plan_t *plan) {
+  if (!plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_wait: NULL plan");
+  int done = !plan->run || !plan->run->running;
+  while (!done) {
+    cg_status_t st = progress(&done, plan, "cg_plan_wait");
+    if (st != CG_SUCCESS) return st;
+  }
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_plan_run(cg_plan_t *plan) {
+  if (!plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_run: NULL plan");
+  cg_status_t st = cg_plan_start(plan);
+  if (st == CG_SUCCESS) st = cg_plan_wait(plan);
+  return st;
+}

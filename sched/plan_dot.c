@@ -1,0 +1,89 @@
+/* The plan drawn (DOT) and dumped (text). */
+#include <stdio.h>
+
+#include "dot_text.h"
+#include "error.h"
+#include "plan_internal.h"
+
+static int kind_has_op(cg_node_kind_t k) {
+  return k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_REDUCE_SCATTER;
+}
+
+static int kind_has_root(cg_node_kind_t k) {
+  return k == CG_NODE_BROADCAST || k == CG_NODE_REDUCE || k == CG_NODE_GATHER || k == CG_NODE_SCATTER;
+}
+
+/* "allreduce 1024 x float32 sum", "send 10 x int32 to 3", "host_func" */
+static void put_shape(FILE *f, const cg_step_t *s, const char *newline) {
+  fputs(cg_node_kind_name(s->op_kind), f);
+  if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) return;
+  fprintf(f, "%s%zu x %s", newline, s->count, cg_dtype_name(s->dtype));
+  if (kind_has_op(s->op_kind)) fprintf(f, " %s", cg_redop_name(s->op));
+  if (kind_has_root(s->op_kind)) fprintf(f, " root %d", s->root);
+  if (s->op_kind == CG_NODE_SEND) fprintf(f, " to %d", s->root);
+  if (s->op_kind == CG_NODE_RECV) fprintf(f, " from %d", s->root);
+}
+
+static cg_status_t finish(FILE *f, const char *caller) {
+  if (fflush(f) != 0 || ferror(f)) return cg_fail(CG_ERR_IO, "%s: writing failed", caller);
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
+  if (!plan || !f) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_write_dot: NULL %s", plan ? "file" : "plan");
+  fputs("digraph plan {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n", f);
+  if (plan->name) {
+    fputs("  label=\"plan ", f);
+    cg_dot_put_escaped(f, plan->name);
+    fputs("\";\n", f);
+  }
+  for (uint32_t lane = 0; lane < plan->n_lanes; lane++) {
+    fprintf(f, "  subgraph cluster_lane%u {\n    style=rounded; color=gray60;\n", lane);
+    if (lane < plan->n_comms) {
+      const cg_comm_t *c = plan->comms[lane].comm;
+      fprintf(f, "    label=\"lane %u: comm %llu (%s, rank %d of %d)\";\n", lane, (unsigned long long)c->serial,
+              c->ops->backend_name, c->rank, c->size);
+    } else {
+      fprintf(f, "    label=\"lane %u: host functions\";\n", lane);
+    }
+    for (uint32_t i = 0; i < plan->n_steps; i++) {
+      const cg_step_t *s = &plan->steps[i];
+      if (s->lane != lane) continue;
+      fprintf(f, "    s%u [shape=%s, label=\"step %u", i, s->kind == CG_STEP_HOST_FUNC ? "component" : "box", i);
+      if (s->kind == CG_STEP_COLLECTIVE) fprintf(f, " (#%u on comm)", s->comm_position);
+      fputs("\\n", f);
+      put_shape(f, s, "\\n");
+      fprintf(f, "\\nfrom node #%u", s->node);
+      if (plan->node_names[i]) {
+        fputs(" ", f);
+        cg_dot_put_escaped(f, plan->node_names[i]);
+      }
+      fputs("\"];\n", f);
+    }
+    fputs("  }\n", f);
+  }
+  for (uint32_t i = 0; i < plan->n_steps; i++)
+    for (uint32_t e = 0; e < plan->steps[i].n_deps; e++) fprintf(f, "  s%u -> s%u;\n", plan->steps[i].deps[e], i);
+  fputs("}\n", f);
+  return finish(f, "cg_plan_write_dot");
+}
+
+cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
+  if (!plan || !f) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_dump: NULL %s", plan ? "file" : "plan");
+  fprintf(f, "plan%s%s: %u steps, %u lanes, %u communicators, %zu dependencies\n", plan->name ? " " : "",
+          plan->name ? plan->name : "", plan->n_steps, plan->n_lanes, plan->n_comms, plan->n_deps);
+  for (uint32_t i = 0; i < plan->n_steps; i++) {
+    const cg_step_t *s = &plan->steps[i];
+    fprintf(f, "step %u lane %u ", i, s->lane);
+    if (s->kind == CG_STEP_COLLECTIVE)
+      fprintf(f, "comm %u #%u group %u ", s->comm_index, s->comm_position, s->group);
+    put_shape(f, s, " ");
+    fprintf(f, " node %u", s->node);
+    if (plan->node_names[i]) fprintf(f, " '%s'", plan->node_names[i]);
+    fputs(" after", f);
+    if (!s->n_deps) fputs(" -", f);
+    for (uint32_t e = 0; e < s->n_deps; e++) fprintf(f, " %u", s->deps[e]);
+    fputc('\n', f);
+  }
+  return finish(f, "cg_plan_dump");
+}

@@ -1,0 +1,73 @@
+/* The lowered plan: plain data. Steps carry what to do, on which lane, after
+ * which other steps, and which node they came from; realizers (the host executor
+ * here, the CUDA graph builder later) read nothing else. */
+#ifndef CG_SCHED_PLAN_INTERNAL_H
+#define CG_SCHED_PLAN_INTERNAL_H
+
+#include <stdint.h>
+
+#include "commgraph/plan.h"
+#include "graph_internal.h"
+
+typedef enum cg_step_kind {
+  CG_STEP_COLLECTIVE, /* one collective, send, receive or barrier on a communicator */
+  CG_STEP_HOST_FUNC,  /* a user host function */
+} cg_step_kind_t;
+
+#define CG_NO_LANE UINT32_MAX
+
+typedef struct cg_step {
+  cg_step_kind_t kind;
+  cg_node_kind_t op_kind; /* the node kind it runs */
+  uint32_t node;          /* source node, in record order */
+  uint32_t lane;
+  uint32_t comm_index;    /* index into plan->comms; CG_NO_LANE for host functions */
+  uint32_t comm_position; /* position in its communicator's total order */
+  uint32_t group;         /* collectives before it on its communicator (p2p matching) */
+  cg_comm_t *comm;
+  const void *send;
+  void *recv;
+  size_t count;
+  cg_dtype_t dtype;
+  cg_redop_t op;
+  int root; /* root or peer, -1 if none */
+  cg_host_fn_t fn;
+  void *arg;
+  uint32_t *deps; /* steps that must complete first, ascending */
+  uint32_t n_deps;
+  uint32_t *succs; /* steps that wait for this one, ascending */
+  uint32_t n_succs;
+  void *backend_state; /* from the backend's host_step_prepare */
+} cg_step_t;
+
+typedef struct cg_plan_comm {
+  cg_comm_t *comm; /* retained */
+  uint32_t *steps; /* its steps in total order */
+  uint32_t n_steps;
+} cg_plan_comm_t;
+
+typedef struct cg_host_run cg_host_run_t;
+
+struct cg_plan {
+  char *name;
+  uint64_t graph_serial;
+  cg_step_t *steps; /* in execution-compatible order: every dependency comes first */
+  uint32_t n_steps;
+  uint32_t n_lanes;
+  size_t n_deps;
+  cg_plan_comm_t *comms; /* by first use in record order */
+  uint32_t n_comms;
+  char **node_names; /* per step, copied from the graph (NULL when unnamed) */
+  uint32_t *dep_storage;       /* every step's deps and succs */
+  uint32_t *comm_step_storage; /* every communicator's steps */
+  cg_host_run_t *run; /* executor state, NULL until first started */
+};
+
+/* Frees the executor state of a plan that is not running. */
+void cg_host_run_free(cg_plan_t *plan);
+
+/* Error detail prefix for a step: "plan 'p' step 4 (node #3 'grad.1', allreduce
+ * on rank 1 of 4)". */
+void cg_step_describe(char *buf, size_t size, const cg_plan_t *plan, uint32_t step);
+
+#endif

@@ -1,0 +1,14 @@
+/* The cross-rank check: before a plan exists, every rank's operations on each
+ * communicator are compared with every other rank's, so a program that would
+ * deadlock or mix up data at run time fails at compile time instead, on every
+ * rank, with CG_ERR_MISMATCH naming the first difference. */
+#ifndef CG_SCHED_RANK_CHECK_H
+#define CG_SCHED_RANK_CHECK_H
+
+#include "comm_order.h"
+
+/* Checks every sequence of `order` whose communicator has a control channel.
+ * `where` starts the error detail ("cg_compile: graph 'g'"). */
+cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, const char *where);
+
+#endif
