@@ -1,0 +1,203 @@
+#include "mpi_test.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int world_rank, world_size;
+static char last_passed[256] = "(none yet)";
+
+int cg_mpi_rank(void) { return world_rank; }
+int cg_mpi_size(void) { return world_size; }
+
+int cg_mpi_all(int ok) {
+  int mine = ok ? 1 : 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all;
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  char text[512];
+  int n = snprintf(text, sizeof text,
+                   "rank %d: a test ran past %d s and was stopped; the last test this rank finished was %s\n",
+                   world_rank, CG_MPI_TEST_TIMEOUT, last_passed);
+  if (n > 0) write(STDERR_FILENO, text, (size_t)n);
+  _exit(124);
+}
+
+static void arm_timer(void) { alarm(CG_MPI_TEST_TIMEOUT); }
+static void disarm_timer(void) { alarm(0); }
+
+TCase *cg_mpi_tcase(const char *name) {
+  TCase *tc = tcase_create(name);
+  tcase_add_checked_fixture(tc, arm_timer, disarm_timer);
+  tcase_set_timeout(tc, 0); /* no fork: the alarm above is the limit */
+  return tc;
+}
+
+int cg_mpi_test_main(Suite *suite) {
+  int provided = 0;
+  MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  unsigned long long seed = cg_test_seed();
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  char value[32];
+  snprintf(value, sizeof value, "%llu", seed);
+  setenv("CG_TEST_SEED", value, 1);
+  cg_test_reseed(0);
+  signal(SIGALRM, on_alarm);
+  if (world_rank == 0) {
+    printf("%d ranks, seed: CG_TEST_SEED=%llu\n", world_size, seed);
+    fflush(stdout);
+  }
+  SRunner *runner = srunner_create(suite);
+  srunner_set_fork_status(runner, CK_NOFORK);
+  /* every rank prints failures; rank 0 also prints each passing test so a
+   * timeout message can say where the run was */
+  srunner_run_all(runner, world_rank == 0 ? CK_VERBOSE : CK_NORMAL);
+  int failed = srunner_ntests_failed(runner);
+  srunner_free(runner);
+  int any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any_failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* ---- test data */
+
+void cg_mpi_test_value(void *dst, cg_dtype_t dtype, int64_t v) { cg_ref_store(dst, 0, dtype, (double)v); }
+
+static int is_unsigned(cg_dtype_t d) { return d == CG_UINT8 || d == CG_UINT32 || d == CG_UINT64; }
+
+int64_t cg_mpi_test_small_value(cg_dtype_t dtype, cg_redop_t op, int ranks, uint64_t random) {
+  (void)ranks;
+  int64_t lo, hi;
+  if (op == CG_PROD) {
+    lo = is_unsigned(dtype) ? 0 : -2;
+    hi = is_unsigned(dtype) ? 3 : 2;
+  } else if (op == CG_MIN || op == CG_MAX) {
+    lo = is_unsigned(dtype) ? 0 : -100;
+    hi = 100;
+  } else { /* sums over up to 8 ranks stay inside int8 */
+    lo = is_unsigned(dtype) ? 0 : -15;
+    hi = 15;
+  }
+  return lo + (int64_t)(random % (uint64_t)(hi - lo + 1));
+}
+
+void cg_mpi_test_fill(void *buf, size_t n, cg_dtype_t dtype, cg_redop_t op, int ranks, uint64_t seed,
+                      uint64_t salt) {
+  uint64_t x = seed ^ (salt * 0x9E3779B97F4A7C15ull) ^ 0xD1B54A32D192ED03ull;
+  if (!x) x = 1;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    uint64_t r = x * 0x2545F4914F6CDD1Dull;
+    cg_ref_store(buf, i, dtype, (double)cg_mpi_test_small_value(dtype, op, ranks, r >> 11));
+  }
+}
+
+/* ---- independent conversions: scale to an integer number of quanta, round
+ * with nearbyint (to nearest even), scale back */
+
+static double round_to_format(double v, int mantissa_bits, int min_exponent, double max_finite) {
+  if (v == 0 || isnan(v) || isinf(v)) return v;
+  double a = fabs(v);
+  int e;
+  frexp(a, &e); /* a = m * 2^e, m in [0.5, 1): leading bit has weight 2^(e-1) */
+  int lead = e - 1;
+  if (lead < min_exponent) lead = min_exponent; /* subnormal: fixed quantum */
+  double quantum = ldexp(1.0, lead - mantissa_bits);
+  double r = nearbyint(a / quantum) * quantum;
+  if (r > max_finite) r = INFINITY;
+  return v < 0 ? -r : r;
+}
+
+static uint16_t encode(double v, int mantissa_bits, int exponent_bits) {
+  int bias = (1 << (exponent_bits - 1)) - 1;
+  uint16_t sign = signbit(v) ? (uint16_t)(1u << 15) : 0;
+  double a = fabs(v);
+  if (isnan(v)) return (uint16_t)(sign | (((1u << exponent_bits) - 1u) << mantissa_bits) | (1u << (mantissa_bits - 1)));
+  if (isinf(a)) return (uint16_t)(sign | (((1u << exponent_bits) - 1u) << mantissa_bits));
+  if (a == 0) return sign;
+  int e;
+  frexp(a, &e);
+  int exponent = e - 1 + bias;
+  if (exponent <= 0) /* subnormal */
+    return (uint16_t)(sign | (uint16_t)ldexp(a, bias - 1 + mantissa_bits));
+  double m = ldexp(a, -(e - 1)) - 1.0;
+  return (uint16_t)(sign | ((unsigned)exponent << mantissa_bits) | (uint16_t)ldexp(m, mantissa_bits));
+}
+
+static double decode(uint16_t h, int mantissa_bits, int exponent_bits) {
+  int bias = (1 << (exponent_bits - 1)) - 1;
+  unsigned exponent = (h >> mantissa_bits) & ((1u << exponent_bits) - 1u);
+  unsigned m = h & ((1u << mantissa_bits) - 1u);
+  double s = (h >> 15) ? -1.0 : 1.0;
+  if (exponent == (1u << exponent_bits) - 1u) return m ? NAN : s * INFINITY;
+  if (exponent == 0) return s * ldexp((double)m, 1 - bias - mantissa_bits);
+  return s * ldexp(1.0 + ldexp((double)m, -mantissa_bits), (int)exponent - bias);
+}
+
+double cg_ref_half_to_double(uint16_t h) { return decode(h, 10, 5); }
+uint16_t cg_ref_double_to_half(double v) { return encode(round_to_format(v, 10, -14, 65504.0), 10, 5); }
+double cg_ref_bf16_to_double(uint16_t b) { return decode(b, 7, 8); }
+uint16_t cg_ref_double_to_bf16(double v) {
+  return encode(round_to_format(v, 7, -126, 3.3895313892515355e38), 7, 8);
+}
+
+double cg_ref_load(const void *buf, size_t i, cg_dtype_t d) {
+  switch (d) {
+    case CG_INT8: return ((const int8_t *)buf)[i];
+    case CG_UINT8: return ((const uint8_t *)buf)[i];
+    case CG_INT32: return ((const int32_t *)buf)[i];
+    case CG_UINT32: return ((const uint32_t *)buf)[i];
+    case CG_INT64: return (double)((const int64_t *)buf)[i];
+    case CG_UINT64: return (double)((const uint64_t *)buf)[i];
+    case CG_FLOAT16: return cg_ref_half_to_double(((const uint16_t *)buf)[i]);
+    case CG_BFLOAT16: return cg_ref_bf16_to_double(((const uint16_t *)buf)[i]);
+    case CG_FLOAT32: return ((const float *)buf)[i];
+    case CG_FLOAT64: return ((const double *)buf)[i];
+    default: return 0;
+  }
+}
+
+void cg_ref_store(void *buf, size_t i, cg_dtype_t d, double v) {
+  switch (d) {
+    case CG_INT8: ((int8_t *)buf)[i] = (int8_t)trunc(v); break;
+    case CG_UINT8: ((uint8_t *)buf)[i] = (uint8_t)trunc(v); break;
+    case CG_INT32: ((int32_t *)buf)[i] = (int32_t)trunc(v); break;
+    case CG_UINT32: ((uint32_t *)buf)[i] = (uint32_t)trunc(v); break;
+    case CG_INT64: ((int64_t *)buf)[i] = (int64_t)trunc(v); break;
+    case CG_UINT64: ((uint64_t *)buf)[i] = (uint64_t)trunc(v); break;
+    case CG_FLOAT16: ((uint16_t *)buf)[i] = cg_ref_double_to_half(v); break;
+    case CG_BFLOAT16: ((uint16_t *)buf)[i] = cg_ref_double_to_bf16(v); break;
+    case CG_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case CG_FLOAT64: ((double *)buf)[i] = v; break;
+    default: break;
+  }
+}
+
+void cg_ref_reduce(void *dst, const void *inputs, int ranks, size_t count, cg_dtype_t dtype, cg_redop_t op) {
+  size_t es = cg_dtype_size(dtype);
+  for (size_t i = 0; i < count; i++) {
+    double acc = cg_ref_load(inputs, i, dtype);
+    for (int r = 1; r < ranks; r++) {
+      double x = cg_ref_load((const char *)inputs + (size_t)r * count * es, i, dtype);
+      switch (op) {
+        case CG_PROD: acc *= x; break;
+        case CG_MIN: acc = x < acc ? x : acc; break;
+        case CG_MAX: acc = x > acc ? x : acc; break;
+        default: acc += x; break;
+      }
+    }
+    if (op == CG_AVG) acc /= ranks;
+    cg_ref_store(dst, i, dtype, acc);
+  }
+}
