@@ -23,6 +23,11 @@ uint64_t cg_test_seed(void) {
   return seed;
 }
 
+void cg_test_set_seed(uint64_t value) {
+  seed = value ? value : 1;
+  state = seed;
+}
+
 void cg_test_reseed(uint64_t salt) {
   state = cg_test_seed() ^ (salt * 0x9E3779B97F4A7C15ull);
   if (!state) state = 1;

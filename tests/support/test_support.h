@@ -16,6 +16,8 @@ uint64_t cg_test_seed(void);
  * cg_test_reseed(salt) at the start of a test for independent streams). */
 uint64_t cg_test_rand(void);
 void cg_test_reseed(uint64_t salt);
+/* Replaces the seed (MPI suites use rank 0's on every rank). */
+void cg_test_set_seed(uint64_t value);
 /* Uniform in [0, bound). */
 uint64_t cg_test_below(uint64_t bound);
 

@@ -46,10 +46,7 @@ int cg_mpi_test_main(Suite *suite) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   unsigned long long seed = cg_test_seed();
   MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-  char value[32];
-  snprintf(value, sizeof value, "%llu", seed);
-  setenv("CG_TEST_SEED", value, 1);
-  cg_test_reseed(0);
+  cg_test_set_seed(seed);
   signal(SIGALRM, on_alarm);
   if (world_rank == 0) {
     printf("%d ranks, seed: CG_TEST_SEED=%llu\n", world_size, seed);
