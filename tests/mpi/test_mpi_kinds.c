@@ -1,0 +1,554 @@
+/* Every communicating node kind x every data type x every reduction x roots x
+ * sizes 0, 1, primes and a few MB x in place and not, against bytes each rank
+ * works out on its own.
+ *
+ * Each case is one node on buffers of its own. A rank's input comes from the
+ * shared seed and a salt naming the case, the sending rank and the block, so
+ * every rank can regenerate every other rank's input and compute the expected
+ * result without communicating (and so without trusting the transport under
+ * test). Values are small integers, so every reduction is exact and results
+ * are compared byte for byte. Outputs start poisoned and every buffer carries
+ * poisoned guards on both sides: bytes a node must leave alone (recv on
+ * non-roots of reduce and gather, the other blocks of in-place reduce_scatter,
+ * gather and scatter, anything past the count) show up as differences.
+ *
+ * The cases of one kind and type share one graph, so one compile and one run
+ * check them all: with oversubscribed ranks each tiny collective costs
+ * milliseconds, and a graph per case would take minutes. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_test.h"
+
+enum { GUARD = 16 }; /* a multiple of every element size, so bodies stay aligned */
+
+static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 127, 1021};
+#define N_SIZES (sizeof sizes / sizeof sizes[0])
+/* ops x roots x sizes x forms */
+#define MAX_CASES (CG_REDOP_COUNT * 2 * N_SIZES * 2)
+
+typedef struct kcase {
+  cg_node_kind_t kind; /* CG_NODE_SEND stands for a send and its matching receive */
+  cg_dtype_t dtype;
+  cg_redop_t op; /* also picks the value range for kinds without a reduction */
+  int root;      /* root; for send/recv the peer sent to */
+  int from;      /* send/recv: the peer received from */
+  size_t count;
+  int inplace;
+  uint64_t id;             /* part of the input salt: one per case, its two forms share it */
+  size_t a_bytes, b_bytes; /* a: send buffer, or the whole buffer in place; b: recv */
+  char *a, *b;             /* allocations with GUARD bytes on both sides */
+  char *want_a, *want_b;   /* what they must hold after the run, guards included */
+  const void *send;        /* as recorded */
+  void *recv;
+} kcase_t;
+
+static cg_comm_t *world(void) {
+  cg_comm_t *c = NULL;
+  ck_assert_cg_ok(cg_comm_create(&c, MPI_COMM_WORLD, NULL));
+  return c;
+}
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  ck_assert_ptr_nonnull(p);
+  return p;
+}
+
+static char *poisoned(size_t bytes) {
+  char *p = xmalloc(bytes + 2 * GUARD);
+  memset(p, CG_MPI_POISON, bytes + 2 * GUARD);
+  return p;
+}
+
+static int has_inplace_form(cg_node_kind_t k) { return k != CG_NODE_ALLTOALL && k != CG_NODE_SEND; }
+
+/* Kinds whose count is per block, so buffers hold count x ranks elements. */
+static int scales_with_ranks(cg_node_kind_t k) {
+  return k == CG_NODE_ALLGATHER || k == CG_NODE_REDUCE_SCATTER || k == CG_NODE_ALLTOALL || k == CG_NODE_GATHER ||
+         k == CG_NODE_SCATTER;
+}
+
+/* The two forms of a case share their inputs, and regenerating other ranks'
+ * inputs (and their reductions) is most of the time of the MB cases: the blocks
+ * of the current case are kept for its other form. */
+enum { REDUCED = 0xFFF }; /* sender field of a reduced block */
+static struct {
+  uint64_t id; /* case they belong to */
+  uint64_t *salt;
+  char **data;
+  size_t n, cap;
+} memo;
+
+static void memo_clear(void) {
+  for (size_t i = 0; i < memo.n; i++) free(memo.data[i]);
+  free(memo.salt);
+  free(memo.data);
+  memset(&memo, 0, sizeof memo);
+}
+
+/* Rank `sender`'s input for block `block` of case c (count elements), or with
+ * sender REDUCED the reduction over all ranks of their inputs for `block`. */
+static const char *block_of(const kcase_t *c, int sender, int block) {
+  uint64_t salt = c->id << 24 | (uint64_t)sender << 12 | (uint64_t)block;
+  if (memo.id != c->id) memo_clear();
+  memo.id = c->id;
+  for (size_t i = 0; i < memo.n; i++)
+    if (memo.salt[i] == salt) return memo.data[i];
+  int n = cg_mpi_size();
+  size_t cb = c->count * cg_dtype_size(c->dtype);
+  char *data = xmalloc(cb);
+  if (sender == REDUCED) {
+    char *inputs = xmalloc(cb * (size_t)n);
+    for (int r = 0; r < n; r++) memcpy(inputs + (size_t)r * cb, block_of(c, r, block), cb);
+    cg_ref_reduce(data, inputs, n, c->count, c->dtype, c->op);
+    free(inputs);
+  } else {
+    cg_mpi_test_fill(data, c->count, c->dtype, c->op, n, cg_test_seed(), salt);
+  }
+  if (memo.n == memo.cap) {
+    memo.cap = memo.cap ? 2 * memo.cap : 16;
+    memo.salt = realloc(memo.salt, memo.cap * sizeof *memo.salt);
+    memo.data = realloc(memo.data, memo.cap * sizeof *memo.data);
+    ck_assert(memo.salt && memo.data);
+  }
+  memo.salt[memo.n] = salt;
+  memo.data[memo.n++] = data;
+  return data;
+}
+
+static void put_input(void *dst, const kcase_t *c, int sender, int block) {
+  memcpy(dst, block_of(c, sender, block), c->count * cg_dtype_size(c->dtype));
+}
+
+static void put_reduced(void *dst, const kcase_t *c, int block) {
+  memcpy(dst, block_of(c, REDUCED, block), c->count * cg_dtype_size(c->dtype));
+}
+
+/* Bytes of a and b this rank needs: only what the kind uses on this rank, so
+ * the guards sit right where a wrong length would write. */
+static void buffer_sizes(const kcase_t *c, size_t *a, size_t *b) {
+  int n = cg_mpi_size(), is_root = cg_mpi_rank() == c->root, ip = c->inplace;
+  size_t cb = c->count * cg_dtype_size(c->dtype), all = cb * (size_t)n;
+  switch (c->kind) {
+    case CG_NODE_ALLREDUCE:
+    case CG_NODE_REDUCE: *a = cb, *b = ip ? 0 : cb; break;
+    case CG_NODE_BROADCAST: *a = ip || is_root ? cb : 0, *b = ip ? 0 : cb; break;
+    case CG_NODE_ALLGATHER: *a = ip ? all : cb, *b = ip ? 0 : all; break;
+    case CG_NODE_REDUCE_SCATTER: *a = all, *b = ip ? 0 : cb; break;
+    case CG_NODE_ALLTOALL: *a = all, *b = all; break;
+    case CG_NODE_GATHER: *a = ip && is_root ? all : cb, *b = ip ? 0 : all; break;
+    case CG_NODE_SCATTER: *a = is_root ? all : 0, *b = ip && is_root ? 0 : cb; break;
+    default: *a = cb, *b = cb; break; /* send/recv */
+  }
+}
+
+/* Allocates the case's buffers, writes this rank's inputs, the expected
+ * contents after the run, and the pointers to record. */
+static void setup_case(kcase_t *c) {
+  int me = cg_mpi_rank(), n = cg_mpi_size(), root = c->root, is_root = me == root;
+  size_t cb = c->count * cg_dtype_size(c->dtype);
+  buffer_sizes(c, &c->a_bytes, &c->b_bytes);
+  c->a = poisoned(c->a_bytes);
+  c->want_a = poisoned(c->a_bytes);
+  c->b = poisoned(c->b_bytes);
+  c->want_b = poisoned(c->b_bytes);
+  char *a = c->a + GUARD, *wa = c->want_a + GUARD, *b = c->b + GUARD, *wb = c->want_b + GUARD;
+  switch (c->kind) {
+    case CG_NODE_ALLREDUCE:
+      put_input(a, c, me, 0);
+      if (!c->inplace) memcpy(wa, a, cb);
+      put_reduced(c->inplace ? wa : wb, c, 0);
+      c->send = a;
+      c->recv = c->inplace ? a : b;
+      break;
+    case CG_NODE_REDUCE:
+      /* in place, every rank passes send == recv as NCCL users do; only the
+       * root's buffer may change */
+      put_input(a, c, me, 0);
+      memcpy(wa, a, cb);
+      if (is_root) put_reduced(c->inplace ? wa : wb, c, 0);
+      c->send = a;
+      c->recv = c->inplace ? a : b;
+      break;
+    case CG_NODE_BROADCAST:
+      if (is_root) put_input(a, c, me, 0);
+      if (c->inplace) {
+        put_input(wa, c, root, 0);
+        c->send = c->recv = a;
+      } else {
+        memcpy(wa, a, c->a_bytes);
+        put_input(wb, c, root, 0);
+        c->send = is_root ? a : NULL; /* unused off the root: may be NULL */
+        c->recv = b;
+      }
+      break;
+    case CG_NODE_ALLGATHER:
+      for (int r = 0; r < n; r++) put_input((c->inplace ? wa : wb) + (size_t)r * cb, c, r, 0);
+      if (c->inplace) {
+        put_input(a + (size_t)me * cb, c, me, 0);
+        c->send = a + (size_t)me * cb;
+        c->recv = a;
+      } else {
+        put_input(a, c, me, 0);
+        memcpy(wa, a, cb);
+        c->send = a;
+        c->recv = b;
+      }
+      break;
+    case CG_NODE_REDUCE_SCATTER:
+      /* in place only this rank's block may change (NCCL's form; MPI's own
+       * in-place form would also write the start of the buffer) */
+      for (int j = 0; j < n; j++) put_input(a + (size_t)j * cb, c, me, j);
+      memcpy(wa, a, (size_t)n * cb);
+      put_reduced(c->inplace ? wa + (size_t)me * cb : wb, c, me);
+      c->send = a;
+      c->recv = c->inplace ? a + (size_t)me * cb : b;
+      break;
+    case CG_NODE_ALLTOALL:
+      for (int j = 0; j < n; j++) put_input(a + (size_t)j * cb, c, me, j);
+      memcpy(wa, a, (size_t)n * cb);
+      for (int r = 0; r < n; r++) put_input(wb + (size_t)r * cb, c, r, me);
+      c->send = a;
+      c->recv = b;
+      break;
+    case CG_NODE_GATHER:
+      if (c->inplace && is_root) {
+        put_input(a + (size_t)root * cb, c, me, 0);
+        for (int r = 0; r < n; r++) put_input(wa + (size_t)r * cb, c, r, 0);
+        c->send = a + (size_t)root * cb;
+        c->recv = a;
+      } else {
+        put_input(a, c, me, 0);
+        memcpy(wa, a, cb);
+        if (is_root)
+          for (int r = 0; r < n; r++) put_input(wb + (size_t)r * cb, c, r, 0);
+        c->send = a;
+        /* out of place a non-root's recv must stay poisoned; in place it
+         * passes NULL, which the header allows */
+        c->recv = c->inplace ? NULL : b;
+      }
+      break;
+    case CG_NODE_SCATTER:
+      if (is_root) {
+        for (int j = 0; j < n; j++) put_input(a + (size_t)j * cb, c, me, j);
+        memcpy(wa, a, (size_t)n * cb);
+      }
+      if (c->inplace && is_root) {
+        c->send = a;
+        c->recv = a + (size_t)root * cb;
+      } else {
+        put_input(wb, c, root, me);
+        c->send = is_root ? a : NULL;
+        c->recv = b;
+      }
+      break;
+    default: /* send to c->root, receive from c->from */
+      put_input(a, c, me, 0);
+      memcpy(wa, a, cb);
+      put_input(wb, c, c->from, 0);
+      c->send = a;
+      c->recv = b;
+      break;
+  }
+  /* zero bytes: NULL is valid, and MPI must not be handed a bad pointer */
+  if (c->count == 0 && !c->inplace) c->send = c->recv = NULL;
+}
+
+static void free_case(kcase_t *c) {
+  free(c->a);
+  free(c->b);
+  free(c->want_a);
+  free(c->want_b);
+}
+
+static cg_status_t record_case(cg_graph_t *g, cg_comm_t *comm, const kcase_t *c) {
+  if (c->kind == CG_NODE_SEND) {
+    cg_status_t st = cg_send(NULL, g, comm, c->send, c->count, c->dtype, c->root);
+    return st != CG_SUCCESS ? st : cg_recv(NULL, g, comm, c->recv, c->count, c->dtype, c->from);
+  }
+  cg_test_call_t call = {c->kind, comm, c->send, c->recv, c->count, c->dtype, c->op, c->root};
+  return cg_test_record(NULL, g, &call);
+}
+
+static void describe(char *out, size_t len, const kcase_t *c) {
+  char extra[64] = "";
+  if (c->kind == CG_NODE_SEND)
+    snprintf(extra, sizeof extra, " to %d from %d", c->root, c->from);
+  else if (cg_test_kind_has_op(c->kind) && cg_test_kind_is_rooted(c->kind))
+    snprintf(extra, sizeof extra, " %s root %d", cg_redop_name(c->op), c->root);
+  else if (cg_test_kind_has_op(c->kind))
+    snprintf(extra, sizeof extra, " %s", cg_redop_name(c->op));
+  else if (cg_test_kind_is_rooted(c->kind))
+    snprintf(extra, sizeof extra, " root %d", c->root);
+  snprintf(out, len, "%s %s%s count %zu %s (rank %d of %d)",
+           c->kind == CG_NODE_SEND ? "send/recv" : cg_node_kind_name(c->kind), cg_dtype_name(c->dtype), extra,
+           c->count, c->inplace ? "in place" : "out of place", cg_mpi_rank(), cg_mpi_size());
+}
+
+/* 1 if both buffers hold exactly the expected bytes; otherwise `why` names the
+ * case and the first wrong byte (offset from the buffer start; negative or past
+ * its length means a guard). */
+static int check_case(const kcase_t *c, char *why, size_t len) {
+  const char *names[2] = {c->inplace ? "buffer" : "send", "recv"};
+  const char *got[2] = {c->a, c->b}, *want[2] = {c->want_a, c->want_b};
+  size_t bytes[2] = {c->a_bytes, c->b_bytes};
+  for (int k = 0; k < 2; k++) {
+    size_t total = bytes[k] + 2 * GUARD;
+    if (!memcmp(got[k], want[k], total)) continue;
+    size_t i = 0;
+    while (got[k][i] == want[k][i]) i++;
+    char what[200];
+    describe(what, sizeof what, c);
+    snprintf(why, len, "%s: %s byte %td of %zu is 0x%02x, expected 0x%02x", what, names[k],
+             (ptrdiff_t)i - GUARD, bytes[k], (unsigned char)got[k][i], (unsigned char)want[k][i]);
+    return 0;
+  }
+  return 1;
+}
+
+/* Records every case into one graph (between barriers, which also checks that
+ * barriers run among other nodes), compiles, runs, compares, frees. */
+static cg_comm_t *extra[4];
+static int n_extra = 0;
+static void run_cases(cg_comm_t *comm, kcase_t *cases, size_t n, const char *label, int nonblocking) {
+  char what[700];
+  double t0 = MPI_Wtime(), t1 = 0, t2 = 0, t3 = 0;
+  cg_graph_t *g = NULL;
+  cg_plan_t *plan = NULL;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  int ok = cg_barrier(NULL, g, comm) == CG_SUCCESS;
+  snprintf(what, sizeof what, "%s: recording: %s", label, ok ? "" : cg_error_last());
+  for (size_t i = 0; i < n && ok; i++) {
+    setup_case(&cases[i]);
+    if (record_case(g, n_extra ? extra[i % (size_t)n_extra] : comm, &cases[i]) != CG_SUCCESS) {
+      char desc[200];
+      describe(desc, sizeof desc, &cases[i]);
+      snprintf(what, sizeof what, "%s: recording %s: %s", label, desc, cg_error_last());
+      ok = 0;
+    }
+    if (ok && i == n / 2 && cg_barrier(NULL, g, comm) != CG_SUCCESS) ok = 0;
+  }
+  if (ok && cg_barrier(NULL, g, comm) != CG_SUCCESS) ok = 0;
+  ck_assert_all_ranks(ok, what);
+
+  t1 = MPI_Wtime();
+  cg_status_t st = cg_compile(&plan, g, NULL);
+  snprintf(what, sizeof what, "%s: cg_compile: %s", label, st == CG_SUCCESS ? "" : cg_error_last());
+  ck_assert_all_ranks(st == CG_SUCCESS, what);
+  cg_graph_destroy(g);
+
+  t2 = MPI_Wtime();
+  if (nonblocking) {
+    st = cg_plan_start(plan);
+    if (st == CG_SUCCESS) st = cg_plan_wait(plan);
+  } else {
+    st = cg_plan_run(plan);
+  }
+  snprintf(what, sizeof what, "%s: running: %s", label, st == CG_SUCCESS ? "" : cg_error_last());
+  ck_assert_all_ranks(st == CG_SUCCESS, what);
+
+  t3 = MPI_Wtime();
+  size_t bad = 0;
+  char first[600] = "", why[600];
+  for (size_t i = 0; i < n; i++)
+    if (!check_case(&cases[i], why, sizeof why) && bad++ == 0) memcpy(first, why, sizeof first);
+  snprintf(what, sizeof what, "%s: %zu of %zu cases differ here; first: %s", label, bad, n,
+           bad ? first : "(none)");
+  ck_assert_all_ranks(bad == 0, what);
+  cg_plan_destroy(plan);
+  for (size_t i = 0; i < n; i++) free_case(&cases[i]);
+  memo_clear();
+  if (cg_mpi_rank() == 0) fprintf(stderr, "TIME %-28s n=%3zu setup %.3f compile %.3f run %.3f check %.3f\n", label, n, t1-t0, t2-t1, t3-t2, MPI_Wtime()-t3);
+}
+
+/* Every reduction, root, size and form of one kind and type, in record order
+ * identical on every rank (the cross-rank check would say otherwise). */
+static size_t build_cases(kcase_t *out, cg_node_kind_t kind, cg_dtype_t dtype) {
+  int n = cg_mpi_size(), roots[2] = {0, n - 1};
+  int n_ops = cg_test_kind_has_op(kind) ? CG_REDOP_COUNT : 1;
+  int n_roots = cg_test_kind_is_rooted(kind) ? 2 : 1, n_forms = has_inplace_form(kind) ? 2 : 1;
+  size_t k = 0;
+  for (int op = 0; op < n_ops; op++)
+    for (int r = 0; r < n_roots; r++)
+      for (size_t s = 0; s < N_SIZES; s++)
+        for (int form = 0; form < n_forms; form++, k++)
+          out[k] = (kcase_t){.kind = kind,
+                             .dtype = dtype,
+                             .op = (cg_redop_t)op,
+                             .root = roots[r],
+                             .count = sizes[s],
+                             .inplace = form,
+                             .id = ((uint64_t)kind * CG_DTYPE_COUNT + (uint64_t)dtype) << 16 | k / (size_t)n_forms};
+  return k;
+}
+
+static void check_kind(cg_node_kind_t kind) {
+  cg_comm_t *comm = world();
+  n_extra = getenv("NX") ? atoi(getenv("NX")) : 0;
+  for (int i = 0; i < n_extra; i++) extra[i] = world();
+  kcase_t *cases = calloc(MAX_CASES, sizeof *cases);
+  ck_assert_ptr_nonnull(cases);
+  for (int d = 0; d < CG_DTYPE_COUNT; d++) {
+    memset(cases, 0, MAX_CASES * sizeof *cases);
+    size_t n = build_cases(cases, kind, (cg_dtype_t)d);
+    char label[64];
+    snprintf(label, sizeof label, "%s %s", cg_node_kind_name(kind), cg_dtype_name((cg_dtype_t)d));
+    run_cases(comm, cases, n, label, d % 2); /* both ways of running a plan */
+  }
+  free(cases);
+  cg_comm_destroy(comm);
+}
+
+START_TEST(kinds__allreduce_every_dtype_op_size_and_form) { check_kind(CG_NODE_ALLREDUCE); }
+END_TEST
+
+START_TEST(kinds__broadcast_every_dtype_root_size_and_form) { check_kind(CG_NODE_BROADCAST); }
+END_TEST
+
+START_TEST(kinds__reduce_every_dtype_op_root_size_and_form_nonroots_untouched) { check_kind(CG_NODE_REDUCE); }
+END_TEST
+
+START_TEST(kinds__allgather_every_dtype_size_and_form) { check_kind(CG_NODE_ALLGATHER); }
+END_TEST
+
+START_TEST(kinds__reduce_scatter_every_dtype_op_size_in_place_keeps_other_blocks) {
+  check_kind(CG_NODE_REDUCE_SCATTER);
+}
+END_TEST
+
+START_TEST(kinds__alltoall_every_dtype_and_size) { check_kind(CG_NODE_ALLTOALL); }
+END_TEST
+
+START_TEST(kinds__gather_every_dtype_root_size_and_form_nonroots_untouched) { check_kind(CG_NODE_GATHER); }
+END_TEST
+
+START_TEST(kinds__scatter_every_dtype_root_size_and_form_in_place_keeps_send) { check_kind(CG_NODE_SCATTER); }
+END_TEST
+
+/* A ring (to rank+1, from rank-1) and a send to self, per type and size. The
+ * sends of a size come before its receives in record order, and a send and
+ * its receive are recorded in the same order on both ends, so messages match
+ * by posting order. */
+START_TEST(kinds__send_recv_ring_and_self_every_dtype_and_size) {
+  cg_comm_t *comm = world();
+  int me = cg_mpi_rank(), n = cg_mpi_size();
+  kcase_t cases[2 * N_SIZES];
+  for (int d = 0; d < CG_DTYPE_COUNT; d++) {
+    size_t k = 0;
+    for (size_t s = 0; s < N_SIZES; s++)
+      for (int self = 0; self < 2; self++, k++)
+        cases[k] = (kcase_t){.kind = CG_NODE_SEND,
+                             .dtype = (cg_dtype_t)d,
+                             .op = CG_SUM,
+                             .root = self ? me : (me + 1) % n,
+                             .from = self ? me : (me + n - 1) % n,
+                             .count = sizes[s],
+                             .id = ((uint64_t)CG_NODE_SEND * CG_DTYPE_COUNT + (uint64_t)d) << 16 | k};
+    char label[64];
+    snprintf(label, sizeof label, "send/recv %s", cg_dtype_name((cg_dtype_t)d));
+    run_cases(comm, cases, k, label, d % 2);
+  }
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+/* Barriers alone, and barriers around an allreduce and a ring, driven with
+ * cg_plan_test. (Every graph above also starts, is cut in half and ends with a
+ * barrier.) */
+START_TEST(kinds__barrier_completes_alone_and_between_other_nodes) {
+  cg_comm_t *comm = world();
+  int me = cg_mpi_rank(), n = cg_mpi_size();
+  cg_graph_t *g;
+  cg_plan_t *plan;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  ck_assert_cg_ok(cg_compile(&plan, g, NULL));
+  cg_graph_destroy(g);
+  ck_assert_all_ranks(cg_plan_run(plan) == CG_SUCCESS, "a graph of one barrier runs");
+  cg_plan_destroy(plan);
+
+  enum { N = 7 };
+  int32_t in[N], sum[N], ring[N];
+  for (int i = 0; i < N; i++) in[i] = me * 10 + i;
+  memset(sum, CG_MPI_POISON, sizeof sum);
+  memset(ring, CG_MPI_POISON, sizeof ring);
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, in, sum, N, CG_INT32, CG_SUM));
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  ck_assert_cg_ok(cg_send(NULL, g, comm, in, N, CG_INT32, (me + 1) % n));
+  ck_assert_cg_ok(cg_recv(NULL, g, comm, ring, N, CG_INT32, (me + n - 1) % n));
+  ck_assert_cg_ok(cg_barrier(NULL, g, comm));
+  ck_assert_cg_ok(cg_compile(&plan, g, NULL));
+  cg_graph_destroy(g);
+  int done = 0;
+  cg_status_t st = cg_plan_start(plan);
+  while (st == CG_SUCCESS && !done) st = cg_plan_test(&done, plan);
+  ck_assert_all_ranks(st == CG_SUCCESS, "barriers around an allreduce and a ring run");
+  int ok = 1;
+  for (int i = 0; i < N; i++)
+    ok &= sum[i] == 10 * n * (n - 1) / 2 + n * i && ring[i] == ((me + n - 1) % n) * 10 + i;
+  ck_assert_all_ranks(ok, "the nodes between barriers give the right values");
+  cg_plan_destroy(plan);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+/* A few MB per buffer for every kind, in place and not, for three types of
+ * different widths (not every type x reduction: the small sizes cover those).
+ * For kinds whose count is per block, the count is divided by the ranks so the
+ * largest buffer stays a few MB. */
+START_TEST(kinds__few_megabytes_every_kind_and_form) {
+  static const struct {
+    cg_dtype_t dtype;
+    size_t elems;
+    cg_redop_t op;
+  } big[] = {{CG_FLOAT32, (size_t)1 << 20, CG_SUM}, /* 4 MB */
+             {CG_BFLOAT16, (size_t)3 << 19, CG_AVG}, /* 3 MB */
+             {CG_INT64, (size_t)3 << 17, CG_MAX}};  /* 3 MB */
+  cg_comm_t *comm = world();
+  int me = cg_mpi_rank(), n = cg_mpi_size();
+  kcase_t cases[3 * 2];
+  for (int t = 0; t < CG_TEST_N_COMM_KINDS; t++) {
+    cg_node_kind_t kind = cg_test_comm_kinds[t];
+    if (kind == CG_NODE_RECV) continue; /* a send case includes its receive */
+    size_t k = 0;
+    for (int b = 0; b < 3; b++)
+      for (int form = 0; form < (has_inplace_form(kind) ? 2 : 1); form++, k++)
+        cases[k] = (kcase_t){.kind = kind,
+                             .dtype = big[b].dtype,
+                             .op = big[b].op,
+                             .root = kind == CG_NODE_SEND ? (me + 1) % n : n - 1,
+                             .from = (me + n - 1) % n,
+                             .count = scales_with_ranks(kind) ? big[b].elems / (size_t)n : big[b].elems,
+                             .inplace = form,
+                             .id = (((uint64_t)1 << 20) + (uint64_t)kind) << 8 | (uint64_t)b};
+    char label[64];
+    snprintf(label, sizeof label, "%s, a few MB", kind == CG_NODE_SEND ? "send/recv" : cg_node_kind_name(kind));
+    run_cases(comm, cases, k, label, t % 2);
+  }
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("mpi_kinds");
+  TCase *tc = cg_mpi_tcase("kinds");
+  tcase_add_test(tc, kinds__allreduce_every_dtype_op_size_and_form);
+  tcase_add_test(tc, kinds__broadcast_every_dtype_root_size_and_form);
+  tcase_add_test(tc, kinds__reduce_every_dtype_op_root_size_and_form_nonroots_untouched);
+  tcase_add_test(tc, kinds__allgather_every_dtype_size_and_form);
+  tcase_add_test(tc, kinds__reduce_scatter_every_dtype_op_size_in_place_keeps_other_blocks);
+  tcase_add_test(tc, kinds__alltoall_every_dtype_and_size);
+  tcase_add_test(tc, kinds__gather_every_dtype_root_size_and_form_nonroots_untouched);
+  tcase_add_test(tc, kinds__scatter_every_dtype_root_size_and_form_in_place_keeps_send);
+  tcase_add_test(tc, kinds__send_recv_ring_and_self_every_dtype_and_size);
+  tcase_add_test(tc, kinds__barrier_completes_alone_and_between_other_nodes);
+  tcase_add_test(tc, kinds__few_megabytes_every_kind_and_form);
+  suite_add_tcase(s, tc);
+  return cg_mpi_test_main(s);
+}
