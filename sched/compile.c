@@ -41,8 +41,8 @@ static void plan_free(cg_plan_t *p) {
     cg_step_t *s = &p->steps[i];
     const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
     if (s->backend_state && b && b->host_step_release) b->host_step_release(s->comm->impl, s->backend_state);
-    if (p->node_names) free(p->node_names[i]);
   }
+  for (uint32_t i = 0; p->node_names && i < p->n_names; i++) free(p->node_names[i]);
   for (uint32_t c = 0; c < p->n_comms; c++) cg_comm_release(p->comms[c].comm);
   free(p->comm_step_storage);
   free(p->comms);
@@ -80,6 +80,7 @@ static cg_status_t lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order_
   cg_status_t st = CG_SUCCESS;
   p->steps = calloc(n ? n : 1, sizeof *p->steps);
   p->node_names = calloc(n ? n : 1, sizeof *p->node_names);
+  if (p->node_names) p->n_names = n;
   p->comms = calloc(order->n_sequences ? order->n_sequences : 1, sizeof *p->comms);
   if (!step_of || !topo || !comm_steps || !p->steps || !p->node_names || !p->comms) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating %u steps", where, n);

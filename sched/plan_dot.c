@@ -24,6 +24,21 @@ static void put_shape(FILE *f, const cg_step_t *s, const char *newline) {
   if (s->op_kind == CG_NODE_RECV) fprintf(f, " from %d", s->root);
 }
 
+/* Names in the dump: control characters, quotes and backslashes escaped so
+ * every step stays on one line. */
+static void put_name(FILE *f, const char *name) {
+  fputc('\'', f);
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+    if (*p == '\'' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p < 0x20 || *p == 0x7f)
+      fprintf(f, "\\x%02x", *p);
+    else
+      fputc(*p, f);
+  }
+  fputc('\'', f);
+}
+
 static cg_status_t finish(FILE *f, const char *caller) {
   if (fflush(f) != 0 || ferror(f)) return cg_fail(CG_ERR_IO, "%s: writing failed", caller);
   return CG_SUCCESS;
@@ -70,8 +85,13 @@ cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
 
 cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
   if (!plan || !f) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_dump: NULL %s", plan ? "file" : "plan");
-  fprintf(f, "plan%s%s: %u steps, %u lanes, %u communicators, %zu dependencies\n", plan->name ? " " : "",
-          plan->name ? plan->name : "", plan->n_steps, plan->n_lanes, plan->n_comms, plan->n_deps);
+  fputs("plan", f);
+  if (plan->name) {
+    fputc(' ', f);
+    put_name(f, plan->name);
+  }
+  fprintf(f, ": %u steps, %u lanes, %u communicators, %zu dependencies\n", plan->n_steps, plan->n_lanes,
+          plan->n_comms, plan->n_deps);
   for (uint32_t i = 0; i < plan->n_steps; i++) {
     const cg_step_t *s = &plan->steps[i];
     fprintf(f, "step %u lane %u ", i, s->lane);
@@ -79,7 +99,10 @@ cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
       fprintf(f, "comm %u #%u group %u ", s->comm_index, s->comm_position, s->group);
     put_shape(f, s, " ");
     fprintf(f, " node %u", s->node);
-    if (plan->node_names[i]) fprintf(f, " '%s'", plan->node_names[i]);
+    if (plan->node_names[i]) {
+      fputc(' ', f);
+      put_name(f, plan->node_names[i]);
+    }
     fputs(" after", f);
     if (!s->n_deps) fputs(" -", f);
     for (uint32_t e = 0; e < s->n_deps; e++) fprintf(f, " %u", s->deps[e]);

@@ -58,6 +58,7 @@ struct cg_plan {
   cg_plan_comm_t *comms; /* by first use in record order */
   uint32_t n_comms;
   char **node_names; /* per step, copied from the graph (NULL when unnamed) */
+  uint32_t n_names;
   uint32_t *dep_storage;       /* every step's deps and succs */
   uint32_t *comm_step_storage; /* every communicator's steps */
   cg_host_run_t *run; /* executor state, NULL until first started */

@@ -13,8 +13,9 @@
  * gather and scatter, anything past the count) show up as differences.
  *
  * The cases of one kind and type share one graph, so one compile and one run
- * check them all: with oversubscribed ranks each tiny collective costs
- * milliseconds, and a graph per case would take minutes. */
+ * check them all, and they go round-robin over a few communicators, so plans
+ * run several collectives at once: with oversubscribed ranks each tiny
+ * collective costs milliseconds, and one at a time they would take minutes. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +46,20 @@ typedef struct kcase {
   void *recv;
 } kcase_t;
 
+enum { N_COMMS = 4 };
+
 static cg_comm_t *world(void) {
   cg_comm_t *c = NULL;
   ck_assert_cg_ok(cg_comm_create(&c, MPI_COMM_WORLD, NULL));
   return c;
+}
+
+static void open_comms(cg_comm_t *comms[N_COMMS]) {
+  for (int i = 0; i < N_COMMS; i++) comms[i] = world();
+}
+
+static void close_comms(cg_comm_t *comms[N_COMMS]) {
+  for (int i = 0; i < N_COMMS; i++) cg_comm_destroy(comms[i]);
 }
 
 static void *xmalloc(size_t bytes) {
@@ -309,38 +320,34 @@ static int check_case(const kcase_t *c, char *why, size_t len) {
   return 1;
 }
 
-/* Records every case into one graph (between barriers, which also checks that
- * barriers run among other nodes), compiles, runs, compares, frees. */
-static cg_comm_t *extra[4];
-static int n_extra = 0;
-static void run_cases(cg_comm_t *comm, kcase_t *cases, size_t n, const char *label, int nonblocking) {
+/* Records every case into one graph (case i on communicator i % N_COMMS,
+ * between barriers, which also checks that barriers run among other nodes),
+ * compiles, runs, compares, frees. */
+static void run_cases(cg_comm_t *comms[N_COMMS], kcase_t *cases, size_t n, const char *label, int nonblocking) {
   char what[700];
-  double t0 = MPI_Wtime(), t1 = 0, t2 = 0, t3 = 0;
   cg_graph_t *g = NULL;
   cg_plan_t *plan = NULL;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
-  int ok = cg_barrier(NULL, g, comm) == CG_SUCCESS;
+  int ok = cg_barrier(NULL, g, comms[0]) == CG_SUCCESS;
   snprintf(what, sizeof what, "%s: recording: %s", label, ok ? "" : cg_error_last());
   for (size_t i = 0; i < n && ok; i++) {
     setup_case(&cases[i]);
-    if (record_case(g, n_extra ? extra[i % (size_t)n_extra] : comm, &cases[i]) != CG_SUCCESS) {
+    if (record_case(g, comms[i % N_COMMS], &cases[i]) != CG_SUCCESS) {
       char desc[200];
       describe(desc, sizeof desc, &cases[i]);
       snprintf(what, sizeof what, "%s: recording %s: %s", label, desc, cg_error_last());
       ok = 0;
     }
-    if (ok && i == n / 2 && cg_barrier(NULL, g, comm) != CG_SUCCESS) ok = 0;
+    if (ok && i == n / 2 && cg_barrier(NULL, g, comms[1]) != CG_SUCCESS) ok = 0;
   }
-  if (ok && cg_barrier(NULL, g, comm) != CG_SUCCESS) ok = 0;
+  if (ok && cg_barrier(NULL, g, comms[0]) != CG_SUCCESS) ok = 0;
   ck_assert_all_ranks(ok, what);
 
-  t1 = MPI_Wtime();
   cg_status_t st = cg_compile(&plan, g, NULL);
   snprintf(what, sizeof what, "%s: cg_compile: %s", label, st == CG_SUCCESS ? "" : cg_error_last());
   ck_assert_all_ranks(st == CG_SUCCESS, what);
   cg_graph_destroy(g);
 
-  t2 = MPI_Wtime();
   if (nonblocking) {
     st = cg_plan_start(plan);
     if (st == CG_SUCCESS) st = cg_plan_wait(plan);
@@ -350,7 +357,6 @@ static void run_cases(cg_comm_t *comm, kcase_t *cases, size_t n, const char *lab
   snprintf(what, sizeof what, "%s: running: %s", label, st == CG_SUCCESS ? "" : cg_error_last());
   ck_assert_all_ranks(st == CG_SUCCESS, what);
 
-  t3 = MPI_Wtime();
   size_t bad = 0;
   char first[600] = "", why[600];
   for (size_t i = 0; i < n; i++)
@@ -361,7 +367,6 @@ static void run_cases(cg_comm_t *comm, kcase_t *cases, size_t n, const char *lab
   cg_plan_destroy(plan);
   for (size_t i = 0; i < n; i++) free_case(&cases[i]);
   memo_clear();
-  if (cg_mpi_rank() == 0) fprintf(stderr, "TIME %-28s n=%3zu setup %.3f compile %.3f run %.3f check %.3f\n", label, n, t1-t0, t2-t1, t3-t2, MPI_Wtime()-t3);
 }
 
 /* Every reduction, root, size and form of one kind and type, in record order
@@ -386,9 +391,8 @@ static size_t build_cases(kcase_t *out, cg_node_kind_t kind, cg_dtype_t dtype) {
 }
 
 static void check_kind(cg_node_kind_t kind) {
-  cg_comm_t *comm = world();
-  n_extra = getenv("NX") ? atoi(getenv("NX")) : 0;
-  for (int i = 0; i < n_extra; i++) extra[i] = world();
+  cg_comm_t *comms[N_COMMS];
+  open_comms(comms);
   kcase_t *cases = calloc(MAX_CASES, sizeof *cases);
   ck_assert_ptr_nonnull(cases);
   for (int d = 0; d < CG_DTYPE_COUNT; d++) {
@@ -396,10 +400,10 @@ static void check_kind(cg_node_kind_t kind) {
     size_t n = build_cases(cases, kind, (cg_dtype_t)d);
     char label[64];
     snprintf(label, sizeof label, "%s %s", cg_node_kind_name(kind), cg_dtype_name((cg_dtype_t)d));
-    run_cases(comm, cases, n, label, d % 2); /* both ways of running a plan */
+    run_cases(comms, cases, n, label, d % 2); /* both ways of running a plan */
   }
   free(cases);
-  cg_comm_destroy(comm);
+  close_comms(comms);
 }
 
 START_TEST(kinds__allreduce_every_dtype_op_size_and_form) { check_kind(CG_NODE_ALLREDUCE); }
@@ -433,7 +437,8 @@ END_TEST
  * its receive are recorded in the same order on both ends, so messages match
  * by posting order. */
 START_TEST(kinds__send_recv_ring_and_self_every_dtype_and_size) {
-  cg_comm_t *comm = world();
+  cg_comm_t *comms[N_COMMS];
+  open_comms(comms);
   int me = cg_mpi_rank(), n = cg_mpi_size();
   kcase_t cases[2 * N_SIZES];
   for (int d = 0; d < CG_DTYPE_COUNT; d++) {
@@ -449,9 +454,9 @@ START_TEST(kinds__send_recv_ring_and_self_every_dtype_and_size) {
                              .id = ((uint64_t)CG_NODE_SEND * CG_DTYPE_COUNT + (uint64_t)d) << 16 | k};
     char label[64];
     snprintf(label, sizeof label, "send/recv %s", cg_dtype_name((cg_dtype_t)d));
-    run_cases(comm, cases, k, label, d % 2);
+    run_cases(comms, cases, k, label, d % 2);
   }
-  cg_comm_destroy(comm);
+  close_comms(comms);
 }
 END_TEST
 
@@ -510,7 +515,8 @@ START_TEST(kinds__few_megabytes_every_kind_and_form) {
   } big[] = {{CG_FLOAT32, (size_t)1 << 20, CG_SUM}, /* 4 MB */
              {CG_BFLOAT16, (size_t)3 << 19, CG_AVG}, /* 3 MB */
              {CG_INT64, (size_t)3 << 17, CG_MAX}};  /* 3 MB */
-  cg_comm_t *comm = world();
+  cg_comm_t *comms[N_COMMS];
+  open_comms(comms);
   int me = cg_mpi_rank(), n = cg_mpi_size();
   kcase_t cases[3 * 2];
   for (int t = 0; t < CG_TEST_N_COMM_KINDS; t++) {
@@ -529,9 +535,9 @@ START_TEST(kinds__few_megabytes_every_kind_and_form) {
                              .id = (((uint64_t)1 << 20) + (uint64_t)kind) << 8 | (uint64_t)b};
     char label[64];
     snprintf(label, sizeof label, "%s, a few MB", kind == CG_NODE_SEND ? "send/recv" : cg_node_kind_name(kind));
-    run_cases(comm, cases, k, label, t % 2);
+    run_cases(comms, cases, k, label, t % 2);
   }
-  cg_comm_destroy(comm);
+  close_comms(comms);
 }
 END_TEST
 

@@ -347,7 +347,7 @@ static void inject(program_t *base, program_t *dev, injection_t what, int size) 
   }
 }
 
-/* The ranks that deviate in turn: the first, the last and, at 4 ranks and up,
+/* The ranks that deviate in turn: the first, the last and, with more than two,
  * one in the middle. */
 static int deviants(int out[3], int size) {
   out[0] = 0;

@@ -440,7 +440,7 @@ START_TEST(compile__rejects_bad_arguments_and_changes_nothing) {
   /* the graph still compiles; the plan takes the graph's name unless given one */
   cg_plan_t *plan = compile(g);
   char *text = text_of(plan, 0);
-  ck_assert_msg(strncmp(text, "plan iteration: 1 steps", 23) == 0, "dump starts '%s'", text);
+  ck_assert_msg(strncmp(text, "plan 'iteration': 1 steps", 25) == 0, "dump starts '%s'", text);
   free(text);
   cg_plan_destroy(plan);
   cg_compile_opts_t o = CG_COMPILE_OPTS_INIT;
@@ -448,7 +448,7 @@ START_TEST(compile__rejects_bad_arguments_and_changes_nothing) {
   o.name = "custom \"plan\"";
   ck_assert_cg_ok(cg_compile(&plan, g, &o));
   text = text_of(plan, 0);
-  ck_assert_msg(strncmp(text, "plan custom \"plan\": ", 20) == 0, "dump starts '%s'", text);
+  ck_assert_msg(strncmp(text, "plan 'custom \"plan\"': ", 22) == 0, "dump starts '%s'", text);
   free(text);
   text = text_of(plan, 1);
   ck_assert_ptr_nonnull(strstr(text, "label=\"plan custom \\\"plan\\\"\""));
