@@ -9,6 +9,7 @@ cg_comm_t *cg_comm_alloc(int rank, int size, const cg_comm_ops_t *ops, void *imp
   cg_comm_t *comm = calloc(1, sizeof *comm);
   if (!comm) return NULL;
   comm->serial = atomic_fetch_add(&next_comm_serial, 1);
+  comm->id = comm->serial;
   comm->rank = rank;
   comm->size = size;
   comm->device = CG_DEVICE_HOST;
@@ -20,8 +21,74 @@ cg_comm_t *cg_comm_alloc(int rank, int size, const cg_comm_ops_t *ops, void *imp
 
 void cg_comm_retain(cg_comm_t *comm) { atomic_fetch_add(&comm->refs, 1); }
 
+/* Live communicators with an agreed id, so the cross-rank check can find one a
+ * rank's graph does not use when other ranks' graphs do. A spin lock guards it:
+ * it is touched only when communicators are created, destroyed or looked up. */
+static atomic_flag registry_lock = ATOMIC_FLAG_INIT;
+static cg_comm_t **registry;
+static size_t registry_len, registry_cap;
+
+static void lock_registry(void) {
+  while (atomic_flag_test_and_set_explicit(&registry_lock, memory_order_acquire)) {
+  }
+}
+static void unlock_registry(void) { atomic_flag_clear_explicit(&registry_lock, memory_order_release); }
+
+int cg_comm_register(cg_comm_t *comm) {
+  int ok = 1;
+  lock_registry();
+  if (registry_len == registry_cap) {
+    size_t cap = registry_cap ? 2 * registry_cap : 16;
+    cg_comm_t **grown = realloc(registry, cap * sizeof *grown);
+    if (grown) {
+      registry = grown;
+      registry_cap = cap;
+    } else {
+      ok = 0;
+    }
+  }
+  if (ok) {
+    registry[registry_len++] = comm;
+    comm->registered = 1;
+  }
+  unlock_registry();
+  return ok;
+}
+
+cg_comm_t *cg_comm_lookup(uint64_t id) {
+  cg_comm_t *found = NULL;
+  lock_registry();
+  for (size_t i = 0; i < registry_len && !found; i++)
+    if (registry[i]->id == id) {
+      found = registry[i];
+      cg_comm_retain(found);
+    }
+  unlock_registry();
+  return found;
+}
+
 void cg_comm_release(cg_comm_t *comm) {
-  if (!comm || atomic_fetch_sub(&comm->refs, 1) != 1) return;
+  if (!comm) return;
+  int last;
+  if (comm->registered) { /* a lookup must not retain a communicator that is going away */
+    lock_registry();
+    last = atomic_fetch_sub(&comm->refs, 1) == 1;
+    if (last)
+      for (size_t i = 0; i < registry_len; i++)
+        if (registry[i] == comm) {
+          registry[i] = registry[--registry_len];
+          break;
+        }
+    if (last && registry_len == 0) {
+      free(registry);
+      registry = NULL;
+      registry_cap = 0;
+    }
+    unlock_registry();
+  } else {
+    last = atomic_fetch_sub(&comm->refs, 1) == 1;
+  }
+  if (!last) return;
   if (comm->ops && comm->ops->destroy_impl) comm->ops->destroy_impl(comm->impl);
   free(comm);
 }

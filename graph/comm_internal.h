@@ -20,9 +20,11 @@ typedef struct cg_comm_ops {
 
 struct cg_comm {
   uint64_t serial; /* process-wide creation number, for DOT labels */
+  uint64_t id;     /* the same on every rank of the communicator (agreed at creation); serial if offline */
   int rank;
   int size;
   int device; /* CG_DEVICE_HOST or a CUDA device ordinal */
+  int registered; /* listed for cg_comm_lookup */
   atomic_int refs; /* the creator's reference plus one per graph that uses it */
   const cg_comm_ops_t *ops;
   void *impl;
@@ -31,6 +33,11 @@ struct cg_comm {
 /* Allocates a communicator with one reference; NULL when out of memory. */
 cg_comm_t *cg_comm_alloc(int rank, int size, const cg_comm_ops_t *ops, void *impl);
 void cg_comm_retain(cg_comm_t *comm);
+/* Lists a communicator whose `id` is agreed by its ranks, for cg_comm_lookup;
+ * 0 when out of memory. The listing ends when the communicator is freed. */
+int cg_comm_register(cg_comm_t *comm);
+/* The live registered communicator with this id, retained; NULL if none. */
+cg_comm_t *cg_comm_lookup(uint64_t id);
 void cg_comm_release(cg_comm_t *comm);
 
 #endif

@@ -213,10 +213,13 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
     snprintf(where, sizeof where, "cg_compile: graph '%s'", graph->name);
   else
     snprintf(where, sizeof where, "cg_compile");
-  for (uint32_t i = 0; i < cg_graph_node_count(graph); i++)
-    if ((st = check_supported(graph, i, where)) != CG_SUCCESS) return st;
+  cg_status_t local = CG_SUCCESS;
+  for (uint32_t i = 0; i < cg_graph_node_count(graph) && local == CG_SUCCESS; i++) local = check_supported(graph, i, where);
   if ((st = cg_comm_order_build(&order, graph)) != CG_SUCCESS) goto out;
-  if (opts->check_ranks && (st = cg_rank_check(graph, &order, where)) != CG_SUCCESS) goto out;
+  /* even a rank that cannot compile takes part in the check, so the others do
+   * not wait for it */
+  if (opts->check_ranks && (st = cg_rank_check(graph, &order, where, local)) != CG_SUCCESS) goto out;
+  if ((st = local) != CG_SUCCESS) goto out;
   p = calloc(1, sizeof *p);
   const char *name = opts->name ? opts->name : graph->name;
   if (!p || (name && !(p->name = copy_string(name)))) {

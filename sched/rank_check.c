@@ -26,10 +26,19 @@ typedef struct op_record {
   uint8_t kind, dtype, op, present;
 } op_record_t;
 
+/* Communicator ids a rank lists in its summary: enough for real programs; a
+ * graph on more communicators lists the first ones. */
+#define CG_CHECK_IDS 16
+/* Communicators a rank may join because other ranks' graphs use them. */
+#define CG_CHECK_MAX_JOINS 64
+
 typedef struct summary {
   uint64_t n_collectives;
   uint64_t n_p2p;
   uint64_t hash;
+  uint64_t local_status; /* a rank that cannot compile the graph says so here */
+  uint64_t n_ids;        /* agreed ids of the communicators this rank's graph uses */
+  uint64_t ids[CG_CHECK_IDS];
 } summary_t;
 
 #define NAME_BYTES 128
@@ -48,12 +57,14 @@ typedef struct comm_check {
   /* the first difference, if any */
   int mismatch;
   char *message;            /* without names, filled in after round 3 */
-  uint32_t name_node;       /* this rank's node to name; UINT32_MAX: none */
-  char *names;              /* per rank NAME_BYTES */
+  uint32_t name_node[2];    /* this rank's nodes to name (collective or send side, receive side) */
+  char *names;              /* per rank 2 * NAME_BYTES */
   int name_rank[2];         /* ranks whose names the message shows (p2p) */
   uint64_t coll_position;   /* collective mismatch: position */
   int p2p;                  /* 1: the mismatch is point-to-point */
   void *request;
+  cg_comm_t *joined;        /* retained: a communicator this rank's graph does not use */
+  cg_comm_sequence_t empty; /* its (empty) sequence */
 } comm_check_t;
 
 static int is_p2p(cg_node_kind_t k) { return k == CG_NODE_SEND || k == CG_NODE_RECV; }
@@ -154,7 +165,7 @@ static void find_collective_mismatch(comm_check_t *c) {
       if (!same_op(first, other)) {
         c->mismatch = 1;
         c->coll_position = k;
-        c->name_node = k < c->n_coll ? c->mine[k].node : UINT32_MAX;
+        c->name_node[0] = k < c->n_coll ? c->mine[k].node : UINT32_MAX;
         return;
       }
     }
@@ -187,7 +198,7 @@ static void describe_p2p(char *buf, size_t size, const op_record_t *x) {
 
 /* Point to point: every send from `from` to `to` pairs with the receive of the
  * same position on `to`, with the same count, type and group. */
-static cg_status_t find_p2p_mismatch(comm_check_t *c, uint32_t comm_index) {
+static cg_status_t find_p2p_mismatch(comm_check_t *c, unsigned long long comm_id) {
   char a[160], b[160];
   for (int from = 0; from < c->size; from++)
     for (int to = 0; to < c->size; to++) {
@@ -201,23 +212,23 @@ static cg_status_t find_p2p_mismatch(comm_check_t *c, uint32_t comm_index) {
         c->p2p = 1;
         c->name_rank[0] = s ? from : -1;
         c->name_rank[1] = r ? to : -1;
-        if (c->rank == from && s) c->name_node = s->node;
-        if (c->rank == to && r) c->name_node = r->node;
+        if (c->rank == from && s) c->name_node[0] = s->node;
+        if (c->rank == to && r) c->name_node[1] = r->node;
         if (s) describe_p2p(a, sizeof a, s);
         if (r) describe_p2p(b, sizeof b, r);
         size_t len = 700;
         if (!(c->message = malloc(len))) return cg_fail(CG_ERR_NO_MEMORY, "formatting the mismatch");
         if (s && r)
-          snprintf(c->message, len, "communicator #%u: rank %d's send #%llu to rank %d (node #%u%%s: %s) does not "
-                   "match rank %d's receive #%llu from rank %d (node #%u%%s: %s)", comm_index, from,
+          snprintf(c->message, len, "communicator %llu: rank %d's send #%llu to rank %d (node #%u%%s: %s) does not "
+                   "match rank %d's receive #%llu from rank %d (node #%u%%s: %s)", comm_id, from,
                    (unsigned long long)k, to, s->node, a, to, (unsigned long long)k, from, r->node, b);
         else if (s)
-          snprintf(c->message, len, "communicator #%u: rank %d's send #%llu to rank %d (node #%u%%s: %s) has no "
-                   "receive on rank %d, which posts %llu receive%s from rank %d%%s", comm_index, from,
+          snprintf(c->message, len, "communicator %llu: rank %d's send #%llu to rank %d (node #%u%%s: %s) has no "
+                   "receive on rank %d, which posts %llu receive%s from rank %d%%s", comm_id, from,
                    (unsigned long long)k, to, s->node, a, to, (unsigned long long)recvs, recvs == 1 ? "" : "s", from);
         else
-          snprintf(c->message, len, "communicator #%u: rank %d's receive #%llu from rank %d (node #%u%%s: %s) has no "
-                   "send on rank %d, which posts %llu send%s to rank %d%%s", comm_index, to, (unsigned long long)k,
+          snprintf(c->message, len, "communicator %llu: rank %d's receive #%llu from rank %d (node #%u%%s: %s) has no "
+                   "send on rank %d, which posts %llu send%s to rank %d%%s", comm_id, to, (unsigned long long)k,
                    from, r->node, b, from, (unsigned long long)sends, sends == 1 ? "" : "s", to);
         return CG_SUCCESS;
       }
@@ -225,8 +236,8 @@ static cg_status_t find_p2p_mismatch(comm_check_t *c, uint32_t comm_index) {
   return CG_SUCCESS;
 }
 
-static const char *name_of(const comm_check_t *c, int rank, char *buf, size_t size) {
-  const char *n = rank >= 0 ? c->names + (size_t)rank * NAME_BYTES : "";
+static const char *name_of(const comm_check_t *c, int rank, int slot, char *buf, size_t size) {
+  const char *n = rank >= 0 ? c->names + ((size_t)rank * 2 + (size_t)slot) * NAME_BYTES : "";
   if (n[0])
     snprintf(buf, size, " '%.*s'", NAME_BYTES - 1, n);
   else
@@ -237,22 +248,24 @@ static const char *name_of(const comm_check_t *c, int rank, char *buf, size_t si
 /* The final text, the same on every rank: "communicator #0 (4 ranks):
  * collective #3 differs: ranks 0,1,3 have allreduce 1024 x float32 sum (node
  * #5 'g3' on rank 0); rank 2 has allreduce 1025 x float32 sum (node #5 'g3')" */
-static cg_status_t report(const comm_check_t *c, uint32_t comm_index, const char *where) {
+static cg_status_t report(const comm_check_t *c, const char *where) {
+  unsigned long long comm_id = c->seq->comm->id;
   char text[1000], name0[NAME_BYTES + 8], name1[NAME_BYTES + 8];
   if (c->p2p) {
     char fmt[700];
     snprintf(fmt, sizeof fmt, "%s", c->message);
     if (c->name_rank[0] >= 0 && c->name_rank[1] >= 0)
-      snprintf(text, sizeof text, fmt, name_of(c, c->name_rank[0], name0, sizeof name0),
-               name_of(c, c->name_rank[1], name1, sizeof name1));
+      snprintf(text, sizeof text, fmt, name_of(c, c->name_rank[0], 0, name0, sizeof name0),
+               name_of(c, c->name_rank[1], 1, name1, sizeof name1));
+    else if (c->name_rank[0] >= 0)
+      snprintf(text, sizeof text, fmt, name_of(c, c->name_rank[0], 0, name0, sizeof name0), "");
     else
-      snprintf(text, sizeof text, fmt, name_of(c, c->name_rank[0] >= 0 ? c->name_rank[0] : c->name_rank[1], name0,
-                                               sizeof name0), "");
+      snprintf(text, sizeof text, fmt, name_of(c, c->name_rank[1], 1, name0, sizeof name0), "");
     return cg_fail(CG_ERR_MISMATCH, "%s: %s", where, text);
   }
   static const op_record_t absent = {0};
-  int n = snprintf(text, sizeof text, "communicator #%u (%d ranks): collective #%llu differs between ranks:",
-                   comm_index, c->size, (unsigned long long)c->coll_position);
+  int n = snprintf(text, sizeof text, "communicator %llu (%d ranks): collective #%llu differs between ranks:",
+                   comm_id, c->size, (unsigned long long)c->coll_position);
   int *done = calloc((size_t)c->size, sizeof *done);
   if (!done) return cg_fail(CG_ERR_NO_MEMORY, "formatting the mismatch");
   for (int r = 0; r < c->size && n >= 0 && (size_t)n < sizeof text; r++) {
@@ -272,7 +285,7 @@ static cg_status_t report(const comm_check_t *c, uint32_t comm_index, const char
     describe_op(op, sizeof op, x);
     if (x->present)
       n += snprintf(text + n, sizeof text - (size_t)n, "%s rank%s %s: %s (node #%u%s%s)", r ? ";" : "",
-                    members > 1 ? "s" : "", ranks, op, x->node, name_of(c, r, name0, sizeof name0),
+                    members > 1 ? "s" : "", ranks, op, x->node, name_of(c, r, 0, name0, sizeof name0),
                     members > 1 ? " on the first" : "");
     else
       n += snprintf(text + n, sizeof text - (size_t)n, "%s rank%s %s: nothing (%llu collective%s in all)",
@@ -302,20 +315,25 @@ static cg_status_t prepare_records(comm_check_t *c, const cg_graph_t *g, const c
     }
   }
   c->n_p2p = seq->len - c->n_coll;
-  c->mine_summary = (summary_t){c->n_coll, c->n_p2p, hash_ops(c->mine, c->n_coll)};
-  c->name_node = UINT32_MAX;
+  memset(&c->mine_summary, 0, sizeof c->mine_summary);
+  c->mine_summary.n_collectives = c->n_coll;
+  c->mine_summary.n_p2p = c->n_p2p;
+  c->mine_summary.hash = hash_ops(c->mine, c->n_coll);
+  c->name_node[0] = c->name_node[1] = UINT32_MAX;
   c->name_rank[0] = c->name_rank[1] = -1;
   return CG_SUCCESS;
 }
 
-cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, const char *where) {
+cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, const char *where,
+                          cg_status_t local_status) {
   cg_status_t st = CG_SUCCESS;
   uint32_t n = 0;
-  comm_check_t *checks = calloc(order->n_sequences ? order->n_sequences : 1, sizeof *checks);
-  const void **mine = calloc(order->n_sequences ? order->n_sequences : 1, sizeof *mine);
-  void **all = calloc(order->n_sequences ? order->n_sequences : 1, sizeof *all);
-  size_t *bytes = calloc(order->n_sequences ? order->n_sequences : 1, sizeof *bytes);
-  uint32_t *index = calloc(order->n_sequences ? order->n_sequences : 1, sizeof *index);
+  size_t cap = (size_t)order->n_sequences + CG_CHECK_MAX_JOINS;
+  comm_check_t *checks = calloc(cap, sizeof *checks);
+  const void **mine = calloc(cap, sizeof *mine);
+  void **all = calloc(cap, sizeof *all);
+  size_t *bytes = calloc(cap, sizeof *bytes);
+  uint32_t *index = calloc(cap, sizeof *index);
   if (!checks || !mine || !all || !bytes || !index) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the cross-rank check", where);
     goto out;
@@ -331,15 +349,68 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
     c->rank = comm->rank;
     index[n++] = s;
     if ((st = prepare_records(c, g, where)) != CG_SUCCESS) goto out;
+    c->mine_summary.local_status = (uint64_t)local_status;
   }
 
-  /* round 1: summaries */
+  /* the communicators this rank's graph uses, in every summary */
+  uint64_t ids[CG_CHECK_IDS];
+  uint64_t n_ids = 0;
+  for (uint32_t i = 0; i < n && n_ids < CG_CHECK_IDS; i++) ids[n_ids++] = checks[i].seq->comm->id;
   for (uint32_t i = 0; i < n; i++) {
-    mine[i] = &checks[i].mine_summary;
-    all[i] = checks[i].summaries;
-    bytes[i] = sizeof(summary_t);
+    checks[i].mine_summary.n_ids = n_ids;
+    memcpy(checks[i].mine_summary.ids, ids, n_ids * sizeof ids[0]);
   }
-  if ((st = exchange(checks, n, mine, all, bytes)) != CG_SUCCESS) goto failed_exchange;
+
+  /* round 1: summaries. A communicator that other ranks' graphs use and this
+   * rank's does not shows up in their lists; this rank then joins its check
+   * with an empty sequence, so they get a mismatch instead of waiting for it. */
+  for (uint32_t from = 0; from < n;) {
+    for (uint32_t i = 0; i < n; i++) {
+      mine[i] = &checks[i].mine_summary;
+      all[i] = checks[i].summaries;
+      bytes[i] = i >= from ? sizeof(summary_t) : 0;
+    }
+    if ((st = exchange(checks, n, mine, all, bytes)) != CG_SUCCESS) goto failed_exchange;
+    uint32_t end = n;
+    for (uint32_t i = from; i < end; i++)
+      for (int r = 0; r < checks[i].size; r++)
+        for (uint64_t k = 0; k < checks[i].summaries[r].n_ids && k < CG_CHECK_IDS; k++) {
+          uint64_t id = checks[i].summaries[r].ids[k];
+          int known = 0;
+          for (uint32_t j = 0; j < n && !known; j++) known = checks[j].seq->comm->id == id;
+          if (known || n == cap) continue;
+          cg_comm_t *comm = cg_comm_lookup(id);
+          if (!comm) continue; /* not a member: nothing to join */
+          comm_check_t *c = &checks[n];
+          c->joined = comm;
+          c->empty = (cg_comm_sequence_t){comm, NULL, 0};
+          c->seq = &c->empty;
+          c->backend = comm->ops->backend;
+          c->size = comm->size;
+          c->rank = comm->rank;
+          index[n++] = UINT32_MAX;
+          if (!c->backend || !c->backend->control_allgather_start) continue;
+          if ((st = prepare_records(c, g, where)) != CG_SUCCESS) goto out;
+          c->mine_summary.local_status = (uint64_t)local_status;
+          c->mine_summary.n_ids = n_ids;
+          memcpy(c->mine_summary.ids, ids, n_ids * sizeof ids[0]);
+        }
+    from = end;
+  }
+  /* a rank that cannot compile stops every rank here, before anyone waits for
+   * it in a later round */
+  for (uint32_t i = 0; i < n; i++)
+    for (int r = 0; r < checks[i].size; r++)
+      if (checks[i].summaries[r].local_status != CG_SUCCESS && local_status == CG_SUCCESS) {
+        st = cg_fail(CG_ERR_MISMATCH, "%s: communicator %llu: rank %d cannot compile its graph (%s); see its error",
+                     where, (unsigned long long)checks[i].seq->comm->id, r,
+                     cg_status_string((cg_status_t)checks[i].summaries[r].local_status));
+        goto out;
+      }
+  if (local_status != CG_SUCCESS) {
+    st = local_status;
+    goto out;
+  }
 
   /* round 2: records, where needed */
   for (uint32_t i = 0; i < n; i++) {
@@ -381,29 +452,33 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
       /* c->mine now holds the padded records; positions of my collectives are unchanged */
       find_collective_mismatch(c);
     }
-    if (!c->mismatch && c->max_p2p && (st = find_p2p_mismatch(c, index[i])) != CG_SUCCESS) goto out;
+    if (!c->mismatch && c->max_p2p && (st = find_p2p_mismatch(c, (unsigned long long)c->seq->comm->id)) != CG_SUCCESS)
+      goto out;
     if (!c->mismatch) continue;
-    char *name = calloc(1, NAME_BYTES);
-    c->names = calloc((size_t)c->size, NAME_BYTES);
+    char *name = calloc(2, NAME_BYTES);
+    c->names = calloc((size_t)c->size * 2, NAME_BYTES);
     if (!name || !c->names) {
       free(name);
       st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the cross-rank check", where);
       goto out;
     }
-    const cg_node_rec_t *node = c->name_node != UINT32_MAX ? cg_graph_node(g, c->name_node) : NULL;
-    if (node && node->name) snprintf(name, NAME_BYTES, "%s", node->name);
+    for (int slot = 0; slot < 2; slot++) {
+      const cg_node_rec_t *node = c->name_node[slot] != UINT32_MAX ? cg_graph_node(g, c->name_node[slot]) : NULL;
+      if (node && node->name) snprintf(name + slot * NAME_BYTES, NAME_BYTES, "%s", node->name);
+    }
     free(c->mine);
     c->mine = (op_record_t *)name;
     mine[i] = name;
     all[i] = c->names;
-    bytes[i] = NAME_BYTES;
+    bytes[i] = 2 * NAME_BYTES;
   }
   if ((st = exchange(checks, n, mine, all, bytes)) != CG_SUCCESS) goto failed_exchange;
+  /* several communicators may differ: every rank names the one with the
+   * smallest agreed id */
+  const comm_check_t *first = NULL;
   for (uint32_t i = 0; i < n; i++)
-    if (checks[i].mismatch) {
-      st = report(&checks[i], index[i], where);
-      goto out;
-    }
+    if (checks[i].mismatch && (!first || checks[i].seq->comm->id < first->seq->comm->id)) first = &checks[i];
+  if (first) st = report(first, where);
   goto out;
 
 failed_exchange: {
@@ -413,6 +488,7 @@ failed_exchange: {
 }
 out:
   for (uint32_t i = 0; checks && i < n; i++) {
+    cg_comm_release(checks[i].joined);
     free(checks[i].mine);
     free(checks[i].summaries);
     free(checks[i].all);

@@ -8,7 +8,12 @@
 #include "comm_order.h"
 
 /* Checks every sequence of `order` whose communicator has a control channel.
- * `where` starts the error detail ("cg_compile: graph 'g'"). */
-cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, const char *where);
+ * `where` starts the error detail ("cg_compile: graph 'g'"). `local_status` is
+ * this rank's verdict on the graph before the check (an unsupported node, say):
+ * it travels in the first round, so a rank that cannot compile makes every rank
+ * fail instead of leaving them waiting for it; this rank then returns
+ * `local_status` with the detail the caller set. */
+cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, const char *where,
+                          cg_status_t local_status);
 
 #endif

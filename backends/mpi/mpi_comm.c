@@ -1,11 +1,29 @@
 /* cg_comm_create over MPI, and the MPI backend's table. */
 #include <limits.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "graph_internal.h"
 #include "commgraph/mpi.h"
 #include "error.h"
 #include "mpi_backend.h"
+
+/* Communicator ids agreed by all ranks of a communicator: each rank proposes its
+ * next number and all take the largest, so messages can name a communicator
+ * the same way on every rank. */
+static _Atomic uint64_t next_agreed_id = 1;
+
+static cg_status_t agree_on_id(uint64_t *out, MPI_Comm comm) {
+  unsigned long long mine = atomic_load(&next_agreed_id), agreed = 0;
+  int err = MPI_Allreduce(&mine, &agreed, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
+  if (err != MPI_SUCCESS) return cg_mpi_fail(err, "cg_comm_create: MPI_Allreduce");
+  uint64_t expected = atomic_load(&next_agreed_id);
+  while (expected <= agreed && !atomic_compare_exchange_weak(&next_agreed_id, &expected, agreed + 1)) {
+  }
+  *out = agreed;
+  return CG_SUCCESS;
+}
 
 static const char *thread_level_name(int level) {
   switch (level) {
@@ -146,13 +164,21 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
   MPI_Comm_rank(m->data, &rank);
   MPI_Comm_size(m->data, &size);
   if ((st = cg_mpi_types_create(m)) != CG_SUCCESS) goto out;
+  uint64_t id = 0;
+  if ((st = agree_on_id(&id, m->control)) != CG_SUCCESS) goto out;
   cg_comm_t *comm = cg_comm_alloc(rank, size, &mpi_ops, m);
   if (!comm) {
     st = cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
     goto out;
   }
   comm->device = opts->device;
+  comm->id = id;
   m = NULL;
+  if (!cg_comm_register(comm)) {
+    cg_comm_destroy(comm);
+    st = cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: listing the communicator");
+    goto out;
+  }
   *out = comm;
 out:
   destroy_impl(m);
