@@ -1,7 +1,8 @@
 /* The MPI backend's private state: two duplicates of the user's MPI_Comm (one
  * for plan steps, one for control traffic such as the cross-rank check, so a
  * compile never interleaves with a running plan's collectives) and the MPI
- * datatype and reduction operations MPI lacks (float16, bfloat16). */
+ * datatype and reduction operations MPI lacks or gets wrong (float16,
+ * bfloat16, unsigned min/max). */
 #ifndef CG_BACKENDS_MPI_BACKEND_H
 #define CG_BACKENDS_MPI_BACKEND_H
 
@@ -14,7 +15,7 @@ typedef struct cg_mpi_comm {
   MPI_Comm control; /* cross-rank check and other library traffic */
   int thread_level; /* what MPI provides */
   MPI_Datatype half; /* two opaque bytes: float16 and bfloat16 elements */
-  MPI_Op half_ops[2][4]; /* [float16, bfloat16][sum, prod, min, max] */
+  MPI_Op own_ops[CG_DTYPE_COUNT][4]; /* [dtype][sum, prod, min, max]; MPI_OP_NULL: MPI's own */
 } cg_mpi_comm_t;
 
 extern const cg_backend_t cg_mpi_backend;

@@ -152,8 +152,8 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
   if (!m) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
   m->data = m->control = MPI_COMM_NULL;
   m->half = MPI_DATATYPE_NULL;
-  for (int t = 0; t < 2; t++)
-    for (int o = 0; o < 4; o++) m->half_ops[t][o] = MPI_OP_NULL;
+  for (int t = 0; t < CG_DTYPE_COUNT; t++)
+    for (int o = 0; o < 4; o++) m->own_ops[t][o] = MPI_OP_NULL;
   m->thread_level = level;
   if ((err = MPI_Comm_dup(mpi, &m->data)) != MPI_SUCCESS || (err = MPI_Comm_dup(mpi, &m->control)) != MPI_SUCCESS) {
     st = cg_mpi_fail(err, "cg_comm_create: MPI_Comm_dup");

@@ -1,50 +1,85 @@
 /* Element types and reductions MPI lacks: float16 and bfloat16 travel as two
  * opaque bytes and are reduced by our own MPI operations (in float, rounded back
- * to nearest even). Average is a sum here; the step divides afterwards. */
+ * to nearest even). Average is a sum here; the step divides afterwards.
+ *
+ * Unsigned min and max use our own operations too: MPICH 4.0.2 (Debian 12)
+ * compares MPI_UINT8_T, MPI_UINT32_T and MPI_UINT64_T as signed, so
+ * max(168, 40) comes out as 40 (found by the random differential test). */
 #include "error.h"
 #include "host_reduce.h"
 #include "mpi_backend.h"
 
-static void reduce_half(void *in, void *inout, int *len, cg_dtype_t dtype, cg_redop_t op) {
+static void reduce_own(void *in, void *inout, int *len, cg_dtype_t dtype, cg_redop_t op) {
   cg_host_reduce(inout, in, (size_t)*len, dtype, op);
 }
 
 /* MPI calls these with its own signature; one per (type, operation). */
 static void fp16_sum(void *in, void *inout, int *len, MPI_Datatype *t) {
   (void)t;
-  reduce_half(in, inout, len, CG_FLOAT16, CG_SUM);
+  reduce_own(in, inout, len, CG_FLOAT16, CG_SUM);
 }
 static void fp16_prod(void *in, void *inout, int *len, MPI_Datatype *t) {
   (void)t;
-  reduce_half(in, inout, len, CG_FLOAT16, CG_PROD);
+  reduce_own(in, inout, len, CG_FLOAT16, CG_PROD);
 }
 static void fp16_min(void *in, void *inout, int *len, MPI_Datatype *t) {
   (void)t;
-  reduce_half(in, inout, len, CG_FLOAT16, CG_MIN);
+  reduce_own(in, inout, len, CG_FLOAT16, CG_MIN);
 }
 static void fp16_max(void *in, void *inout, int *len, MPI_Datatype *t) {
   (void)t;
-  reduce_half(in, inout, len, CG_FLOAT16, CG_MAX);
+  reduce_own(in, inout, len, CG_FLOAT16, CG_MAX);
 }
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *t) {
   (void)t;
-  reduce_half(in, inout, len, CG_BFLOAT16, CG_SUM);
+  reduce_own(in, inout, len, CG_BFLOAT16, CG_SUM);
 }
 static void bf16_prod(void *in, void *inout, int *len, MPI_Datatype *t) {
   (void)t;
-  reduce_half(in, inout, len, CG_BFLOAT16, CG_PROD);
+  reduce_own(in, inout, len, CG_BFLOAT16, CG_PROD);
 }
 static void bf16_min(void *in, void *inout, int *len, MPI_Datatype *t) {
   (void)t;
-  reduce_half(in, inout, len, CG_BFLOAT16, CG_MIN);
+  reduce_own(in, inout, len, CG_BFLOAT16, CG_MIN);
 }
 static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *t) {
   (void)t;
-  reduce_half(in, inout, len, CG_BFLOAT16, CG_MAX);
+  reduce_own(in, inout, len, CG_BFLOAT16, CG_MAX);
 }
 
-static MPI_User_function *const half_functions[2][4] = {{fp16_sum, fp16_prod, fp16_min, fp16_max},
-                                                         {bf16_sum, bf16_prod, bf16_min, bf16_max}};
+static void u8_min(void *in, void *inout, int *len, MPI_Datatype *t) {
+  (void)t;
+  reduce_own(in, inout, len, CG_UINT8, CG_MIN);
+}
+static void u8_max(void *in, void *inout, int *len, MPI_Datatype *t) {
+  (void)t;
+  reduce_own(in, inout, len, CG_UINT8, CG_MAX);
+}
+static void u32_min(void *in, void *inout, int *len, MPI_Datatype *t) {
+  (void)t;
+  reduce_own(in, inout, len, CG_UINT32, CG_MIN);
+}
+static void u32_max(void *in, void *inout, int *len, MPI_Datatype *t) {
+  (void)t;
+  reduce_own(in, inout, len, CG_UINT32, CG_MAX);
+}
+static void u64_min(void *in, void *inout, int *len, MPI_Datatype *t) {
+  (void)t;
+  reduce_own(in, inout, len, CG_UINT64, CG_MIN);
+}
+static void u64_max(void *in, void *inout, int *len, MPI_Datatype *t) {
+  (void)t;
+  reduce_own(in, inout, len, CG_UINT64, CG_MAX);
+}
+
+/* [dtype][sum, prod, min, max]: our own operation, or NULL for MPI's */
+static MPI_User_function *const own_functions[CG_DTYPE_COUNT][4] = {
+    [CG_UINT8] = {NULL, NULL, u8_min, u8_max},
+    [CG_UINT32] = {NULL, NULL, u32_min, u32_max},
+    [CG_UINT64] = {NULL, NULL, u64_min, u64_max},
+    [CG_FLOAT16] = {fp16_sum, fp16_prod, fp16_min, fp16_max},
+    [CG_BFLOAT16] = {bf16_sum, bf16_prod, bf16_min, bf16_max},
+};
 
 cg_status_t cg_mpi_fail(int mpi_error, const char *call) {
   char text[MPI_MAX_ERROR_STRING] = "";
@@ -60,13 +95,14 @@ cg_status_t cg_mpi_types_create(cg_mpi_comm_t *m) {
     m->half = MPI_DATATYPE_NULL;
     return cg_mpi_fail(err, "MPI_Type_contiguous");
   }
-  for (int t = 0; t < 2; t++)
-    for (int o = 0; o < 4; o++) m->half_ops[t][o] = MPI_OP_NULL;
-  for (int t = 0; t < 2; t++)
+  for (int t = 0; t < CG_DTYPE_COUNT; t++)
+    for (int o = 0; o < 4; o++) m->own_ops[t][o] = MPI_OP_NULL;
+  for (int t = 0; t < CG_DTYPE_COUNT; t++)
     for (int o = 0; o < 4; o++) {
-      err = MPI_Op_create(half_functions[t][o], 1, &m->half_ops[t][o]);
+      if (!own_functions[t][o]) continue;
+      err = MPI_Op_create(own_functions[t][o], 1, &m->own_ops[t][o]);
       if (err != MPI_SUCCESS) {
-        m->half_ops[t][o] = MPI_OP_NULL;
+        m->own_ops[t][o] = MPI_OP_NULL;
         cg_mpi_types_free(m);
         return cg_mpi_fail(err, "MPI_Op_create");
       }
@@ -75,9 +111,9 @@ cg_status_t cg_mpi_types_create(cg_mpi_comm_t *m) {
 }
 
 void cg_mpi_types_free(cg_mpi_comm_t *m) {
-  for (int t = 0; t < 2; t++)
+  for (int t = 0; t < CG_DTYPE_COUNT; t++)
     for (int o = 0; o < 4; o++)
-      if (m->half_ops[t][o] != MPI_OP_NULL) MPI_Op_free(&m->half_ops[t][o]);
+      if (m->own_ops[t][o] != MPI_OP_NULL) MPI_Op_free(&m->own_ops[t][o]);
   if (m->half != MPI_DATATYPE_NULL) MPI_Type_free(&m->half);
 }
 
@@ -100,8 +136,7 @@ MPI_Datatype cg_mpi_datatype(const cg_mpi_comm_t *m, cg_dtype_t dtype) {
 
 MPI_Op cg_mpi_op(const cg_mpi_comm_t *m, cg_dtype_t dtype, cg_redop_t op) {
   int index = op == CG_PROD ? 1 : op == CG_MIN ? 2 : op == CG_MAX ? 3 : 0;
-  if (dtype == CG_FLOAT16) return m->half_ops[0][index];
-  if (dtype == CG_BFLOAT16) return m->half_ops[1][index];
+  if (dtype >= 0 && dtype < CG_DTYPE_COUNT && m->own_ops[dtype][index] != MPI_OP_NULL) return m->own_ops[dtype][index];
   switch (index) {
     case 1: return MPI_PROD;
     case 2: return MPI_MIN;

@@ -320,6 +320,12 @@ static int check_case(const kcase_t *c, char *why, size_t len) {
   return 1;
 }
 
+static int add_barrier(cg_graph_t *g, cg_comm_t *comm, char *what, size_t len, const char *label) {
+  if (cg_barrier(NULL, g, comm) == CG_SUCCESS) return 1;
+  snprintf(what, len, "%s: recording a barrier: %s", label, cg_error_last());
+  return 0;
+}
+
 /* Records every case into one graph (case i on communicator i % N_COMMS,
  * between barriers, which also checks that barriers run among other nodes),
  * compiles, runs, compares, frees. */
@@ -328,8 +334,7 @@ static void run_cases(cg_comm_t *comms[N_COMMS], kcase_t *cases, size_t n, const
   cg_graph_t *g = NULL;
   cg_plan_t *plan = NULL;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
-  int ok = cg_barrier(NULL, g, comms[0]) == CG_SUCCESS;
-  snprintf(what, sizeof what, "%s: recording: %s", label, ok ? "" : cg_error_last());
+  int ok = add_barrier(g, comms[0], what, sizeof what, label);
   for (size_t i = 0; i < n && ok; i++) {
     setup_case(&cases[i]);
     if (record_case(g, comms[i % N_COMMS], &cases[i]) != CG_SUCCESS) {
@@ -338,9 +343,9 @@ static void run_cases(cg_comm_t *comms[N_COMMS], kcase_t *cases, size_t n, const
       snprintf(what, sizeof what, "%s: recording %s: %s", label, desc, cg_error_last());
       ok = 0;
     }
-    if (ok && i == n / 2 && cg_barrier(NULL, g, comms[1]) != CG_SUCCESS) ok = 0;
+    if (ok && i == n / 2) ok = add_barrier(g, comms[N_COMMS - 1], what, sizeof what, label);
   }
-  if (ok && cg_barrier(NULL, g, comms[0]) != CG_SUCCESS) ok = 0;
+  if (ok) ok = add_barrier(g, comms[0], what, sizeof what, label);
   ck_assert_all_ranks(ok, what);
 
   cg_status_t st = cg_compile(&plan, g, NULL);
@@ -432,10 +437,11 @@ END_TEST
 START_TEST(kinds__scatter_every_dtype_root_size_and_form_in_place_keeps_send) { check_kind(CG_NODE_SCATTER); }
 END_TEST
 
-/* A ring (to rank+1, from rank-1) and a send to self, per type and size. The
- * sends of a size come before its receives in record order, and a send and
- * its receive are recorded in the same order on both ends, so messages match
- * by posting order. */
+/* A ring (to rank+1, from rank-1) and a send to self, per type and size. Each
+ * case records its send, then its receive, and every rank records the cases in
+ * the same order on the same communicators, so a send and the receive meant
+ * for it are the n-th between that pair on their communicator: MPI matches
+ * them by posting order. */
 START_TEST(kinds__send_recv_ring_and_self_every_dtype_and_size) {
   cg_comm_t *comms[N_COMMS];
   open_comms(comms);

@@ -308,8 +308,12 @@ START_TEST(random__plans_match_reference) {
         if (memcmp(p.arenas[a].plan_mem, p.arenas[a].ref_mem, bytes) != 0) {
           size_t at = 0;
           while (p.arenas[a].plan_mem[at] == p.arenas[a].ref_mem[at]) at++;
-          fprintf(stderr, "rank %d: dag %d run %d: arena %d (%s) differs at byte %zu\n", cg_mpi_rank(), dag, run, a,
-                  cg_dtype_name(p.arenas[a].dtype), at);
+          size_t last = bytes - 1, n_diff = 0;
+          while (p.arenas[a].plan_mem[last] == p.arenas[a].ref_mem[last]) last--;
+          for (size_t b = 0; b < bytes; b++) n_diff += p.arenas[a].plan_mem[b] != p.arenas[a].ref_mem[b];
+          fprintf(stderr, "rank %d: dag %d run %d: arena %d (%s) differs in %zu bytes from byte %zu to %zu (plan %02x, "
+                  "reference %02x)\n", cg_mpi_rank(), dag, run, a, cg_dtype_name(p.arenas[a].dtype), n_diff, at, last,
+                  (unsigned char)p.arenas[a].plan_mem[at], (unsigned char)p.arenas[a].ref_mem[at]);
           ok = 0;
         }
       }
