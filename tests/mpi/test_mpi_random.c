@@ -86,7 +86,9 @@ static cg_redop_t pick_op(arena_t *a, int ranks) {
     if (is_float(a->dtype)) a->frac_bits += shift; /* the sum must be exact too: bound*ranks checked */
     return op;
   }
-  if (op == CG_PROD && fits(a, pow(a->bound, ranks), a->frac_bits * ranks)) {
+  /* no products of floating types: 0 times a negative number is -0, and min
+   * and max of -0 and +0 depend on the order MPI combines contributions */
+  if (op == CG_PROD && !is_float(a->dtype) && fits(a, pow(a->bound, ranks), a->frac_bits * ranks)) {
     a->bound = pow(a->bound, ranks);
     a->frac_bits *= ranks;
     return op;
@@ -299,8 +301,9 @@ START_TEST(random__plans_match_reference) {
         ck_assert_cg_ok(cg_plan_run(plan));
       } else {
         int done = 0;
-        ck_assert_cg_ok(cg_plan_start(plan));
-        while (!done) ck_assert_cg_ok(cg_plan_test(&done, plan));
+        cg_status_t st = cg_plan_start(plan);
+        while (st == CG_SUCCESS && !done) st = cg_plan_test(&done, plan); /* no assertion per poll: Check logs each */
+        ck_assert_cg_ok(st);
       }
       ck_assert_cg_ok(cg_reference_run(ref));
       for (int a = 0; a < p.n_arenas; a++) {
@@ -317,8 +320,9 @@ START_TEST(random__plans_match_reference) {
           ok = 0;
         }
       }
+      ok = cg_mpi_all(ok); /* every rank stops after the same run */
     }
-    if (!cg_mpi_all(ok) && cg_mpi_rank() == 0) dump_program(&p);
+    if (!ok && cg_mpi_rank() == 0) dump_program(&p);
     char what[64];
     snprintf(what, sizeof what, "random DAG %d", dag);
     ck_assert_all_ranks(ok, what);

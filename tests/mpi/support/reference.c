@@ -3,8 +3,9 @@
  * MPI_Gather, MPI_Scatter) through temporaries, and reductions are computed
  * here by cg_ref_reduce, so nothing is shared with the library's MPI backend.
  * Sends and receives are posted nonblocking and completed before the next node
- * that is not a send or receive, or before one that touches their bytes, which
- * is what "issued together" means for a group of point-to-point operations. */
+ * that is not a send or receive, or before a send or receive that touches their
+ * bytes, which is what "issued together" means for a group of point-to-point
+ * operations. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,10 +26,24 @@ static int wait_all(pending_t *p) {
   return err;
 }
 
-static int conflicts(const pending_t *p, const char *lo, const char *hi, int writes) {
-  for (int i = 0; i < p->n; i++)
-    if ((writes || p->writes[i]) && lo < p->hi[i] && p->lo[i] < hi) return 1;
-  return 0;
+/* Completes the posted operations whose bytes conflict with [lo, hi) (one of
+ * the two writes), and only those: waiting for unrelated ones could wait for a
+ * peer that is itself about to post a message this rank has not posted yet. */
+static int wait_conflicting(pending_t *p, const char *lo, const char *hi, int writes) {
+  int err = MPI_SUCCESS, kept = 0;
+  for (int i = 0; i < p->n; i++) {
+    if ((writes || p->writes[i]) && lo < p->hi[i] && p->lo[i] < hi) {
+      if (err == MPI_SUCCESS) err = MPI_Wait(&p->requests[i], MPI_STATUS_IGNORE);
+      continue;
+    }
+    p->requests[kept] = p->requests[i];
+    p->lo[kept] = p->lo[i];
+    p->hi[kept] = p->hi[i];
+    p->writes[kept] = p->writes[i];
+    kept++;
+  }
+  p->n = kept;
+  return err;
 }
 
 static void *checked_malloc(size_t bytes) {
@@ -117,7 +132,7 @@ cg_status_t cg_reference_run(const cg_graph_t *g) {
       int writes = n->kind == CG_NODE_RECV;
       const char *lo = writes ? (const char *)n->recv : (const char *)n->send;
       const char *hi = lo + n->count * cg_dtype_size(n->dtype);
-      if (conflicts(&p, lo, hi, writes)) err = wait_all(&p);
+      err = wait_conflicting(&p, lo, hi, writes);
       int bytes = (int)(n->count * cg_dtype_size(n->dtype));
       if (err == MPI_SUCCESS) {
         err = writes ? MPI_Irecv(n->recv, bytes, MPI_BYTE, n->root, 0, comm, &p.requests[p.n])
