@@ -25,7 +25,7 @@ struct cg_comm {
   int size;
   int device; /* CG_DEVICE_HOST or a CUDA device ordinal */
   int registered; /* listed for cg_comm_lookup */
-  atomic_int refs; /* the creator's reference plus one per graph that uses it */
+  atomic_int refs; /* the creator's, one per graph and plan that uses it, and lookups in flight */
   const cg_comm_ops_t *ops;
   void *impl;
 };

@@ -5,7 +5,7 @@
  * Every entry may be NULL where the backend has no such ability (an offline
  * communicator has no control channel and runs nothing); the scheduler reports
  * CG_ERR_UNSUPPORTED then. A backend built against another interface version is
- * refused when the communicator is created. */
+ * refused by cg_compile, naming the node. */
 #ifndef CG_SCHED_BACKEND_H
 #define CG_SCHED_BACKEND_H
 

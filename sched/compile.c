@@ -63,6 +63,10 @@ static cg_status_t check_supported(const cg_graph_t *g, uint32_t node, const cha
   if (!n->comm) return CG_SUCCESS;
   const cg_backend_t *b = n->comm->ops->backend;
   if (!b) return CG_SUCCESS; /* offline: compiles and draws, cannot run */
+  if (b->interface_version != CG_BACKEND_INTERFACE_VERSION)
+    return cg_fail(CG_ERR_UNSUPPORTED, "%s: node #%u '%s': the %s backend implements backend interface %u, this "
+                   "scheduler needs %u", where, node, name, b->name, b->interface_version,
+                   CG_BACKEND_INTERFACE_VERSION);
   if (!(b->node_kinds & (1u << n->kind)))
     return cg_fail(CG_ERR_UNSUPPORTED, "%s: node #%u '%s': the %s backend does not run %s", where, node, name, b->name,
                    cg_node_kind_name(n->kind));

@@ -245,9 +245,10 @@ static const char *name_of(const comm_check_t *c, int rank, int slot, char *buf,
   return buf;
 }
 
-/* The final text, the same on every rank: "communicator #0 (4 ranks):
- * collective #3 differs: ranks 0,1,3 have allreduce 1024 x float32 sum (node
- * #5 'g3' on rank 0); rank 2 has allreduce 1025 x float32 sum (node #5 'g3')" */
+/* The final text, the same on every rank: "communicator 7 (4 ranks):
+ * collective #3 differs between ranks: ranks 0,1,3: allreduce 1024 x float32
+ * sum (node #5 'g3' on the first); rank 2: allreduce 1025 x float32 sum (node
+ * #5 'g3')" */
 static cg_status_t report(const comm_check_t *c, const char *where) {
   unsigned long long comm_id = c->seq->comm->id;
   char text[1000], name0[NAME_BYTES + 8], name1[NAME_BYTES + 8];

@@ -11,8 +11,12 @@
  * wait. Under MPI_THREAD_FUNNELED that must be the main thread; under
  * MPI_THREAD_SERIALIZED any one thread at a time; plans on the same or different
  * communicators driven concurrently from several threads need
- * MPI_THREAD_MULTIPLE. Each case is checked and reported with the level MPI
- * provides. Device buffers over MPI (staged host nodes inside a CUDA graph)
+ * MPI_THREAD_MULTIPLE. cg_plan_start checks the FUNNELED case (a plan started
+ * off the main thread fails with CG_ERR_UNSUPPORTED naming the level MPI
+ * provides); the others cannot be checked from inside the library. Two plans
+ * that share a communicator must not be in flight at the same time: nothing
+ * orders one plan's steps against the other's, so ranks could post them in
+ * different orders. Device buffers over MPI (staged host nodes inside a CUDA graph)
  * always need MPI_THREAD_MULTIPLE. */
 #ifndef COMMGRAPH_MPI_H
 #define COMMGRAPH_MPI_H

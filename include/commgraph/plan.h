@@ -43,8 +43,14 @@ typedef struct cg_compile_opts {
  * difference every rank fails with CG_ERR_MISMATCH, and cg_error_last() names
  * the communicator, the first differing operation, the node index and name on
  * each rank, and which ranks hold which version. Communicators without a
- * transport (offline) are not checked. The check costs two small allgathers per
- * communicator, once per compile. */
+ * transport (offline) are not checked. A rank whose graph does not use a
+ * communicator that other ranks' graphs use joins its check with an empty
+ * sequence (it learns of it from their summaries on a communicator they share),
+ * so they fail instead of waiting; a rank that shares no communicator with them,
+ * or no longer holds the communicator, cannot, and they wait (a later issue adds
+ * timeouts). The check is one small allgather per communicator, a second where
+ * the summaries differ or point-to-point operations must be paired, and a third
+ * only to name the nodes of a mismatch: once per compile, nothing per run. */
 CG_API cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts);
 
 /* Waits for a running plan, then frees it. NULL is fine. */
@@ -82,7 +88,9 @@ CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
 CG_API cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *file);
 /* The plan as text, one line per step (kind, lane, position on its
  * communicator, shape, dependencies, source node). Contains no addresses, so
- * ranks that recorded the same program print the same text. */
+ * the same plan prints the same text in every run; ranks differ only where
+ * their programs do (peers, and hazard edges that depend on the rank, such as a
+ * broadcast root reading its send buffer). */
 CG_API cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *file);
 
 #ifdef __cplusplus
