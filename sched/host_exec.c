@@ -168,6 +168,12 @@ cg_status_t cg_plan_start(cg_plan_t *plan) {
   if (plan->run && plan->run->running)
     return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: plan '%s' is still running: wait for it first",
                    plan->name ? plan->name : "");
+  /* a failed run can leave operations posted in the backend; starting again
+   * would reuse their requests and buffers while MPI still owns them */
+  if (plan->run && plan->run->n_started)
+    return cg_fail(CG_ERR_BACKEND, "cg_plan_start: plan '%s': %u steps of a failed run are still in flight in the "
+                   "backend; destroy the plan (and compile again)", plan->name ? plan->name : "",
+                   plan->run->n_started);
   cg_status_t st = check_runnable(plan);
   if (st == CG_SUCCESS) st = run_alloc(plan);
   if (st != CG_SUCCESS) return st;

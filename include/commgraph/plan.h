@@ -69,8 +69,9 @@ CG_API cg_status_t cg_plan_test(int *done, cg_plan_t *plan);
 CG_API cg_status_t cg_plan_wait(cg_plan_t *plan);
 
 /* A failed run (CG_ERR_BACKEND, say) reports the step, its node (index and
- * name) and the rank; the plan is then no longer running and may be started
- * again, but steps of the failed run may still be in flight in the backend. */
+ * name) and the rank; the plan is then no longer running. If steps of the
+ * failed run are still in flight in the backend, starting it again fails with
+ * CG_ERR_BACKEND: destroy it and compile again. */
 
 /* ---- inspection */
 
