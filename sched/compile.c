@@ -106,6 +106,13 @@ static cg_status_t lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order_
     pc->n_steps = seq->len;
     used += seq->len;
     uint32_t collectives = 0;
+    /* last send and receive per peer, for the posting-order links */
+    uint32_t *last = malloc(2 * (size_t)seq->comm->size * sizeof *last);
+    if (!last) {
+      st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the posting order", where);
+      goto out;
+    }
+    for (size_t i = 0; i < 2 * (size_t)seq->comm->size; i++) last[i] = CG_NO_STEP;
     for (uint32_t k = 0; k < seq->len; k++) {
       uint32_t s = step_of[seq->nodes[k]];
       pc->steps[k] = s;
@@ -113,9 +120,18 @@ static cg_status_t lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order_
       p->steps[s].comm_position = k;
       p->steps[s].group = collectives;
       p->steps[s].lane = c;
-      cg_node_kind_t kind = cg_graph_node(g, seq->nodes[k])->kind;
-      if (kind != CG_NODE_SEND && kind != CG_NODE_RECV) collectives++;
+      p->steps[s].post_after = p->steps[s].post_next = CG_NO_STEP;
+      const cg_node_rec_t *node = cg_graph_node(g, seq->nodes[k]);
+      if (node->kind != CG_NODE_SEND && node->kind != CG_NODE_RECV) {
+        collectives++;
+        continue;
+      }
+      uint32_t *prev = &last[2 * (size_t)node->root + (node->kind == CG_NODE_RECV)];
+      p->steps[s].post_after = *prev;
+      if (*prev != CG_NO_STEP) p->steps[*prev].post_next = s;
+      *prev = s;
     }
+    free(last);
   }
   p->n_lanes = order->n_sequences;
 

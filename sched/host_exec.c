@@ -1,8 +1,11 @@
 /* The host executor: runs a plan's steps on the calling thread. A step starts
- * once every dependency has completed and, for a communicator's steps, once
- * every earlier step of that communicator has started, so MPI sees each
- * communicator's operations posted in the same order on every rank (collectives
- * must be, and point-to-point messages match in posting order). Backends post
+ * once every dependency has completed. That alone keeps each communicator's
+ * collectives in its total order (each depends on everything before it on the
+ * communicator). Sends and receives inside a group are freer: a send starts
+ * once the previous send to the same peer on the communicator has started, a
+ * receive once the previous receive from the same peer has, because MPI
+ * matches messages in posting order and nothing else; so a receive that waits
+ * for a dependency never holds back an unrelated send. Backends post
  * nonblocking operations; cg_plan_test polls the started ones. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +19,6 @@ enum { STEP_WAITING, STEP_READY, STEP_STARTED, STEP_DONE };
 struct cg_host_run {
   uint32_t *pending;  /* dependencies not yet complete, per step */
   uint8_t *state;     /* STEP_*, per step */
-  uint32_t *cursor;   /* per communicator: position of the next step to start */
   uint32_t *started;  /* steps in flight in a backend */
   uint32_t n_started;
   uint32_t *worklist; /* steps that just became ready */
@@ -30,7 +32,6 @@ void cg_host_run_free(cg_plan_t *plan) {
   if (!r) return;
   free(r->pending);
   free(r->state);
-  free(r->cursor);
   free(r->started);
   free(r->worklist);
   free(r);
@@ -44,12 +45,11 @@ static cg_status_t run_alloc(cg_plan_t *plan) {
   if (r) {
     r->pending = malloc(n * sizeof *r->pending);
     r->state = malloc(n * sizeof *r->state);
-    r->cursor = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *r->cursor);
     r->started = malloc(n * sizeof *r->started);
     r->worklist = malloc(n * sizeof *r->worklist);
   }
   plan->run = r;
-  if (!r || !r->pending || !r->state || !r->cursor || !r->started || !r->worklist) {
+  if (!r || !r->pending || !r->state || !r->started || !r->worklist) {
     cg_host_run_free(plan);
     return cg_fail(CG_ERR_NO_MEMORY, "cg_plan_start: allocating the run state of %u steps", plan->n_steps);
   }
@@ -98,13 +98,12 @@ static cg_status_t start_ready(cg_plan_t *plan, const char *caller) {
       continue;
     }
     r->state[index] = STEP_READY;
-    /* the communicator's next steps, in its total order, as far as they are ready */
-    cg_plan_comm_t *pc = &plan->comms[s->comm_index];
-    uint32_t *cursor = &r->cursor[s->comm_index];
-    while (*cursor < pc->n_steps && r->state[pc->steps[*cursor]] == STEP_READY) {
-      cg_status_t st = start_step(plan, pc->steps[*cursor], caller);
+    if (s->post_after != CG_NO_STEP && r->state[s->post_after] < STEP_STARTED) continue;
+    /* this step, then the messages to the same peer queued behind it */
+    for (uint32_t next = index; next != CG_NO_STEP && r->state[next] == STEP_READY;
+         next = plan->steps[next].post_next) {
+      cg_status_t st = start_step(plan, next, caller);
       if (st != CG_SUCCESS) return st;
-      ++*cursor;
     }
   }
   return CG_SUCCESS;
@@ -118,7 +117,11 @@ static cg_status_t poll_started(cg_plan_t *plan, const char *caller) {
     cg_step_t *s = &plan->steps[index];
     int done = 0;
     cg_status_t st = s->comm->ops->backend->host_step_test(&done, s->comm->impl, s, s->backend_state);
-    if (st != CG_SUCCESS) return fail_step(plan, st, index, caller);
+    if (st != CG_SUCCESS) { /* keep the list exact: what is in flight still is */
+      for (uint32_t j = i; j < r->n_started; j++) r->started[kept++] = r->started[j];
+      r->n_started = kept;
+      return fail_step(plan, st, index, caller);
+    }
     if (done)
       complete(plan, index);
     else
@@ -179,7 +182,6 @@ cg_status_t cg_plan_start(cg_plan_t *plan) {
   if (st != CG_SUCCESS) return st;
   cg_host_run_t *r = plan->run;
   r->n_started = r->n_work = r->n_done = 0;
-  for (uint32_t c = 0; c < plan->n_comms; c++) r->cursor[c] = 0;
   /* roots in reverse, so the worklist (a stack) starts them in step order */
   for (uint32_t i = plan->n_steps; i-- > 0;) {
     r->pending[i] = plan->steps[i].n_deps;

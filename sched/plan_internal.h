@@ -15,6 +15,7 @@ typedef enum cg_step_kind {
 } cg_step_kind_t;
 
 #define CG_NO_LANE UINT32_MAX
+#define CG_NO_STEP UINT32_MAX
 
 typedef struct cg_step {
   cg_step_kind_t kind;
@@ -24,6 +25,9 @@ typedef struct cg_step {
   uint32_t comm_index;    /* index into plan->comms; CG_NO_LANE for host functions */
   uint32_t comm_position; /* position in its communicator's total order */
   uint32_t group;         /* collectives before it on its communicator (p2p matching) */
+  uint32_t post_after;    /* send/recv: the previous one of the same kind and peer on its communicator,
+                             which must be posted first (MPI matches in posting order); CG_NO_STEP if none */
+  uint32_t post_next;     /* the inverse link; CG_NO_STEP if none */
   cg_comm_t *comm;
   const void *send;
   void *recv;

@@ -105,6 +105,40 @@ START_TEST(exec__independent_steps_run_concurrently) {
 }
 END_TEST
 
+/* Two receives into the same buffer (the second waits for the first) recorded
+ * before two sends: the sends must not queue behind the waiting receive, or
+ * every rank waits for a message nobody sent. The second message wins. */
+START_TEST(exec__waiting_receive_does_not_hold_back_sends) {
+  cg_comm_t *c = world();
+  int rank = cg_mpi_rank(), size = cg_mpi_size();
+  int to = (rank + 1) % size, from = (rank + size - 1) % size;
+  enum { N = 1 << 16 };
+  int32_t *first = malloc(N * sizeof *first), *second = malloc(N * sizeof *second), *in = malloc(N * sizeof *in);
+  for (int i = 0; i < N; i++) {
+    first[i] = -rank;
+    second[i] = rank * N + i;
+  }
+  cg_graph_t *g;
+  cg_plan_t *plan;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_recv(NULL, g, c, in, N, CG_INT32, from));
+  ck_assert_cg_ok(cg_recv(NULL, g, c, in, N, CG_INT32, from));
+  ck_assert_cg_ok(cg_send(NULL, g, c, first, N, CG_INT32, to));
+  ck_assert_cg_ok(cg_send(NULL, g, c, second, N, CG_INT32, to));
+  ck_assert_cg_ok(cg_compile(&plan, g, NULL));
+  ck_assert_cg_ok(cg_plan_run(plan));
+  int ok = 1;
+  for (int i = 0; i < N; i++) ok &= in[i] == from * N + i;
+  ck_assert_all_ranks(ok, "second message in the buffer");
+  cg_plan_destroy(plan);
+  cg_graph_destroy(g);
+  cg_comm_destroy(c);
+  free(first);
+  free(second);
+  free(in);
+}
+END_TEST
+
 typedef struct log {
   int entries[8];
   int n;
@@ -319,6 +353,7 @@ int main(void) {
   tcase_add_test(tc, exec__allreduce_runs_and_replays);
   tcase_add_test(tc, exec__ring_send_then_recv_does_not_deadlock);
   tcase_add_test(tc, exec__independent_steps_run_concurrently);
+  tcase_add_test(tc, exec__waiting_receive_does_not_hold_back_sends);
   tcase_add_test(tc, exec__host_functions_order_around_collectives);
   tcase_add_test(tc, exec__start_test_wait_and_state_errors);
   tcase_add_test(tc, exec__empty_and_zero_count_plans);
