@@ -30,7 +30,7 @@ typedef struct op_record {
  * graph on more communicators lists the first ones. */
 #define CG_CHECK_IDS 16
 /* Communicators a rank may join because other ranks' graphs use them. */
-#define CG_CHECK_MAX_JOINS 64
+#define CG_CHECK_MAX_JOINS 1024
 
 typedef struct summary {
   uint64_t n_collectives;
@@ -62,6 +62,7 @@ typedef struct comm_check {
   int name_rank[2];         /* ranks whose names the message shows (p2p) */
   uint64_t coll_position;   /* collective mismatch: position */
   int p2p;                  /* 1: the mismatch is point-to-point */
+  int failed_rank;          /* a rank of it that cannot compile its graph, or -1 */
   void *request;
   cg_comm_t *joined;        /* retained: a communicator this rank's graph does not use */
   cg_comm_sequence_t empty; /* its (empty) sequence */
@@ -198,7 +199,20 @@ static void describe_p2p(char *buf, size_t size, const op_record_t *x) {
 
 /* Point to point: every send from `from` to `to` pairs with the receive of the
  * same position on `to`, with the same count, type and group. */
+/* "3 (world leader 0)": an MPI communicator's agreed id is its agreed
+ * number and the world rank of its rank 0 (backends/mpi/mpi_comm.c). */
+static const char *comm_label(char *buf, size_t size, uint64_t id) {
+  if (id >> 24)
+    snprintf(buf, size, "%llu (world leader %llu)", (unsigned long long)(id >> 24),
+             (unsigned long long)(id & 0xFFFFFFu));
+  else
+    snprintf(buf, size, "%llu", (unsigned long long)id);
+  return buf;
+}
+
 static cg_status_t find_p2p_mismatch(comm_check_t *c, unsigned long long comm_id) {
+  char label[64];
+  comm_label(label, sizeof label, comm_id);
   char a[160], b[160];
   for (int from = 0; from < c->size; from++)
     for (int to = 0; to < c->size; to++) {
@@ -219,16 +233,16 @@ static cg_status_t find_p2p_mismatch(comm_check_t *c, unsigned long long comm_id
         size_t len = 700;
         if (!(c->message = malloc(len))) return cg_fail(CG_ERR_NO_MEMORY, "formatting the mismatch");
         if (s && r)
-          snprintf(c->message, len, "communicator %llu: rank %d's send #%llu to rank %d (node #%u%%s: %s) does not "
-                   "match rank %d's receive #%llu from rank %d (node #%u%%s: %s)", comm_id, from,
+          snprintf(c->message, len, "communicator %s: rank %d's send #%llu to rank %d (node #%u%%s: %s) does not "
+                   "match rank %d's receive #%llu from rank %d (node #%u%%s: %s)", label, from,
                    (unsigned long long)k, to, s->node, a, to, (unsigned long long)k, from, r->node, b);
         else if (s)
-          snprintf(c->message, len, "communicator %llu: rank %d's send #%llu to rank %d (node #%u%%s: %s) has no "
-                   "receive on rank %d, which posts %llu receive%s from rank %d%%s", comm_id, from,
+          snprintf(c->message, len, "communicator %s: rank %d's send #%llu to rank %d (node #%u%%s: %s) has no "
+                   "receive on rank %d, which posts %llu receive%s from rank %d%%s", label, from,
                    (unsigned long long)k, to, s->node, a, to, (unsigned long long)recvs, recvs == 1 ? "" : "s", from);
         else
-          snprintf(c->message, len, "communicator %llu: rank %d's receive #%llu from rank %d (node #%u%%s: %s) has no "
-                   "send on rank %d, which posts %llu send%s to rank %d%%s", comm_id, to, (unsigned long long)k,
+          snprintf(c->message, len, "communicator %s: rank %d's receive #%llu from rank %d (node #%u%%s: %s) has no "
+                   "send on rank %d, which posts %llu send%s to rank %d%%s", label, to, (unsigned long long)k,
                    from, r->node, b, from, (unsigned long long)sends, sends == 1 ? "" : "s", to);
         return CG_SUCCESS;
       }
@@ -250,7 +264,8 @@ static const char *name_of(const comm_check_t *c, int rank, int slot, char *buf,
  * sum (node #5 'g3' on the first); rank 2: allreduce 1025 x float32 sum (node
  * #5 'g3')" */
 static cg_status_t report(const comm_check_t *c, const char *where) {
-  unsigned long long comm_id = c->seq->comm->id;
+  char label[64];
+  comm_label(label, sizeof label, c->seq->comm->id);
   char text[1000], name0[NAME_BYTES + 8], name1[NAME_BYTES + 8];
   if (c->p2p) {
     char fmt[700];
@@ -265,8 +280,8 @@ static cg_status_t report(const comm_check_t *c, const char *where) {
     return cg_fail(CG_ERR_MISMATCH, "%s: %s", where, text);
   }
   static const op_record_t absent = {0};
-  int n = snprintf(text, sizeof text, "communicator %llu (%d ranks): collective #%llu differs between ranks:",
-                   comm_id, c->size, (unsigned long long)c->coll_position);
+  int n = snprintf(text, sizeof text, "communicator %s (%d ranks): collective #%llu differs between ranks:",
+                   label, c->size, (unsigned long long)c->coll_position);
   int *done = calloc((size_t)c->size, sizeof *done);
   if (!done) return cg_fail(CG_ERR_NO_MEMORY, "formatting the mismatch");
   for (int r = 0; r < c->size && n >= 0 && (size_t)n < sizeof text; r++) {
@@ -329,7 +344,7 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
                           cg_status_t local_status) {
   cg_status_t st = CG_SUCCESS;
   uint32_t n = 0;
-  size_t cap = (size_t)order->n_sequences + CG_CHECK_MAX_JOINS;
+  size_t cap = (size_t)order->n_sequences + CG_CHECK_MAX_JOINS; /* joins beyond: see plan.h */
   comm_check_t *checks = calloc(cap, sizeof *checks);
   const void **mine = calloc(cap, sizeof *mine);
   void **all = calloc(cap, sizeof *all);
@@ -382,6 +397,10 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
           if (known || n == cap) continue;
           cg_comm_t *comm = cg_comm_lookup(id);
           if (!comm) continue; /* not a member: nothing to join */
+          if (!comm->ops->backend || !comm->ops->backend->control_allgather_start) {
+            cg_comm_release(comm);
+            continue;
+          }
           comm_check_t *c = &checks[n];
           c->joined = comm;
           c->empty = (cg_comm_sequence_t){comm, NULL, 0};
@@ -390,7 +409,6 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
           c->size = comm->size;
           c->rank = comm->rank;
           index[n++] = UINT32_MAX;
-          if (!c->backend || !c->backend->control_allgather_start) continue;
           if ((st = prepare_records(c, g, where)) != CG_SUCCESS) goto out;
           c->mine_summary.local_status = (uint64_t)local_status;
           c->mine_summary.n_ids = n_ids;
@@ -398,19 +416,14 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
         }
     from = end;
   }
-  /* a rank that cannot compile stops every rank here, before anyone waits for
-   * it in a later round */
-  for (uint32_t i = 0; i < n; i++)
-    for (int r = 0; r < checks[i].size; r++)
-      if (checks[i].summaries[r].local_status != CG_SUCCESS && local_status == CG_SUCCESS) {
-        st = cg_fail(CG_ERR_MISMATCH, "%s: communicator %llu: rank %d cannot compile its graph (%s); see its error",
-                     where, (unsigned long long)checks[i].seq->comm->id, r,
-                     cg_status_string((cg_status_t)checks[i].summaries[r].local_status));
-        goto out;
-      }
-  if (local_status != CG_SUCCESS) {
-    st = local_status;
-    goto out;
+  /* a communicator with a rank that cannot compile skips the later rounds; every
+   * rank of it sees the same summaries, so all skip them (deciding for all
+   * communicators at once would let ranks that share only another one go on
+   * and wait) */
+  for (uint32_t i = 0; i < n; i++) {
+    checks[i].failed_rank = -1;
+    for (int r = 0; r < checks[i].size && checks[i].failed_rank < 0; r++)
+      if (checks[i].summaries[r].local_status != CG_SUCCESS) checks[i].failed_rank = r;
   }
 
   /* round 2: records, where needed */
@@ -425,7 +438,7 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
     }
     if (!differ) c->max_coll = 0; /* equal sequences: only point-to-point records travel */
     bytes[i] = 0;
-    if (!c->max_coll && !c->max_p2p) continue;
+    if (c->failed_rank >= 0 || (!c->max_coll && !c->max_p2p)) continue;
     size_t per_rank = c->max_coll + c->max_p2p;
     op_record_t *padded = calloc(per_rank, sizeof *padded);
     c->all = calloc(per_rank * (size_t)c->size, sizeof *c->all);
@@ -474,6 +487,18 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
     bytes[i] = 2 * NAME_BYTES;
   }
   if ((st = exchange(checks, n, mine, all, bytes)) != CG_SUCCESS) goto failed_exchange;
+  if (local_status != CG_SUCCESS) { /* the caller's detail stands */
+    st = local_status;
+    goto out;
+  }
+  for (uint32_t i = 0; i < n; i++)
+    if (checks[i].failed_rank >= 0) {
+      char label[64];
+      st = cg_fail(CG_ERR_MISMATCH, "%s: communicator %s: rank %d cannot compile its graph (%s); see its error",
+                   where, comm_label(label, sizeof label, checks[i].seq->comm->id), checks[i].failed_rank,
+                   cg_status_string((cg_status_t)checks[i].summaries[checks[i].failed_rank].local_status));
+      goto out;
+    }
   /* several communicators may differ: every rank names the one with the
    * smallest agreed id */
   const comm_check_t *first = NULL;

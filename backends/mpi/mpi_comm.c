@@ -1,6 +1,6 @@
 /* cg_comm_create over MPI, and the MPI backend's table. */
 #include <limits.h>
-#include <stdatomic.h>
+#include <threads.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -9,19 +9,35 @@
 #include "error.h"
 #include "mpi_backend.h"
 
-/* Communicator ids agreed by all ranks of a communicator: each rank proposes its
- * next number and all take the largest, so messages can name a communicator
- * the same way on every rank. */
-static _Atomic uint64_t next_agreed_id = 1;
+/* Communicator ids agreed by all ranks of a communicator, so messages name a
+ * communicator the same way everywhere and the cross-rank check can find one a
+ * rank's graph does not use: each rank proposes its next number and all take
+ * the largest. Disjoint communicators (the parts of a split) can agree on the
+ * same number, so the id also carries the MPI_COMM_WORLD rank of the
+ * communicator's rank 0: (number << 24) | leader. Creations in one process are
+ * serialized so two threads cannot agree on the same number. */
+static uint64_t next_agreed_number = 1;
+static mtx_t creation_lock;
+static once_flag creation_lock_once = ONCE_FLAG_INIT;
+static void init_creation_lock(void) { mtx_init(&creation_lock, mtx_plain); }
 
 static cg_status_t agree_on_id(uint64_t *out, MPI_Comm comm) {
-  unsigned long long mine = atomic_load(&next_agreed_id), agreed = 0;
+  call_once(&creation_lock_once, init_creation_lock);
+  mtx_lock(&creation_lock);
+  unsigned long long mine = next_agreed_number, agreed = 0;
   int err = MPI_Allreduce(&mine, &agreed, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
+  if (err == MPI_SUCCESS) next_agreed_number = agreed + 1;
+  mtx_unlock(&creation_lock);
   if (err != MPI_SUCCESS) return cg_mpi_fail(err, "cg_comm_create: MPI_Allreduce");
-  uint64_t expected = atomic_load(&next_agreed_id);
-  while (expected <= agreed && !atomic_compare_exchange_weak(&next_agreed_id, &expected, agreed + 1)) {
-  }
-  *out = agreed;
+  int leader = 0, zero = 0;
+  MPI_Group group, world;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_translate_ranks(group, 1, &zero, world, &leader);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  if (leader == MPI_UNDEFINED) leader = 0xFFFFFF; /* not in MPI_COMM_WORLD (spawned): number alone */
+  *out = ((uint64_t)agreed << 24) | ((uint64_t)leader & 0xFFFFFFu);
   return CG_SUCCESS;
 }
 

@@ -54,7 +54,14 @@ void cg_mpi_step_release(void *comm_impl, void *state) {
   (void)comm_impl;
   mpi_step_t *m = state;
   if (!m) return;
-  if (m->request != MPI_REQUEST_NULL) MPI_Request_free(&m->request);
+  if (m->request != MPI_REQUEST_NULL) {
+    /* left in flight by a failed run: freeing an active collective request is
+     * erroneous in MPI, and MPI may still write the scratch buffer, so what is
+     * still in flight is left to MPI (a deliberate leak) */
+    int done = 0, finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized || MPI_Test(&m->request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) return;
+  }
   free(m->scratch);
   free(m);
 }
