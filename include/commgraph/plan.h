@@ -6,8 +6,9 @@
  * plan over host memory runs with cg_plan_run, or with cg_plan_start followed by
  * cg_plan_test / cg_plan_wait, which progress it on the calling thread: steps
  * whose dependencies are met run concurrently (nonblocking MPI), each
- * communicator's steps start in its total order, and host functions run on the
- * calling thread when their inputs are ready.
+ * communicator's collectives start in its total order, sends to (receives
+ * from) one peer start in their order, and host functions run on the calling
+ * thread when their inputs are ready.
  *
  * A plan refers to the buffers recorded in the graph (it does not copy them)
  * and keeps its communicators alive. The graph may be destroyed after
