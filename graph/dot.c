@@ -34,10 +34,6 @@ static const char *shape_of(const cg_node_rec_t *n) {
   }
 }
 
-static int has_op(cg_node_kind_t kind) {
-  return kind == CG_NODE_ALLREDUCE || kind == CG_NODE_REDUCE || kind == CG_NODE_REDUCE_SCATTER;
-}
-
 static void write_node(FILE *f, uint32_t index, const cg_node_rec_t *n) {
   fprintf(f, "  n%u [shape=%s, label=\"#%u %s", index, shape_of(n), index, cg_node_kind_name(n->kind));
   if (n->name) {
@@ -46,7 +42,7 @@ static void write_node(FILE *f, uint32_t index, const cg_node_rec_t *n) {
   }
   if (n->comm && n->kind != CG_NODE_BARRIER) {
     fprintf(f, "\\n%zu x %s", n->count, cg_dtype_name(n->dtype));
-    if (has_op(n->kind)) fprintf(f, " %s", cg_redop_name(n->op));
+    if (cg_kind_has_op(n->kind)) fprintf(f, " %s", cg_redop_name(n->op));
     if (n->kind == CG_NODE_SEND) fprintf(f, "\\nto %d", n->root);
     if (n->kind == CG_NODE_RECV) fprintf(f, "\\nfrom %d", n->root);
     if (n->root >= 0 && n->kind != CG_NODE_SEND && n->kind != CG_NODE_RECV) fprintf(f, "\\nroot %d", n->root);

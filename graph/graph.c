@@ -13,7 +13,7 @@ cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *where,
                  where, what, given, expected);
 }
 
-static char *copy_text(const char *text, size_t max) {
+char *cg_copy_text(const char *text, size_t max) {
   size_t n = 0;
   while (n < max && text[n]) n++;
   if (text[n]) /* cut: do not split a UTF-8 sequence */
@@ -33,7 +33,7 @@ cg_status_t cg_graph_create(cg_graph_t **out, const cg_graph_opts_t *opts) {
   cg_status_t st = cg_check_opts_size(opts->size, sizeof(cg_graph_opts_t), "cg_graph_create", "opts");
   if (st != CG_SUCCESS) return st;
   cg_graph_t *g = calloc(1, sizeof *g);
-  char *name = opts->name ? copy_text(opts->name, 255) : NULL;
+  char *name = opts->name ? cg_copy_text(opts->name, 255) : NULL;
   if (!g || (opts->name && !name)) {
     free(g);
     free(name);
@@ -113,8 +113,6 @@ static cg_status_t collect_fence_preds(const cg_graph_t *g, cg_edge_vec_t *preds
   return CG_SUCCESS;
 }
 
-static int is_p2p(cg_node_kind_t kind) { return kind == CG_NODE_SEND || kind == CG_NODE_RECV; }
-
 /* Finds (or makes room for) `comm` in the graph's list and reserves what the
  * new node will add to its order state. *use is its index; *is_new says that
  * the slot still has to be filled. */
@@ -138,7 +136,7 @@ static cg_status_t reserve_comm_use(cg_graph_t *g, const cg_node_rec_t *proto, u
     g->comms[*use] = (cg_comm_use_t){proto->comm, CG_NO_NODE, NULL, 0, 0};
   }
   cg_comm_use_t *u = &g->comms[*use];
-  if (is_p2p(proto->kind) && u->n_p2p == u->cap_p2p) {
+  if (cg_kind_is_p2p(proto->kind) && u->n_p2p == u->cap_p2p) {
     uint32_t cap = u->cap_p2p ? 2 * u->cap_p2p : 8;
     uint32_t *since = realloc(u->p2p_since, cap * sizeof *since);
     if (!since) return CG_ERR_NO_MEMORY;
@@ -152,9 +150,9 @@ static cg_status_t reserve_comm_use(cg_graph_t *g, const cg_node_rec_t *proto, u
  * point-to-point group before it, or else the previous collective; a send or
  * receive follows the previous collective. */
 static cg_status_t collect_comm_order_preds(const cg_comm_use_t *u, cg_node_kind_t kind, cg_edge_vec_t *preds) {
-  size_t n = !is_p2p(kind) && u->n_p2p ? u->n_p2p : (u->last_collective != CG_NO_NODE);
+  size_t n = !cg_kind_is_p2p(kind) && u->n_p2p ? u->n_p2p : (u->last_collective != CG_NO_NODE);
   if (cg_edge_vec_reserve(preds, (size_t)preds->len + n) != CG_SUCCESS) return CG_ERR_NO_MEMORY;
-  if (!is_p2p(kind) && u->n_p2p) {
+  if (!cg_kind_is_p2p(kind) && u->n_p2p) {
     for (uint32_t i = 0; i < u->n_p2p; i++) preds->items[preds->len++] = (cg_edge_t){u->p2p_since[i], CG_EDGE_COMM_ORDER};
   } else if (u->last_collective != CG_NO_NODE) {
     preds->items[preds->len++] = (cg_edge_t){u->last_collective, CG_EDGE_COMM_ORDER};
@@ -169,7 +167,7 @@ static void update_comm_use(cg_graph_t *g, uint32_t use, int is_new, const cg_no
     g->n_comms++;
   }
   cg_comm_use_t *u = &g->comms[use];
-  if (is_p2p(node->kind)) {
+  if (cg_kind_is_p2p(node->kind)) {
     u->p2p_since[u->n_p2p++] = index;
   } else {
     u->last_collective = index;
@@ -266,7 +264,7 @@ cg_status_t cg_node_name(cg_graph_t *g, cg_node_t node, const char *name) {
   if (!g || !name) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_node_name: NULL %s", g ? "name" : "graph");
   cg_status_t st = cg_graph_check_node(g, node, "cg_node_name");
   if (st != CG_SUCCESS) return st;
-  char *copy = copy_text(name, 255);
+  char *copy = cg_copy_text(name, 255);
   if (!copy) return cg_fail(CG_ERR_NO_MEMORY, "cg_node_name: copying the name of node #%u", node.index);
   free(g->nodes[node.index].name);
   g->nodes[node.index].name = copy;

@@ -56,6 +56,19 @@ struct cg_graph {
   uint32_t cap_comms;
 };
 
+/* What a node kind takes, for the layers that describe or compare nodes. */
+static inline int cg_kind_is_p2p(cg_node_kind_t k) { return k == CG_NODE_SEND || k == CG_NODE_RECV; }
+static inline int cg_kind_has_op(cg_node_kind_t k) {
+  return k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_REDUCE_SCATTER;
+}
+static inline int cg_kind_has_root(cg_node_kind_t k) {
+  return k == CG_NODE_BROADCAST || k == CG_NODE_REDUCE || k == CG_NODE_GATHER || k == CG_NODE_SCATTER;
+}
+
+/* A malloc'ed copy of at most `max` bytes of `text`, cut before a partial
+ * UTF-8 sequence; NULL when out of memory. */
+char *cg_copy_text(const char *text, size_t max);
+
 /* Adds `proto` (kind, comm, buffers, ...; edges and name ignored) as the next
  * node, with hazard edges for `access` (ignored for a fence). The caller has
  * validated everything; this only fails for lack of memory and then changes

@@ -4,7 +4,6 @@
  * each communicator's collectives in record order. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backend.h"
 #include "comm_order.h"
@@ -12,14 +11,6 @@
 #include "graph_view.h"
 #include "plan_internal.h"
 #include "rank_check.h"
-
-static char *copy_string(const char *s) {
-  if (!s) return NULL;
-  size_t n = strlen(s) + 1;
-  char *c = malloc(n);
-  if (c) memcpy(c, s, n);
-  return c;
-}
 
 void cg_step_describe(char *buf, size_t size, const cg_plan_t *plan, uint32_t index) {
   const cg_step_t *s = &plan->steps[index];
@@ -122,7 +113,7 @@ static cg_status_t lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order_
       p->steps[s].lane = c;
       p->steps[s].post_after = p->steps[s].post_next = CG_NO_STEP;
       const cg_node_rec_t *node = cg_graph_node(g, seq->nodes[k]);
-      if (node->kind != CG_NODE_SEND && node->kind != CG_NODE_RECV) {
+      if (!cg_kind_is_p2p(node->kind)) {
         collectives++;
         continue;
       }
@@ -166,7 +157,7 @@ static cg_status_t lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order_
       step->lane = order->n_sequences;
       has_host = 1;
     }
-    if (node->name && !(p->node_names[s] = copy_string(node->name))) {
+    if (node->name && !(p->node_names[s] = cg_copy_text(node->name, 255))) {
       st = cg_fail(CG_ERR_NO_MEMORY, "%s: copying node names", where);
       goto out;
     }
@@ -242,7 +233,7 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   if ((st = local) != CG_SUCCESS) goto out;
   p = calloc(1, sizeof *p);
   const char *name = opts->name ? opts->name : graph->name;
-  if (!p || (name && !(p->name = copy_string(name)))) {
+  if (!p || (name && !(p->name = cg_copy_text(name, 255)))) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan", where);
     goto out;
   }

@@ -5,21 +5,13 @@
 #include "error.h"
 #include "plan_internal.h"
 
-static int kind_has_op(cg_node_kind_t k) {
-  return k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_REDUCE_SCATTER;
-}
-
-static int kind_has_root(cg_node_kind_t k) {
-  return k == CG_NODE_BROADCAST || k == CG_NODE_REDUCE || k == CG_NODE_GATHER || k == CG_NODE_SCATTER;
-}
-
 /* "allreduce 1024 x float32 sum", "send 10 x int32 to 3", "host_func" */
 static void put_shape(FILE *f, const cg_step_t *s, const char *newline) {
   fputs(cg_node_kind_name(s->op_kind), f);
   if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) return;
   fprintf(f, "%s%zu x %s", newline, s->count, cg_dtype_name(s->dtype));
-  if (kind_has_op(s->op_kind)) fprintf(f, " %s", cg_redop_name(s->op));
-  if (kind_has_root(s->op_kind)) fprintf(f, " root %d", s->root);
+  if (cg_kind_has_op(s->op_kind)) fprintf(f, " %s", cg_redop_name(s->op));
+  if (cg_kind_has_root(s->op_kind)) fprintf(f, " root %d", s->root);
   if (s->op_kind == CG_NODE_SEND) fprintf(f, " to %d", s->root);
   if (s->op_kind == CG_NODE_RECV) fprintf(f, " from %d", s->root);
 }

@@ -68,13 +68,6 @@ typedef struct comm_check {
   cg_comm_sequence_t empty; /* its (empty) sequence */
 } comm_check_t;
 
-static int is_p2p(cg_node_kind_t k) { return k == CG_NODE_SEND || k == CG_NODE_RECV; }
-static int has_op(cg_node_kind_t k) {
-  return k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_REDUCE_SCATTER;
-}
-static int has_root(cg_node_kind_t k) {
-  return k == CG_NODE_BROADCAST || k == CG_NODE_REDUCE || k == CG_NODE_GATHER || k == CG_NODE_SCATTER;
-}
 
 static op_record_t record_of(const cg_node_rec_t *n, uint32_t index, uint32_t group) {
   op_record_t r;
@@ -87,9 +80,9 @@ static op_record_t record_of(const cg_node_rec_t *n, uint32_t index, uint32_t gr
     r.count = n->count;
     r.dtype = (uint8_t)n->dtype;
   }
-  if (has_op(n->kind)) r.op = (uint8_t)n->op;
-  if (has_root(n->kind) || is_p2p(n->kind)) r.root = n->root;
-  if (is_p2p(n->kind)) r.group = group;
+  if (cg_kind_has_op(n->kind)) r.op = (uint8_t)n->op;
+  if (cg_kind_has_root(n->kind) || cg_kind_is_p2p(n->kind)) r.root = n->root;
+  if (cg_kind_is_p2p(n->kind)) r.group = group;
   return r;
 }
 
@@ -118,9 +111,9 @@ static void describe_op(char *buf, size_t size, const op_record_t *r) {
   if (r->kind != CG_NODE_BARRIER && n >= 0 && (size_t)n < size)
     n += snprintf(buf + n, size - (size_t)n, " %llu x %s", (unsigned long long)r->count,
                   cg_dtype_name((cg_dtype_t)r->dtype));
-  if (has_op((cg_node_kind_t)r->kind) && n >= 0 && (size_t)n < size)
+  if (cg_kind_has_op((cg_node_kind_t)r->kind) && n >= 0 && (size_t)n < size)
     n += snprintf(buf + n, size - (size_t)n, " %s", cg_redop_name((cg_redop_t)r->op));
-  if (has_root((cg_node_kind_t)r->kind) && n >= 0 && (size_t)n < size)
+  if (cg_kind_has_root((cg_node_kind_t)r->kind) && n >= 0 && (size_t)n < size)
     snprintf(buf + n, size - (size_t)n, " root %d", r->root);
 }
 
@@ -319,11 +312,11 @@ static cg_status_t prepare_records(comm_check_t *c, const cg_graph_t *g, const c
   if (!c->mine || !c->summaries) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the cross-rank check", where);
   uint32_t collectives = 0;
   for (uint32_t k = 0; k < seq->len; k++)
-    if (!is_p2p(cg_graph_node(g, seq->nodes[k])->kind)) c->n_coll++;
+    if (!cg_kind_is_p2p(cg_graph_node(g, seq->nodes[k])->kind)) c->n_coll++;
   uint64_t ci = 0, pi = c->n_coll;
   for (uint32_t k = 0; k < seq->len; k++) {
     const cg_node_rec_t *node = cg_graph_node(g, seq->nodes[k]);
-    if (is_p2p(node->kind)) {
+    if (cg_kind_is_p2p(node->kind)) {
       c->mine[pi++] = record_of(node, seq->nodes[k], collectives);
     } else {
       c->mine[ci++] = record_of(node, seq->nodes[k], 0);

@@ -30,7 +30,7 @@ typedef struct cg_plan cg_plan_t;
 typedef struct cg_compile_opts {
   size_t size;      /* sizeof(cg_compile_opts_t) */
   int check_ranks;  /* 1 (default): the cross-rank check below; 0: skip it */
-  const char *name; /* plan name for DOT and error details; NULL: the graph's name */
+  const char *name; /* plan name for DOT and error details (copied, at most 255 bytes); NULL: the graph's */
 } cg_compile_opts_t;
 #define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL}
 
