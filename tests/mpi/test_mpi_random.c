@@ -82,8 +82,9 @@ static cg_redop_t pick_op(arena_t *a, int ranks) {
     a->bound *= ranks;
     return op;
   }
-  if (op == CG_AVG && (!is_float(a->dtype) || fits(a, a->bound * ranks, a->frac_bits + shift))) {
-    if (is_float(a->dtype)) a->frac_bits += shift; /* the sum must be exact too: bound*ranks checked */
+  /* avg sums first, so the sum must fit too (integers wrap, floats round) */
+  if (op == CG_AVG && fits(a, a->bound * ranks, a->frac_bits + (is_float(a->dtype) ? shift : 0))) {
+    if (is_float(a->dtype)) a->frac_bits += shift;
     return op;
   }
   /* no products of floating types: 0 times a negative number is -0, and min
