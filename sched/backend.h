@@ -14,7 +14,7 @@
 
 #include "plan_internal.h"
 
-#define CG_BACKEND_INTERFACE_VERSION 1u
+#define CG_BACKEND_INTERFACE_VERSION 2u
 
 /* Where a backend's steps may read and write. */
 #define CG_BACKEND_HOST_MEMORY 1u
@@ -46,6 +46,22 @@ struct cg_backend {
   void (*host_step_release)(void *comm_impl, void *state);
   cg_status_t (*host_step_start)(void *comm_impl, const cg_step_t *step, void *state);
   cg_status_t (*host_step_test)(int *done, void *comm_impl, const cg_step_t *step, void *state);
+
+  /* Device execution: the CUDA realizer captures each step's work on a lane
+   * stream (a cudaStream_t passed as void *, so this header needs no CUDA).
+   * device_warmup runs before capture, outside it, on every rank alike: it does
+   * whatever lazy set-up the communicator's steps in `plan` would otherwise do
+   * inside the capture, then waits for it. device_group_start / _end bracket
+   * steps issued together (sends and receives of one communicator that must
+   * progress concurrently). device_step_enqueue enqueues one step on `stream`. */
+  cg_status_t (*device_warmup)(void *comm_impl, const cg_plan_t *plan, uint32_t comm_index, void *stream);
+  cg_status_t (*device_group_start)(void *comm_impl);
+  cg_status_t (*device_group_end)(void *comm_impl);
+  cg_status_t (*device_step_enqueue)(void *comm_impl, const cg_step_t *step, void *stream);
+
+  /* The library call a step becomes ("ncclAllReduce", "MPI_Iallreduce"), for
+   * DOT and dumps; static text. */
+  const char *(*step_call)(const cg_step_t *step);
 };
 
 typedef struct cg_backend cg_backend_t;

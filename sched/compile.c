@@ -28,6 +28,9 @@ static int is_cuda_kind(cg_node_kind_t k) {
 
 static void plan_free(cg_plan_t *p) {
   if (!p) return;
+#if CG_HAVE_CUDA
+  cg_cuda_plan_free(p); /* before the communicators it captured go */
+#endif
   for (uint32_t i = 0; i < p->n_steps; i++) {
     cg_step_t *s = &p->steps[i];
     const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
@@ -39,6 +42,8 @@ static void plan_free(cg_plan_t *p) {
   free(p->comms);
   free(p->node_names);
   free(p->dep_storage);
+  free(p->issue_order);
+  free(p->units);
   free(p->steps);
   free(p->name);
   free(p);
@@ -64,6 +69,34 @@ static cg_status_t check_supported(const cg_graph_t *g, uint32_t node, const cha
   if (n->kind != CG_NODE_BARRIER && !(b->dtypes & (1u << n->dtype)))
     return cg_fail(CG_ERR_UNSUPPORTED, "%s: node #%u '%s': the %s backend has no %s", where, node, name, b->name,
                    cg_dtype_name(n->dtype));
+  return CG_SUCCESS;
+}
+
+/* Where the plan runs: all communicators on the host (host executor), or all
+ * on one CUDA device (one CUDA graph). *device is CG_DEVICE_HOST for a plan
+ * without communicators. */
+static cg_status_t check_placement(int *device, const cg_graph_t *g, const char *where) {
+  *device = CG_DEVICE_HOST;
+  const cg_comm_t *host = NULL, *dev = NULL;
+  for (uint32_t i = 0; i < g->n_comms; i++) {
+    const cg_comm_t *c = g->comms[i].comm;
+    if (c->device == CG_DEVICE_HOST) {
+      if (!host) host = c;
+      continue;
+    }
+    if (dev && dev->device != c->device)
+      return cg_fail(CG_ERR_UNSUPPORTED, "%s: communicators on devices %d and %d: a plan runs on one GPU (one GPU "
+                     "per process)", where, dev->device, c->device);
+    if (!dev) dev = c;
+    const cg_backend_t *b = c->ops->backend;
+    if (b && (!b->device_step_enqueue || !b->device_warmup))
+      return cg_fail(CG_ERR_UNSUPPORTED, "%s: the %s backend cannot run device buffers", where, b->name);
+  }
+  if (host && dev)
+    return cg_fail(CG_ERR_UNSUPPORTED, "%s: the graph mixes host communicators (%s) with device communicators "
+                   "(%s on device %d); mixed plans are not supported yet: use one graph per kind", where,
+                   host->ops->backend_name, dev->ops->backend_name, dev->device);
+  if (dev) *device = dev->device;
   return CG_SUCCESS;
 }
 
@@ -225,6 +258,8 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   else
     snprintf(where, sizeof where, "cg_compile");
   cg_status_t local = CG_SUCCESS;
+  int device = CG_DEVICE_HOST;
+  local = check_placement(&device, graph, where);
   for (uint32_t i = 0; i < cg_graph_node_count(graph) && local == CG_SUCCESS; i++) local = check_supported(graph, i, where);
   if ((st = cg_comm_order_build(&order, graph)) != CG_SUCCESS) goto out;
   /* even a rank that cannot compile takes part in the check, so the others do
@@ -238,8 +273,13 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
     goto out;
   }
   p->graph_serial = graph->serial;
+  p->device = device;
   if ((st = lower(p, graph, &order, where)) != CG_SUCCESS) goto out;
+  if ((st = cg_plan_issue_order(p, where)) != CG_SUCCESS) goto out;
   if ((st = prepare_backends(p, where)) != CG_SUCCESS) goto out;
+#if CG_HAVE_CUDA
+  if (device != CG_DEVICE_HOST && (st = cg_cuda_plan_build(p, where)) != CG_SUCCESS) goto out;
+#endif
   *out = p;
   p = NULL;
 out:
@@ -260,6 +300,12 @@ cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan) {
   *out = (cg_plan_stats_t){.steps = plan->n_steps,
                            .lanes = plan->n_lanes,
                            .dependencies = plan->n_deps,
-                           .communicators = plan->n_comms};
+                           .communicators = plan->n_comms,
+                           .device = plan->device};
+  if (plan->device == CG_DEVICE_HOST) return CG_SUCCESS;
+  for (uint32_t i = 0; i < plan->n_steps; i++)
+    for (uint32_t e = 0; e < plan->steps[i].n_deps; e++)
+      out->events += plan->steps[plan->steps[i].deps[e]].lane != plan->steps[i].lane;
+  for (uint32_t u = 0; u < plan->n_units; u++) out->groups += plan->units[u].n > 1;
   return CG_SUCCESS;
 }

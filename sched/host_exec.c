@@ -168,6 +168,9 @@ static cg_status_t check_runnable(const cg_plan_t *plan) {
 
 cg_status_t cg_plan_start(cg_plan_t *plan) {
   if (!plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_start: NULL plan");
+#if CG_HAVE_CUDA
+  if (plan->cuda) return cg_cuda_plan_start(plan);
+#endif
   if (plan->run && plan->run->running)
     return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: plan '%s' is still running: wait for it first",
                    plan->name ? plan->name : "");
@@ -196,6 +199,9 @@ cg_status_t cg_plan_start(cg_plan_t *plan) {
 
 cg_status_t cg_plan_test(int *done, cg_plan_t *plan) {
   if (!done || !plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_test: NULL %s", done ? "plan" : "done");
+#if CG_HAVE_CUDA
+  if (plan->cuda) return cg_cuda_plan_test(done, plan);
+#endif
   if (!plan->run || !plan->run->running) {
     *done = 1;
     return CG_SUCCESS;
@@ -205,6 +211,9 @@ cg_status_t cg_plan_test(int *done, cg_plan_t *plan) {
 
 cg_status_t cg_plan_wait(cg_plan_t *plan) {
   if (!plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_wait: NULL plan");
+#if CG_HAVE_CUDA
+  if (plan->cuda) return cg_cuda_plan_wait(plan);
+#endif
   int done = !plan->run || !plan->run->running;
   while (!done) {
     cg_status_t st = progress(&done, plan, "cg_plan_wait");

@@ -1,6 +1,7 @@
 /* The plan drawn (DOT) and dumped (text). */
 #include <stdio.h>
 
+#include "backend.h"
 #include "dot_text.h"
 #include "error.h"
 #include "plan_internal.h"
@@ -36,44 +37,74 @@ static cg_status_t finish(FILE *f, const char *caller) {
   return CG_SUCCESS;
 }
 
+static void put_step(FILE *f, const cg_plan_t *plan, uint32_t i) {
+  const cg_step_t *s = &plan->steps[i];
+  const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
+  fprintf(f, "    s%u [shape=%s, label=\"step %u", i, s->kind == CG_STEP_HOST_FUNC ? "component" : "box", i);
+  if (s->kind == CG_STEP_COLLECTIVE) fprintf(f, " (#%u on comm)", s->comm_position);
+  fputs("\\n", f);
+  if (b && b->step_call) {
+    cg_dot_put_escaped(f, b->step_call(s));
+    fputs("\\n", f);
+  }
+  put_shape(f, s, "\\n");
+  fprintf(f, "\\nfrom node #%u", s->node);
+  if (plan->node_names[i]) {
+    fputs(" ", f);
+    cg_dot_put_escaped(f, plan->node_names[i]);
+  }
+  fputs("\"];\n", f);
+}
+
 cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
   if (!plan || !f) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_write_dot: NULL %s", plan ? "file" : "plan");
   fputs("digraph plan {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n", f);
   /* large plans: straight edges and a bounded crossing search keep Graphviz
    * fast, as for recorded graphs */
   if (plan->n_steps > 64) fputs("  splines=line;\n  nslimit=1;\n  mclimit=0.1;\n", f);
-  if (plan->name) {
-    fputs("  label=\"plan ", f);
-    cg_dot_put_escaped(f, plan->name);
+  int device = plan->device != CG_DEVICE_HOST;
+  if (plan->name || device) {
+    fputs("  label=\"", f);
+    if (plan->name) {
+      fputs("plan ", f);
+      cg_dot_put_escaped(f, plan->name);
+    }
+    if (device)
+      fprintf(f, "%sone CUDA graph on device %d: a lane is a stream, dashed edges are events between streams",
+              plan->name ? "\\n" : "", plan->device);
     fputs("\";\n", f);
   }
   for (uint32_t lane = 0; lane < plan->n_lanes; lane++) {
     fprintf(f, "  subgraph cluster_lane%u {\n    style=rounded; color=gray60;\n", lane);
     if (lane < plan->n_comms) {
       const cg_comm_t *c = plan->comms[lane].comm;
-      fprintf(f, "    label=\"lane %u: comm %llu (%s, rank %d of %d)\";\n", lane, (unsigned long long)c->serial,
-              c->ops->backend_name, c->rank, c->size);
+      fprintf(f, "    label=\"lane %u%s: comm %llu (%s, rank %d of %d)\";\n", lane, device ? " (stream)" : "",
+              (unsigned long long)c->serial, c->ops->backend_name, c->rank, c->size);
     } else {
-      fprintf(f, "    label=\"lane %u: host functions\";\n", lane);
+      fprintf(f, "    label=\"lane %u%s: host functions\";\n", lane, device ? " (stream, CUDA host nodes)" : "");
     }
-    for (uint32_t i = 0; i < plan->n_steps; i++) {
-      const cg_step_t *s = &plan->steps[i];
-      if (s->lane != lane) continue;
-      fprintf(f, "    s%u [shape=%s, label=\"step %u", i, s->kind == CG_STEP_HOST_FUNC ? "component" : "box", i);
-      if (s->kind == CG_STEP_COLLECTIVE) fprintf(f, " (#%u on comm)", s->comm_position);
-      fputs("\\n", f);
-      put_shape(f, s, "\\n");
-      fprintf(f, "\\nfrom node #%u", s->node);
-      if (plan->node_names[i]) {
-        fputs(" ", f);
-        cg_dot_put_escaped(f, plan->node_names[i]);
-      }
-      fputs("\"];\n", f);
+    /* device plans: steps in issue order, sends and receives issued together
+     * in a cluster of their own */
+    for (uint32_t u = 0; u < plan->n_units; u++) {
+      const cg_issue_unit_t *unit = &plan->units[u];
+      if (unit->lane != lane) continue;
+      int grouped = device && unit->n > 1;
+      if (grouped)
+        fprintf(f, "    subgraph cluster_group%u {\n    style=dashed; color=gray40; label=\"group: issued "
+                "together\";\n", u);
+      for (uint32_t k = 0; k < unit->n; k++) put_step(f, plan, plan->issue_order[unit->first + k]);
+      if (grouped) fputs("    }\n", f);
     }
     fputs("  }\n", f);
   }
   for (uint32_t i = 0; i < plan->n_steps; i++)
-    for (uint32_t e = 0; e < plan->steps[i].n_deps; e++) fprintf(f, "  s%u -> s%u;\n", plan->steps[i].deps[e], i);
+    for (uint32_t e = 0; e < plan->steps[i].n_deps; e++) {
+      uint32_t d = plan->steps[i].deps[e];
+      if (device && plan->steps[d].lane != plan->steps[i].lane)
+        fprintf(f, "  s%u -> s%u [style=dashed, color=royalblue, fontcolor=royalblue, label=\"event\"];\n", d, i);
+      else
+        fprintf(f, "  s%u -> s%u;\n", d, i);
+    }
   fputs("}\n", f);
   return finish(f, "cg_plan_write_dot");
 }

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "commgraph/config.h"
 #include "commgraph/plan.h"
 #include "graph_internal.h"
 
@@ -42,7 +43,19 @@ typedef struct cg_step {
   uint32_t *succs; /* steps that wait for this one, ascending */
   uint32_t n_succs;
   void *backend_state; /* from the backend's host_step_prepare */
+  uint32_t unit;       /* its issue unit (see cg_issue_unit_t) */
 } cg_step_t;
+
+/* Issue units: the order in which a realizer enqueues steps. A unit is one
+ * step, or several sends and receives of one communicator (between the same
+ * two collectives) issued together as one group, so that exchanges which must
+ * progress concurrently do (NCCL's ncclGroupStart/End). Units are in a
+ * topological order; a unit's members do not depend on each other. */
+typedef struct cg_issue_unit {
+  uint32_t first; /* index into plan->issue_order */
+  uint32_t n;
+  uint32_t lane;
+} cg_issue_unit_t;
 
 typedef struct cg_plan_comm {
   cg_comm_t *comm; /* retained */
@@ -65,8 +78,27 @@ struct cg_plan {
   uint32_t n_names;
   uint32_t *dep_storage;       /* every step's deps and succs */
   uint32_t *comm_step_storage; /* every communicator's steps */
+  uint32_t *issue_order; /* every step once, unit by unit */
+  cg_issue_unit_t *units;
+  uint32_t n_units;
+  int device; /* CG_DEVICE_HOST, or the CUDA device of a device plan */
   cg_host_run_t *run; /* executor state, NULL until first started */
+  struct cg_cuda_plan *cuda; /* device plans: the CUDA graph and its streams */
 };
+
+/* Fills issue_order, units and each step's unit (issue_order.c). */
+cg_status_t cg_plan_issue_order(cg_plan_t *plan, const char *where);
+
+#if CG_HAVE_CUDA
+/* Device plans (cuda_plan.c): warms up the communicators, captures the steps
+ * unit by unit on lane streams and instantiates the graph; frees it all. */
+cg_status_t cg_cuda_plan_build(cg_plan_t *plan, const char *where);
+void cg_cuda_plan_free(cg_plan_t *plan);
+/* cg_plan_run / start / test / wait for a device plan. */
+cg_status_t cg_cuda_plan_start(cg_plan_t *plan);
+cg_status_t cg_cuda_plan_test(int *done, cg_plan_t *plan);
+cg_status_t cg_cuda_plan_wait(cg_plan_t *plan);
+#endif
 
 /* Frees the executor state of a plan that is not running. */
 void cg_host_run_free(cg_plan_t *plan);

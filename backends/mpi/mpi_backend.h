@@ -20,6 +20,24 @@ typedef struct cg_mpi_comm {
 
 extern const cg_backend_t cg_mpi_backend;
 
+/* Duplicates `mpi` twice (data, control) with MPI_ERRORS_RETURN and creates
+ * the own types; cg_mpi_comm_close frees them (NULL is fine). Other MPI-based
+ * backends keep one of these for their control traffic. */
+cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level);
+void cg_mpi_comm_close(void *impl);
+/* The id all ranks of `comm` agree on (collective); see mpi_comm.c. */
+cg_status_t cg_mpi_agree_on_id(uint64_t *out, MPI_Comm comm);
+/* A communicator of the MPI backend; opts already checked. */
+cg_status_t cg_mpi_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level);
+/* The MPI part of an MPI-backend communicator; NULL for other backends. */
+const cg_mpi_comm_t *cg_mpi_comm_of(const cg_comm_t *comm);
+const char *cg_mpi_thread_level_name(int level);
+
+/* The control channel on a cg_mpi_comm_t (backend table entries). */
+cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
+                                           size_t bytes);
+cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request);
+
 /* Creates the datatype and operations; frees them. */
 cg_status_t cg_mpi_types_create(cg_mpi_comm_t *m);
 void cg_mpi_types_free(cg_mpi_comm_t *m);
@@ -38,5 +56,6 @@ cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *
 void cg_mpi_step_release(void *comm_impl, void *state);
 cg_status_t cg_mpi_step_start(void *comm_impl, const cg_step_t *step, void *state);
 cg_status_t cg_mpi_step_test(int *done, void *comm_impl, const cg_step_t *step, void *state);
+const char *cg_mpi_step_call(const cg_step_t *step);
 
 #endif

@@ -1,4 +1,5 @@
-/* cg_comm_create over MPI, and the MPI backend's table. */
+/* Communicators over MPI (host buffers), the MPI part every MPI-based
+ * communicator shares (duplicates, agreed id), and the MPI backend's table. */
 #include <limits.h>
 #include <threads.h>
 #include <stdint.h>
@@ -21,7 +22,7 @@ static mtx_t creation_lock;
 static once_flag creation_lock_once = ONCE_FLAG_INIT;
 static void init_creation_lock(void) { mtx_init(&creation_lock, mtx_plain); }
 
-static cg_status_t agree_on_id(uint64_t *out, MPI_Comm comm) {
+cg_status_t cg_mpi_agree_on_id(uint64_t *out, MPI_Comm comm) {
   call_once(&creation_lock_once, init_creation_lock);
   mtx_lock(&creation_lock);
   unsigned long long mine = next_agreed_number, agreed = 0;
@@ -41,7 +42,7 @@ static cg_status_t agree_on_id(uint64_t *out, MPI_Comm comm) {
   return CG_SUCCESS;
 }
 
-static const char *thread_level_name(int level) {
+const char *cg_mpi_thread_level_name(int level) {
   switch (level) {
     case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
     case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
@@ -51,7 +52,7 @@ static const char *thread_level_name(int level) {
   }
 }
 
-static void destroy_impl(void *impl) {
+void cg_mpi_comm_close(void *impl) {
   cg_mpi_comm_t *m = impl;
   if (!m) return;
   int finalized = 0;
@@ -64,7 +65,7 @@ static void destroy_impl(void *impl) {
   free(m);
 }
 
-static cg_status_t control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
+cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
                                            size_t bytes) {
   cg_mpi_comm_t *m = comm_impl;
   if (bytes > (size_t)INT_MAX) return cg_fail(CG_ERR_UNSUPPORTED, "control message of %zu bytes", bytes);
@@ -79,7 +80,7 @@ static cg_status_t control_allgather_start(void **request, void *comm_impl, cons
   return CG_SUCCESS;
 }
 
-static cg_status_t control_test(int *done, void *comm_impl, void *request) {
+cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request) {
   (void)comm_impl;
   MPI_Request *r = request;
   int err = MPI_Test(r, done, MPI_STATUS_IGNORE);
@@ -97,7 +98,7 @@ static cg_status_t host_check_thread(void *comm_impl) {
   return cg_fail(CG_ERR_UNSUPPORTED,
                  "MPI provides %s, so only the main thread may call MPI: run host plans on the main thread, or "
                  "initialize MPI with MPI_THREAD_SERIALIZED (one thread at a time) or MPI_THREAD_MULTIPLE",
-                 thread_level_name(m->thread_level));
+                 cg_mpi_thread_level_name(m->thread_level));
 }
 
 #define CG_ALL_COMM_KINDS                                                                                 \
@@ -112,82 +113,65 @@ const cg_backend_t cg_mpi_backend = {
     .memory = CG_BACKEND_HOST_MEMORY,
     .node_kinds = CG_ALL_COMM_KINDS,
     .dtypes = (1u << CG_DTYPE_COUNT) - 1u,
-    .control_allgather_start = control_allgather_start,
-    .control_test = control_test,
+    .control_allgather_start = cg_mpi_control_allgather_start,
+    .control_test = cg_mpi_control_test,
     .host_check_thread = host_check_thread,
     .host_step_prepare = cg_mpi_step_prepare,
     .host_step_release = cg_mpi_step_release,
     .host_step_start = cg_mpi_step_start,
     .host_step_test = cg_mpi_step_test,
+    .step_call = cg_mpi_step_call,
 };
 
-static const cg_comm_ops_t mpi_ops = {.backend_name = "mpi", .destroy_impl = destroy_impl, .backend = &cg_mpi_backend};
+static const cg_comm_ops_t mpi_ops = {.backend_name = "mpi", .destroy_impl = cg_mpi_comm_close, .backend = &cg_mpi_backend};
 
-/* Refuses what this build cannot do, before any collective call, so every rank
- * fails alike. */
-static cg_status_t check_opts(const cg_comm_opts_t *o, int thread_level) {
-  if (o->backend < 0 || o->backend >= CG_BACKEND_COUNT)
-    return cg_fail(CG_ERR_INVALID_ENUM, "cg_comm_create: opts.backend %d is not a cg_backend_kind_t", (int)o->backend);
-  if (o->device < CG_DEVICE_HOST)
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: opts.device %d: use CG_DEVICE_HOST (-1) or a CUDA "
-                   "device ordinal", o->device);
-  cg_backend_kind_t backend = o->backend;
-  if (backend == CG_BACKEND_AUTO) backend = o->device == CG_DEVICE_HOST ? CG_BACKEND_MPI : CG_BACKEND_NCCL;
-  if (backend != CG_BACKEND_MPI)
-    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: the %s backend is not part of this build yet",
-                   cg_backend_kind_name(backend));
-  if (o->device != CG_DEVICE_HOST) {
-    if (thread_level < MPI_THREAD_MULTIPLE)
-      return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: device buffers over MPI need MPI_THREAD_MULTIPLE (host "
-                     "nodes call MPI from CUDA's callback thread), but MPI provides %s",
-                     thread_level_name(thread_level));
-    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: device %d: the MPI backend runs host buffers only in "
-                   "this build (staged device buffers are not built yet)", o->device);
-  }
-  return CG_SUCCESS;
-}
-
-cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts) {
-  static const cg_comm_opts_t defaults = CG_COMM_OPTS_INIT;
+cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level) {
   cg_status_t st = CG_SUCCESS;
-  cg_mpi_comm_t *m = NULL;
-  int initialized = 0, finalized = 0, level = MPI_THREAD_SINGLE, rank = 0, size = 0, err;
-  if (!out) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: NULL out");
-  if (!opts) opts = &defaults;
-  if ((st = cg_check_opts_size(opts->size, sizeof(cg_comm_opts_t), "cg_comm_create", "opts")) != CG_SUCCESS)
-    return st;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized)
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: MPI is %s", finalized ? "finalized" : "not initialized");
-  if (mpi == MPI_COMM_NULL) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: MPI_COMM_NULL");
-  MPI_Query_thread(&level);
-  if ((st = check_opts(opts, level)) != CG_SUCCESS) return st;
-
-  m = calloc(1, sizeof *m);
+  int err;
+  cg_mpi_comm_t *m = calloc(1, sizeof *m);
   if (!m) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
   m->data = m->control = MPI_COMM_NULL;
   m->half = MPI_DATATYPE_NULL;
   for (int t = 0; t < CG_DTYPE_COUNT; t++)
     for (int o = 0; o < 4; o++) m->own_ops[t][o] = MPI_OP_NULL;
-  m->thread_level = level;
+  m->thread_level = thread_level;
   if ((err = MPI_Comm_dup(mpi, &m->data)) != MPI_SUCCESS || (err = MPI_Comm_dup(mpi, &m->control)) != MPI_SUCCESS) {
     st = cg_mpi_fail(err, "cg_comm_create: MPI_Comm_dup");
     goto out;
   }
   MPI_Comm_set_errhandler(m->data, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(m->control, MPI_ERRORS_RETURN);
+  if ((st = cg_mpi_types_create(m)) != CG_SUCCESS) goto out;
+  *out = m;
+  m = NULL;
+out:
+  cg_mpi_comm_close(m);
+  return st;
+}
+
+cg_status_t cg_mpi_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level) {
+  cg_status_t st = CG_SUCCESS;
+  cg_mpi_comm_t *m = NULL;
+  int rank = 0, size = 0;
+  uint64_t id = 0;
+  if (opts->device != CG_DEVICE_HOST) {
+    if (thread_level < MPI_THREAD_MULTIPLE)
+      return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: device buffers over MPI need MPI_THREAD_MULTIPLE (host "
+                     "nodes call MPI from CUDA's callback thread), but MPI provides %s",
+                     cg_mpi_thread_level_name(thread_level));
+    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: device %d: the MPI backend runs host buffers only in "
+                   "this build (staged device buffers are not built yet; use the nccl backend)", opts->device);
+  }
+  if ((st = cg_mpi_comm_open(&m, mpi, thread_level)) != CG_SUCCESS) goto out;
   MPI_Comm_rank(m->data, &rank);
   MPI_Comm_size(m->data, &size);
-  if ((st = cg_mpi_types_create(m)) != CG_SUCCESS) goto out;
-  uint64_t id = 0;
-  if ((st = agree_on_id(&id, m->control)) != CG_SUCCESS) goto out;
+  if ((st = cg_mpi_agree_on_id(&id, m->control)) != CG_SUCCESS) goto out;
   cg_comm_t *comm = cg_comm_alloc(rank, size, &mpi_ops, m);
   if (!comm) {
     st = cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
     goto out;
   }
-  comm->device = opts->device;
+  comm->device = CG_DEVICE_HOST;
   comm->id = id;
   m = NULL;
   if (!cg_comm_register(comm)) {
@@ -197,15 +181,10 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
   }
   *out = comm;
 out:
-  destroy_impl(m);
+  cg_mpi_comm_close(m);
   return st;
 }
 
-cg_status_t cg_comm_mpi(MPI_Comm *out, const cg_comm_t *comm) {
-  if (!out || !comm) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_mpi: NULL %s", out ? "comm" : "out");
-  if (comm->ops != &mpi_ops)
-    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_mpi: the communicator's backend (%s) has no MPI_Comm",
-                   comm->ops ? comm->ops->backend_name : "none");
-  *out = ((const cg_mpi_comm_t *)comm->impl)->data;
-  return CG_SUCCESS;
+const cg_mpi_comm_t *cg_mpi_comm_of(const cg_comm_t *comm) {
+  return comm->ops == &mpi_ops ? comm->impl : NULL;
 }

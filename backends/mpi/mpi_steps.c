@@ -66,6 +66,23 @@ void cg_mpi_step_release(void *comm_impl, void *state) {
   free(m);
 }
 
+const char *cg_mpi_step_call(const cg_step_t *s) {
+  switch (s->op_kind) {
+    case CG_NODE_ALLREDUCE: return "MPI_Iallreduce";
+    case CG_NODE_BROADCAST: return "MPI_Ibcast";
+    case CG_NODE_REDUCE: return "MPI_Ireduce";
+    case CG_NODE_ALLGATHER: return "MPI_Iallgather";
+    case CG_NODE_REDUCE_SCATTER: return "MPI_Ireduce_scatter_block";
+    case CG_NODE_ALLTOALL: return "MPI_Ialltoall";
+    case CG_NODE_GATHER: return "MPI_Igather";
+    case CG_NODE_SCATTER: return "MPI_Iscatter";
+    case CG_NODE_SEND: return "MPI_Isend";
+    case CG_NODE_RECV: return "MPI_Irecv";
+    case CG_NODE_BARRIER: return "MPI_Ibarrier";
+    default: return "none";
+  }
+}
+
 cg_status_t cg_mpi_step_start(void *comm_impl, const cg_step_t *s, void *state) {
   cg_mpi_comm_t *mc = comm_impl;
   mpi_step_t *m = state;
@@ -76,57 +93,46 @@ cg_status_t cg_mpi_step_start(void *comm_impl, const cg_step_t *s, void *state) 
   int count = (int)s->count, rank = s->comm->rank, is_root = rank == s->root;
   const void *send = s->send;
   void *recv = s->recv;
-  const char *call = "";
+  const char *call = cg_mpi_step_call(s);
   int err = MPI_SUCCESS;
   switch (s->op_kind) {
     case CG_NODE_ALLREDUCE:
-      call = "MPI_Iallreduce";
       err = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, count, type, op, comm, &m->request);
       break;
     case CG_NODE_BROADCAST:
-      call = "MPI_Ibcast";
       if (is_root && send != recv && count) memcpy(recv, send, s->count * es);
       err = MPI_Ibcast(recv, count, type, s->root, comm, &m->request);
       break;
     case CG_NODE_REDUCE:
-      call = "MPI_Ireduce";
       err = MPI_Ireduce(is_root && send == recv ? MPI_IN_PLACE : send, recv, count, type, op, s->root, comm,
                         &m->request);
       break;
     case CG_NODE_ALLGATHER:
-      call = "MPI_Iallgather";
       err = MPI_Iallgather(count && send == at(recv, (size_t)rank * s->count, es) ? MPI_IN_PLACE : send, count, type,
                            recv, count, type, comm, &m->request);
       break;
     case CG_NODE_REDUCE_SCATTER:
-      call = "MPI_Ireduce_scatter_block";
       err = MPI_Ireduce_scatter_block(send, m->scratch ? m->scratch : recv, count, type, op, comm, &m->request);
       break;
     case CG_NODE_ALLTOALL:
-      call = "MPI_Ialltoall";
       err = MPI_Ialltoall(send, count, type, recv, count, type, comm, &m->request);
       break;
     case CG_NODE_GATHER:
-      call = "MPI_Igather";
       err = MPI_Igather(is_root && count && send == at(recv, (size_t)rank * s->count, es) ? MPI_IN_PLACE : send,
                         count, type, recv, count, type, s->root, comm, &m->request);
       break;
     case CG_NODE_SCATTER:
-      call = "MPI_Iscatter";
       err = MPI_Iscatter(send, count, type,
                          is_root && count && recv == at(send, (size_t)rank * s->count, es) ? MPI_IN_PLACE : recv,
                          count, type, s->root, comm, &m->request);
       break;
     case CG_NODE_SEND:
-      call = "MPI_Isend";
       err = MPI_Isend(send, count, type, s->root, 0, comm, &m->request);
       break;
     case CG_NODE_RECV:
-      call = "MPI_Irecv";
       err = MPI_Irecv(recv, count, type, s->root, 0, comm, &m->request);
       break;
     case CG_NODE_BARRIER:
-      call = "MPI_Ibarrier";
       err = MPI_Ibarrier(comm, &m->request);
       break;
     default:

@@ -35,13 +35,15 @@ extern "C" {
 #endif
 
 /* A communicator over the ranks of `mpi`. opts may be NULL for defaults (MPI
- * backend, host buffers). Collective over `mpi`. Fails with
+ * backend, host buffers). opts.device = a CUDA ordinal with backend AUTO or
+ * NCCL gives an NCCL communicator on that device (commgraph/nccl.h). Collective over `mpi`. Fails with
  * CG_ERR_INVALID_ARGUMENT for MPI_COMM_NULL or MPI not initialized,
  * CG_ERR_INVALID_ENUM for an unknown backend, CG_ERR_UNSUPPORTED for a backend
  * or device this build cannot use (the detail says which and why). */
 CG_API cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts);
 
-/* The communicator's own MPI_Comm (the duplicate; do not free it). Fails with
+/* The communicator's own MPI_Comm (the duplicate; do not free it; for an NCCL
+ * communicator, the duplicate of the MPI_Comm it was created from). Fails with
  * CG_ERR_UNSUPPORTED for a communicator without one (offline). */
 CG_API cg_status_t cg_comm_mpi(MPI_Comm *out, const cg_comm_t *comm);
 

@@ -57,7 +57,13 @@ CG_API cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compi
 /* Waits for a running plan, then frees it. NULL is fine. */
 CG_API void cg_plan_destroy(cg_plan_t *plan);
 
-/* ---- host plans */
+/* ---- running a plan
+ *
+ * Host plans are progressed by the calling thread as described above. A device
+ * plan (see commgraph/cuda.h) is normally launched on a stream with
+ * cg_plan_launch; these calls work for it too: start launches one replay on a
+ * stream the plan owns, test queries it, wait synchronizes with it, run does
+ * both. */
 
 /* Runs the plan once and returns when it is complete. */
 CG_API cg_status_t cg_plan_run(cg_plan_t *plan);
@@ -81,6 +87,9 @@ typedef struct cg_plan_stats {
   size_t lanes;        /* one per communicator, plus one for host functions if any */
   size_t dependencies; /* distinct (before, after) pairs between steps */
   size_t communicators;
+  int device;          /* CG_DEVICE_HOST for a host plan, else the CUDA device of a device plan */
+  size_t events;       /* device plans: dependencies between lanes, each an event edge in the CUDA graph */
+  size_t groups;       /* device plans: group calls that issue several sends and receives together */
 } cg_plan_stats_t;
 CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
 

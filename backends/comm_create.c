@@ -1,0 +1,63 @@
+/* cg_comm_create: checks the options and MPI's state, then hands over to the
+ * backend that runs them (MPI for host buffers, NCCL for a device). */
+#include "commgraph/mpi.h"
+#include "error.h"
+#include "mpi/mpi_backend.h"
+#if CG_HAVE_NCCL
+#include "nccl/nccl_backend.h"
+#endif
+
+/* Refuses what this build cannot do, before any collective call, so every rank
+ * fails alike (given the same options). */
+static cg_status_t resolve_backend(cg_backend_kind_t *out, const cg_comm_opts_t *o) {
+  if (o->backend < 0 || o->backend >= CG_BACKEND_COUNT)
+    return cg_fail(CG_ERR_INVALID_ENUM, "cg_comm_create: opts.backend %d is not a cg_backend_kind_t", (int)o->backend);
+  if (o->device < CG_DEVICE_HOST)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: opts.device %d: use CG_DEVICE_HOST (-1) or a CUDA "
+                   "device ordinal", o->device);
+  cg_backend_kind_t backend = o->backend;
+  if (backend == CG_BACKEND_AUTO) backend = o->device == CG_DEVICE_HOST ? CG_BACKEND_MPI : CG_BACKEND_NCCL;
+  if (backend == CG_BACKEND_NCCL && o->device == CG_DEVICE_HOST)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: the nccl backend needs a CUDA device (opts.device)");
+  if (backend == CG_BACKEND_NCCL && !CG_HAVE_NCCL)
+    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: this commgraph was built without NCCL (CG_WITH_NCCL)");
+  if (backend == CG_BACKEND_HOSTTRANSFER)
+    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: the hosttransfer backend is not part of this build yet");
+  *out = backend;
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts) {
+  static const cg_comm_opts_t defaults = CG_COMM_OPTS_INIT;
+  cg_status_t st = CG_SUCCESS;
+  int initialized = 0, finalized = 0, level = MPI_THREAD_SINGLE;
+  cg_backend_kind_t backend = CG_BACKEND_MPI;
+  if (!out) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: NULL out");
+  if (!opts) opts = &defaults;
+  if ((st = cg_check_opts_size(opts->size, sizeof(cg_comm_opts_t), "cg_comm_create", "opts")) != CG_SUCCESS)
+    return st;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: MPI is %s", finalized ? "finalized" : "not initialized");
+  if (mpi == MPI_COMM_NULL) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: MPI_COMM_NULL");
+  MPI_Query_thread(&level);
+  if ((st = resolve_backend(&backend, opts)) != CG_SUCCESS) return st;
+#if CG_HAVE_NCCL
+  if (backend == CG_BACKEND_NCCL) return cg_nccl_comm_create(out, mpi, opts->device, level);
+#endif
+  return cg_mpi_comm_create(out, mpi, opts, level);
+}
+
+cg_status_t cg_comm_mpi(MPI_Comm *out, const cg_comm_t *comm) {
+  if (!out || !comm) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_mpi: NULL %s", out ? "comm" : "out");
+  const cg_mpi_comm_t *m = cg_mpi_comm_of(comm);
+#if CG_HAVE_NCCL
+  if (!m) m = cg_nccl_comm_control(comm);
+#endif
+  if (!m)
+    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_mpi: the communicator's backend (%s) has no MPI_Comm",
+                   comm->ops ? comm->ops->backend_name : "none");
+  *out = m->data;
+  return CG_SUCCESS;
+}

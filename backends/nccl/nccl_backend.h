@@ -1,0 +1,38 @@
+/* The NCCL backend's private state: the NCCL communicator, whether commgraph
+ * owns it, the MPI duplicates that carry control traffic (the cross-rank check;
+ * never data), and a small device buffer for barriers (NCCL has none). */
+#ifndef CG_BACKENDS_NCCL_BACKEND_H
+#define CG_BACKENDS_NCCL_BACKEND_H
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include "backend.h"
+#include "mpi/mpi_backend.h"
+
+typedef struct cg_nccl_comm {
+  cg_mpi_comm_t *control;
+  ncclComm_t nccl;
+  int owns_nccl; /* 0 for cg_comm_from_nccl */
+  int device;
+  void *barrier_word; /* device memory, one int32 */
+} cg_nccl_comm_t;
+
+extern const cg_backend_t cg_nccl_backend;
+
+/* cg_comm_create's NCCL path: opts already checked; collective over `mpi`. */
+cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level);
+/* The control part of an NCCL communicator; NULL for other backends. */
+const cg_mpi_comm_t *cg_nccl_comm_control(const cg_comm_t *comm);
+
+/* CG_ERR_BACKEND with "<call>: <NCCL's text> (<NCCL's last error>)". */
+cg_status_t cg_nccl_fail(ncclResult_t result, ncclComm_t comm, const char *call);
+
+/* Steps (nccl_steps.c), referenced by the backend table. */
+cg_status_t cg_nccl_warmup(void *comm_impl, const cg_plan_t *plan, uint32_t comm_index, void *stream);
+cg_status_t cg_nccl_group_start(void *comm_impl);
+cg_status_t cg_nccl_group_end(void *comm_impl);
+cg_status_t cg_nccl_step_enqueue(void *comm_impl, const cg_step_t *step, void *stream);
+const char *cg_nccl_step_call(const cg_step_t *step);
+
+#endif

@@ -1,0 +1,208 @@
+/* Communicators over NCCL: created from an MPI_Comm (rank 0's unique id goes
+ * out over MPI) or wrapped around one the application owns. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "commgraph/nccl.h"
+#include "error.h"
+#include "graph_internal.h"
+#include "nccl_backend.h"
+
+cg_status_t cg_nccl_fail(ncclResult_t result, ncclComm_t comm, const char *call) {
+  const char *last = ncclGetLastError(comm);
+  return cg_fail(CG_ERR_BACKEND, "%s: %s%s%s%s", call, ncclGetErrorString(result), last && *last ? " (" : "",
+                 last ? last : "", last && *last ? ")" : "");
+}
+
+static void destroy_impl(void *impl) {
+  cg_nccl_comm_t *n = impl;
+  if (!n) return;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(n->device);
+  if (n->nccl && n->owns_nccl) {
+    /* flushes this rank's outstanding operations before the resources go */
+    ncclCommFinalize(n->nccl);
+    ncclCommDestroy(n->nccl);
+  }
+  if (n->barrier_word) cudaFree(n->barrier_word);
+  cudaSetDevice(previous);
+  cg_mpi_comm_close(n->control);
+  free(n);
+}
+
+static cg_status_t control_allgather_start(void **request, void *impl, const void *mine, void *all, size_t bytes) {
+  return cg_mpi_control_allgather_start(request, ((cg_nccl_comm_t *)impl)->control, mine, all, bytes);
+}
+
+static cg_status_t control_test(int *done, void *impl, void *request) {
+  return cg_mpi_control_test(done, ((cg_nccl_comm_t *)impl)->control, request);
+}
+
+const cg_backend_t cg_nccl_backend = {
+    .interface_version = CG_BACKEND_INTERFACE_VERSION,
+    .name = "nccl",
+    .memory = CG_BACKEND_DEVICE_MEMORY,
+    .node_kinds = (1u << CG_NODE_ALLREDUCE) | (1u << CG_NODE_BROADCAST) | (1u << CG_NODE_REDUCE) |
+                  (1u << CG_NODE_ALLGATHER) | (1u << CG_NODE_REDUCE_SCATTER) | (1u << CG_NODE_ALLTOALL) |
+                  (1u << CG_NODE_GATHER) | (1u << CG_NODE_SCATTER) | (1u << CG_NODE_SEND) | (1u << CG_NODE_RECV) |
+                  (1u << CG_NODE_BARRIER),
+    .dtypes = (1u << CG_DTYPE_COUNT) - 1u,
+    .control_allgather_start = control_allgather_start,
+    .control_test = control_test,
+    .device_warmup = cg_nccl_warmup,
+    .device_group_start = cg_nccl_group_start,
+    .device_group_end = cg_nccl_group_end,
+    .device_step_enqueue = cg_nccl_step_enqueue,
+    .step_call = cg_nccl_step_call,
+};
+
+static const cg_comm_ops_t nccl_ops = {.backend_name = "nccl", .destroy_impl = destroy_impl,
+                                       .backend = &cg_nccl_backend};
+
+/* Every rank learns whether all ranks succeeded so far, so a local failure
+ * (a bad device ordinal on one rank) fails every rank instead of leaving the
+ * others waiting in the next collective. 1 when all are fine. */
+static int all_ranks_ok(int ok, MPI_Comm mpi) {
+  int all = 0;
+  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mpi) != MPI_SUCCESS) return 0;
+  return all;
+}
+
+/* Allocates the wrapper around an initialized NCCL communicator and lists it. */
+static cg_status_t finish(cg_comm_t **out, cg_nccl_comm_t *n, int rank, int size, const char *caller) {
+  uint64_t id = 0;
+  cg_status_t st = cg_mpi_agree_on_id(&id, n->control->control);
+  if (st != CG_SUCCESS) return st;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(n->device);
+  cudaError_t err = cudaMalloc(&n->barrier_word, sizeof(int32_t));
+  if (err == cudaSuccess) err = cudaMemset(n->barrier_word, 0, sizeof(int32_t));
+  cudaSetDevice(previous);
+  if (err != cudaSuccess)
+    return cg_fail(CG_ERR_BACKEND, "%s: allocating 4 bytes on device %d: %s", caller, n->device,
+                   cudaGetErrorString(err));
+  cg_comm_t *comm = cg_comm_alloc(rank, size, &nccl_ops, n);
+  if (!comm) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the communicator", caller);
+  comm->device = n->device;
+  comm->id = id;
+  if (!cg_comm_register(comm)) {
+    comm->impl = NULL; /* the caller frees n */
+    cg_comm_destroy(comm);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: listing the communicator", caller);
+  }
+  *out = comm;
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level) {
+  cg_status_t st = CG_SUCCESS;
+  cg_nccl_comm_t *n = NULL;
+  int devices = 0, rank = 0, size = 0, previous = 0;
+  char why[300] = "";
+  cudaError_t cerr = cudaGetDeviceCount(&devices);
+  if (cerr != cudaSuccess)
+    snprintf(why, sizeof why, "no usable CUDA device (%s)", cudaGetErrorString(cerr));
+  else if (device >= devices)
+    snprintf(why, sizeof why, "device %d does not exist (this process sees %d)", device, devices);
+  if (!all_ranks_ok(!why[0], mpi))
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: nccl backend: %s",
+                   why[0] ? why : "another rank cannot use its device");
+  if (!(n = calloc(1, sizeof *n))) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
+  n->device = device;
+  n->owns_nccl = 1;
+  if ((st = cg_mpi_comm_open(&n->control, mpi, thread_level)) != CG_SUCCESS) goto out;
+  MPI_Comm_rank(n->control->control, &rank);
+  MPI_Comm_size(n->control->control, &size);
+  struct {
+    int ok;
+    ncclUniqueId id;
+  } hello = {0};
+  ncclResult_t r = ncclSuccess;
+  if (rank == 0) {
+    r = ncclGetUniqueId(&hello.id);
+    hello.ok = r == ncclSuccess;
+  }
+  int err = MPI_Bcast(&hello, (int)sizeof hello, MPI_BYTE, 0, n->control->control);
+  if (err != MPI_SUCCESS) {
+    st = cg_mpi_fail(err, "cg_comm_create: MPI_Bcast of the NCCL unique id");
+    goto out;
+  }
+  if (!hello.ok) {
+    st = rank == 0 ? cg_nccl_fail(r, NULL, "cg_comm_create: ncclGetUniqueId")
+                   : cg_fail(CG_ERR_BACKEND, "cg_comm_create: ncclGetUniqueId failed on rank 0");
+    goto out;
+  }
+  cudaGetDevice(&previous);
+  cudaSetDevice(device);
+  r = ncclCommInitRank(&n->nccl, size, hello.id, rank);
+  cudaSetDevice(previous);
+  if (r != ncclSuccess) n->nccl = NULL;
+  if (!all_ranks_ok(r == ncclSuccess, n->control->control)) {
+    st = r != ncclSuccess ? cg_nccl_fail(r, NULL, "cg_comm_create: ncclCommInitRank")
+                          : cg_fail(CG_ERR_BACKEND, "cg_comm_create: ncclCommInitRank failed on another rank");
+    goto out;
+  }
+  if ((st = finish(out, n, rank, size, "cg_comm_create")) != CG_SUCCESS) goto out;
+  n = NULL;
+out:
+  destroy_impl(n);
+  return st;
+}
+
+cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
+  cg_status_t st = CG_SUCCESS;
+  cg_nccl_comm_t *n = NULL;
+  int initialized = 0, finalized = 0, level = MPI_THREAD_SINGLE;
+  int nccl_rank = -1, nccl_size = -1, device = -1, rank = 0, size = 0;
+  ncclResult_t async = ncclSuccess;
+  char why[300] = "";
+  if (!out || !nccl)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_from_nccl: NULL %s", out ? "NCCL communicator" : "out");
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_from_nccl: MPI is %s", finalized ? "finalized" : "not initialized");
+  if (mpi == MPI_COMM_NULL) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_from_nccl: MPI_COMM_NULL");
+  MPI_Query_thread(&level);
+  MPI_Comm_rank(mpi, &rank);
+  MPI_Comm_size(mpi, &size);
+  ncclResult_t r = ncclCommUserRank(nccl, &nccl_rank);
+  if (r == ncclSuccess) r = ncclCommCount(nccl, &nccl_size);
+  if (r == ncclSuccess) r = ncclCommCuDevice(nccl, &device);
+  if (r == ncclSuccess) r = ncclCommGetAsyncError(nccl, &async);
+  if (r != ncclSuccess || async != ncclSuccess)
+    snprintf(why, sizeof why, "NCCL reports %s", ncclGetErrorString(r != ncclSuccess ? r : async));
+  else if (nccl_rank != rank || nccl_size != size)
+    snprintf(why, sizeof why, "NCCL rank %d of %d is MPI rank %d of %d: the ranks must be the same", nccl_rank,
+             nccl_size, rank, size);
+  if (!all_ranks_ok(!why[0], mpi)) {
+    if (why[0]) return cg_fail(r != ncclSuccess || async != ncclSuccess ? CG_ERR_BACKEND : CG_ERR_INVALID_ARGUMENT,
+                               "cg_comm_from_nccl: %s", why);
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_from_nccl: the NCCL communicator does not fit on another rank");
+  }
+  if (!(n = calloc(1, sizeof *n))) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_from_nccl: allocating the communicator");
+  n->nccl = nccl;
+  n->device = device;
+  if ((st = cg_mpi_comm_open(&n->control, mpi, level)) != CG_SUCCESS) goto out;
+  if ((st = finish(out, n, rank, size, "cg_comm_from_nccl")) != CG_SUCCESS) goto out;
+  n = NULL;
+out:
+  destroy_impl(n);
+  return st;
+}
+
+cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm) {
+  if (!out || !comm) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_nccl: NULL %s", out ? "comm" : "out");
+  if (comm->ops != &nccl_ops)
+    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_nccl: the communicator's backend (%s) is not nccl",
+                   comm->ops ? comm->ops->backend_name : "none");
+  *out = ((const cg_nccl_comm_t *)comm->impl)->nccl;
+  return CG_SUCCESS;
+}
+
+const cg_mpi_comm_t *cg_nccl_comm_control(const cg_comm_t *comm) {
+  return comm->ops == &nccl_ops ? ((const cg_nccl_comm_t *)comm->impl)->control : NULL;
+}

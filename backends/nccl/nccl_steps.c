@@ -1,0 +1,269 @@
+/* One plan step as NCCL calls on a stream (captured into the plan's CUDA
+ * graph), and the warm-up that runs before the capture.
+ *
+ * NCCL has no alltoall, gather, scatter or barrier in every version we run on,
+ * so alltoall, gather and scatter are grouped sends and receives (a nested
+ * group is fine inside an outer one) and a barrier is a one-element allreduce
+ * of a word the communicator owns. A step of zero elements enqueues nothing:
+ * the cross-rank check has made sure every rank agrees on the count. */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "graph_internal.h"
+#include "nccl_backend.h"
+
+static ncclDataType_t nccl_type(cg_dtype_t dtype) {
+  switch (dtype) {
+    case CG_INT8: return ncclInt8;
+    case CG_UINT8: return ncclUint8;
+    case CG_INT32: return ncclInt32;
+    case CG_UINT32: return ncclUint32;
+    case CG_INT64: return ncclInt64;
+    case CG_UINT64: return ncclUint64;
+    case CG_FLOAT16: return ncclFloat16;
+    case CG_BFLOAT16: return ncclBfloat16;
+    case CG_FLOAT32: return ncclFloat32;
+    case CG_FLOAT64: return ncclFloat64;
+    default: return ncclUint8;
+  }
+}
+
+static ncclRedOp_t nccl_op(cg_redop_t op) {
+  switch (op) {
+    case CG_PROD: return ncclProd;
+    case CG_MIN: return ncclMin;
+    case CG_MAX: return ncclMax;
+    case CG_AVG: return ncclAvg;
+    default: return ncclSum;
+  }
+}
+
+const char *cg_nccl_step_call(const cg_step_t *s) {
+  switch (s->op_kind) {
+    case CG_NODE_ALLREDUCE: return "ncclAllReduce";
+    case CG_NODE_BROADCAST: return "ncclBroadcast";
+    case CG_NODE_REDUCE: return "ncclReduce";
+    case CG_NODE_ALLGATHER: return "ncclAllGather";
+    case CG_NODE_REDUCE_SCATTER: return "ncclReduceScatter";
+    case CG_NODE_ALLTOALL: return "ncclSend/ncclRecv group (alltoall)";
+    case CG_NODE_GATHER: return "ncclSend/ncclRecv group (gather)";
+    case CG_NODE_SCATTER: return "ncclSend/ncclRecv group (scatter)";
+    case CG_NODE_SEND: return "ncclSend";
+    case CG_NODE_RECV: return "ncclRecv";
+    case CG_NODE_BARRIER: return "ncclAllReduce (barrier)";
+    default: return "none";
+  }
+}
+
+cg_status_t cg_nccl_group_start(void *impl) {
+  ncclResult_t r = ncclGroupStart();
+  return r == ncclSuccess ? CG_SUCCESS : cg_nccl_fail(r, ((cg_nccl_comm_t *)impl)->nccl, "ncclGroupStart");
+}
+
+cg_status_t cg_nccl_group_end(void *impl) {
+  ncclResult_t r = ncclGroupEnd();
+  return r == ncclSuccess ? CG_SUCCESS : cg_nccl_fail(r, ((cg_nccl_comm_t *)impl)->nccl, "ncclGroupEnd");
+}
+
+static const char *at(const void *base, size_t elems, size_t elem_size) {
+  return (const char *)base + elems * elem_size;
+}
+
+/* Sends and receives one step is made of, in one group: every rank's block of
+ * alltoall; gather's blocks into the root; scatter's blocks out of it. The
+ * root's own block of an in-place gather or scatter is already in place. */
+static ncclResult_t exchange_blocks(cg_nccl_comm_t *n, const cg_step_t *s, cudaStream_t stream) {
+  ncclDataType_t t = nccl_type(s->dtype);
+  size_t es = cg_dtype_size(s->dtype), count = s->count;
+  int rank = s->comm->rank, size = s->comm->size, root = s->root;
+  ncclResult_t r = ncclGroupStart();
+  for (int p = 0; p < size && r == ncclSuccess; p++) {
+    if (s->op_kind == CG_NODE_ALLTOALL) {
+      r = ncclSend(at(s->send, (size_t)p * count, es), count, t, p, n->nccl, stream);
+      if (r == ncclSuccess) r = ncclRecv((void *)at(s->recv, (size_t)p * count, es), count, t, p, n->nccl, stream);
+    } else if (s->op_kind == CG_NODE_GATHER) {
+      int in_place = rank == root && s->send == at(s->recv, (size_t)root * count, es);
+      if (p == rank && !in_place) r = ncclSend(s->send, count, t, root, n->nccl, stream);
+      if (r == ncclSuccess && rank == root && !(p == root && in_place))
+        r = ncclRecv((void *)at(s->recv, (size_t)p * count, es), count, t, p, n->nccl, stream);
+    } else { /* scatter */
+      int in_place = rank == root && s->recv == at(s->send, (size_t)root * count, es);
+      if (rank == root && !(p == root && in_place))
+        r = ncclSend(at(s->send, (size_t)p * count, es), count, t, p, n->nccl, stream);
+      if (r == ncclSuccess && p == rank && !in_place) r = ncclRecv(s->recv, count, t, root, n->nccl, stream);
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  return r != ncclSuccess ? r : end;
+}
+
+cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) {
+  cg_nccl_comm_t *n = impl;
+  cudaStream_t stream = stream_;
+  ncclDataType_t t = nccl_type(s->dtype);
+  ncclRedOp_t op = nccl_op(s->op);
+  ncclResult_t r = ncclSuccess;
+  if (s->count == 0 && s->op_kind != CG_NODE_BARRIER) return CG_SUCCESS;
+  switch (s->op_kind) {
+    case CG_NODE_ALLREDUCE: r = ncclAllReduce(s->send, s->recv, s->count, t, op, n->nccl, stream); break;
+    case CG_NODE_BROADCAST: r = ncclBroadcast(s->send, s->recv, s->count, t, s->root, n->nccl, stream); break;
+    case CG_NODE_REDUCE: r = ncclReduce(s->send, s->recv, s->count, t, op, s->root, n->nccl, stream); break;
+    case CG_NODE_ALLGATHER: r = ncclAllGather(s->send, s->recv, s->count, t, n->nccl, stream); break;
+    case CG_NODE_REDUCE_SCATTER: r = ncclReduceScatter(s->send, s->recv, s->count, t, op, n->nccl, stream); break;
+    case CG_NODE_ALLTOALL:
+    case CG_NODE_GATHER:
+    case CG_NODE_SCATTER: r = exchange_blocks(n, s, stream); break;
+    case CG_NODE_SEND: r = ncclSend(s->send, s->count, t, s->root, n->nccl, stream); break;
+    case CG_NODE_RECV: r = ncclRecv(s->recv, s->count, t, s->root, n->nccl, stream); break;
+    case CG_NODE_BARRIER:
+      r = ncclAllReduce(n->barrier_word, n->barrier_word, 1, ncclInt32, ncclSum, n->nccl, stream);
+      break;
+    default: return cg_fail(CG_ERR_INTERNAL, "the NCCL backend got a %s step", cg_node_kind_name(s->op_kind));
+  }
+  return r == ncclSuccess ? CG_SUCCESS : cg_nccl_fail(r, n->nccl, cg_nccl_step_call(s));
+}
+
+/* ---- warm-up */
+
+/* Scratch the warm-up runs its collectives on: large enough for NCCL to pick
+ * the protocols and algorithms of large messages, small enough to be cheap. */
+#define WARMUP_SCRATCH_BYTES ((size_t)32 << 20)
+#define WARMUP_MAX_SHAPES 256
+
+typedef struct warm_shape {
+  cg_node_kind_t kind;
+  cg_dtype_t dtype;
+  cg_redop_t op;
+  int root;
+  size_t count; /* clipped to the scratch, rounded down to a power of two */
+} warm_shape_t;
+
+static size_t floor_pow2(size_t x) {
+  size_t p = 1;
+  while (p <= x / 2) p *= 2;
+  return x ? p : 0;
+}
+
+/* The collective shapes of the communicator's steps, each once, in the order
+ * of first use: the same list on every rank, since the sequences agree. */
+static uint32_t collect_shapes(warm_shape_t *shapes, unsigned char *peers, const cg_plan_t *plan, uint32_t ci) {
+  const cg_plan_comm_t *pc = &plan->comms[ci];
+  int size = pc->comm->size, rank = pc->comm->rank;
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < pc->n_steps; k++) {
+    const cg_step_t *s = &plan->steps[pc->steps[k]];
+    if (s->count == 0 && s->op_kind != CG_NODE_BARRIER) continue;
+    switch (s->op_kind) {
+      case CG_NODE_SEND:
+      case CG_NODE_RECV: peers[s->root] = 1; continue;
+      case CG_NODE_ALLTOALL:
+        for (int p = 0; p < size; p++) peers[p] = 1;
+        continue;
+      case CG_NODE_GATHER:
+      case CG_NODE_SCATTER:
+        if (rank == s->root)
+          for (int p = 0; p < size; p++) peers[p] = 1;
+        else
+          peers[s->root] = 1;
+        continue;
+      default: break;
+    }
+    size_t es = cg_dtype_size(s->dtype);
+    size_t per_rank = s->op_kind == CG_NODE_ALLGATHER || s->op_kind == CG_NODE_REDUCE_SCATTER ? (size_t)size : 1;
+    size_t fit = WARMUP_SCRATCH_BYTES / (es * per_rank);
+    warm_shape_t w = {s->op_kind, s->dtype, s->op, s->root, floor_pow2(s->count < fit ? s->count : fit)};
+    if (s->op_kind == CG_NODE_BARRIER) w = (warm_shape_t){s->op_kind, CG_INT32, CG_SUM, -1, 1};
+    int seen = 0;
+    for (uint32_t i = 0; i < n && !seen; i++)
+      seen = shapes[i].kind == w.kind && shapes[i].dtype == w.dtype && shapes[i].op == w.op &&
+             shapes[i].root == w.root && shapes[i].count == w.count;
+    if (!seen && n < WARMUP_MAX_SHAPES) shapes[n++] = w;
+  }
+  return n;
+}
+
+static ncclResult_t warm_collective(cg_nccl_comm_t *n, const warm_shape_t *w, char *scratch, int rank,
+                                    cudaStream_t stream) {
+  ncclDataType_t t = nccl_type(w->dtype);
+  ncclRedOp_t op = nccl_op(w->op);
+  size_t es = cg_dtype_size(w->dtype);
+  switch (w->kind) {
+    case CG_NODE_ALLREDUCE: return ncclAllReduce(scratch, scratch, w->count, t, op, n->nccl, stream);
+    case CG_NODE_BROADCAST: return ncclBroadcast(scratch, scratch, w->count, t, w->root, n->nccl, stream);
+    case CG_NODE_REDUCE: return ncclReduce(scratch, scratch, w->count, t, op, w->root, n->nccl, stream);
+    case CG_NODE_ALLGATHER:
+      return ncclAllGather(scratch + (size_t)rank * w->count * es, scratch, w->count, t, n->nccl, stream);
+    case CG_NODE_REDUCE_SCATTER:
+      return ncclReduceScatter(scratch, scratch + (size_t)rank * w->count * es, w->count, t, op, n->nccl, stream);
+    case CG_NODE_BARRIER:
+      return ncclAllReduce(n->barrier_word, n->barrier_word, 1, ncclInt32, ncclSum, n->nccl, stream);
+    default: return ncclSuccess;
+  }
+}
+
+cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void *stream_) {
+  cg_nccl_comm_t *n = impl;
+  cudaStream_t stream = stream_;
+  const cg_comm_t *comm = plan->comms[ci].comm;
+  int size = comm->size, rank = comm->rank;
+  cg_status_t st = CG_SUCCESS;
+  char *scratch = NULL;
+  warm_shape_t *shapes = malloc(WARMUP_MAX_SHAPES * sizeof *shapes);
+  unsigned char *peers = calloc((size_t)size, 1);
+  if (!shapes || !peers) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "warming up communicator %u", ci);
+    goto out;
+  }
+  uint32_t n_shapes = collect_shapes(shapes, peers, plan, ci);
+  int any_peer = 0;
+  for (int p = 0; p < size; p++) any_peer |= peers[p];
+  if (!n_shapes && !any_peer) goto out;
+  size_t bytes = 2 * (size_t)size; /* point-to-point: one byte out, one byte in per peer */
+  for (uint32_t i = 0; i < n_shapes; i++) {
+    size_t per_rank = shapes[i].kind == CG_NODE_ALLGATHER || shapes[i].kind == CG_NODE_REDUCE_SCATTER ? size : 1;
+    size_t need = shapes[i].count * cg_dtype_size(shapes[i].dtype) * per_rank;
+    if (need > bytes) bytes = need;
+  }
+  cudaError_t cerr = cudaMalloc((void **)&scratch, bytes);
+  if (cerr != cudaSuccess) scratch = NULL;
+  if (cerr == cudaSuccess) cerr = cudaMemsetAsync(scratch, 0, bytes, stream);
+  if (cerr != cudaSuccess) {
+    st = cg_fail(CG_ERR_BACKEND, "warm-up: %zu bytes of scratch on device %d: %s", bytes, n->device,
+                 cudaGetErrorString(cerr));
+    goto out;
+  }
+  for (uint32_t i = 0; i < n_shapes; i++) {
+    ncclResult_t r = warm_collective(n, &shapes[i], scratch, rank, stream);
+    if (r != ncclSuccess) {
+      st = cg_nccl_fail(r, n->nccl, "warm-up collective");
+      goto out;
+    }
+  }
+  if (any_peer) {
+    /* peers are symmetric (the cross-rank check paired every send with a
+     * receive; alltoall, gather and scatter run on every rank), so this group
+     * matches on both sides and connects both directions */
+    ncclResult_t r = ncclGroupStart();
+    for (int p = 0; p < size && r == ncclSuccess; p++) {
+      if (!peers[p]) continue;
+      r = ncclSend(scratch + p, 1, ncclUint8, p, n->nccl, stream);
+      if (r == ncclSuccess) r = ncclRecv(scratch + size + p, 1, ncclUint8, p, n->nccl, stream);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (r != ncclSuccess || end != ncclSuccess) {
+      st = cg_nccl_fail(r != ncclSuccess ? r : end, n->nccl, "warm-up send/receive");
+      goto out;
+    }
+  }
+  if ((cerr = cudaStreamSynchronize(stream)) != cudaSuccess)
+    st = cg_fail(CG_ERR_BACKEND, "warm-up on device %d: %s", n->device, cudaGetErrorString(cerr));
+out:
+  if (scratch) {
+    cudaStreamSynchronize(stream);
+    cudaFree(scratch);
+  }
+  free(shapes);
+  free(peers);
+  return st;
+}

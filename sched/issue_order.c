@@ -1,0 +1,165 @@
+/* The order in which a realizer issues steps, and which sends and receives go
+ * out together as one group.
+ *
+ * A CUDA graph is captured unit by unit, and on one stream a unit waits for the
+ * unit before it; NCCL runs the sends and receives of one group concurrently.
+ * So a communicator's point-to-point operations between two collectives
+ * should be issued in as few groups as their dependencies allow: a receive that
+ * a later send of the same rank needs must complete first, but two that do not
+ * depend on each other must not wait for each other, or a pattern that runs
+ * fine on the host (each rank sends, then receives) would deadlock.
+ *
+ * The order is Kahn's algorithm with two queues: steps other than sends and
+ * receives go first, lowest index first, so everything a waiting send or
+ * receive depends on is issued before it where possible; only when nothing
+ * else is ready does the lowest ready send or receive open a group, which takes
+ * every ready send and receive of the same communicator and interval, in the
+ * communicator's order. A send (receive) becomes ready only after the previous
+ * send to (receive from) the same peer has been issued, so messages between a
+ * pair of ranks are issued in the same order on both sides. Everything here is
+ * a function of the plan, which is deterministic, so the order is too. */
+#include <stdlib.h>
+
+#include "error.h"
+#include "plan_internal.h"
+
+typedef struct min_heap {
+  uint32_t *items;
+  uint32_t n;
+} min_heap_t;
+
+static void heap_push(min_heap_t *h, uint32_t v) {
+  uint32_t i = h->n++;
+  h->items[i] = v;
+  while (i > 0 && h->items[(i - 1) / 2] > h->items[i]) {
+    uint32_t parent = (i - 1) / 2, t = h->items[parent];
+    h->items[parent] = h->items[i];
+    h->items[i] = t;
+    i = parent;
+  }
+}
+
+static uint32_t heap_pop(min_heap_t *h) {
+  uint32_t top = h->items[0];
+  h->items[0] = h->items[--h->n];
+  for (uint32_t i = 0;;) {
+    uint32_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && h->items[l] < h->items[m]) m = l;
+    if (r < h->n && h->items[r] < h->items[m]) m = r;
+    if (m == i) break;
+    uint32_t t = h->items[m];
+    h->items[m] = h->items[i];
+    h->items[i] = t;
+    i = m;
+  }
+  return top;
+}
+
+typedef struct issue_state {
+  cg_plan_t *plan;
+  uint32_t *pending; /* dependencies not yet issued */
+  uint8_t *issued;
+  uint8_t *queued;       /* in a heap already: each step enters one at most once */
+  min_heap_t other, p2p; /* ready steps */
+  uint32_t *cursor;      /* per communicator: first position not yet issued */
+  uint32_t n_issued;
+} issue_state_t;
+
+static int is_p2p_step(const cg_step_t *s) {
+  return s->kind == CG_STEP_COLLECTIVE && cg_kind_is_p2p(s->op_kind);
+}
+
+/* A step is ready once its dependencies are issued, and for a send or receive
+ * once the previous one to or from the same peer is. */
+static void offer(issue_state_t *st, uint32_t index) {
+  const cg_step_t *s = &st->plan->steps[index];
+  if (st->issued[index] || st->queued[index] || st->pending[index]) return;
+  if (is_p2p_step(s) && s->post_after != CG_NO_STEP && !st->issued[s->post_after]) return;
+  st->queued[index] = 1;
+  heap_push(is_p2p_step(s) ? &st->p2p : &st->other, index);
+}
+
+static void issue(issue_state_t *st, uint32_t index) {
+  st->issued[index] = 1;
+  st->plan->steps[index].unit = st->plan->n_units;
+  st->plan->issue_order[st->n_issued++] = index;
+}
+
+/* After a unit: its members' successors and next messages may be ready. */
+static void release(issue_state_t *st, const cg_issue_unit_t *u) {
+  cg_plan_t *p = st->plan;
+  for (uint32_t k = 0; k < u->n; k++) {
+    const cg_step_t *s = &p->steps[p->issue_order[u->first + k]];
+    for (uint32_t e = 0; e < s->n_succs; e++) {
+      st->pending[s->succs[e]]--;
+      offer(st, s->succs[e]);
+    }
+    if (is_p2p_step(s) && s->post_next != CG_NO_STEP) offer(st, s->post_next);
+  }
+}
+
+/* Every ready send and receive of `first`'s communicator and interval, in the
+ * communicator's order. */
+static void issue_group(issue_state_t *st, uint32_t first) {
+  cg_plan_t *p = st->plan;
+  const cg_step_t *s0 = &p->steps[first];
+  cg_plan_comm_t *pc = &p->comms[s0->comm_index];
+  uint32_t *cursor = &st->cursor[s0->comm_index];
+  while (*cursor < pc->n_steps && st->issued[pc->steps[*cursor]]) (*cursor)++;
+  for (uint32_t k = *cursor; k < pc->n_steps; k++) {
+    uint32_t index = pc->steps[k];
+    const cg_step_t *s = &p->steps[index];
+    if (!is_p2p_step(s) || s->group != s0->group) break;
+    if (st->issued[index] || st->pending[index]) continue;
+    if (s->post_after != CG_NO_STEP && !st->issued[s->post_after]) continue;
+    issue(st, index); /* may already sit in the p2p heap: popped later and skipped */
+  }
+}
+
+cg_status_t cg_plan_issue_order(cg_plan_t *p, const char *where) {
+  cg_status_t status = CG_SUCCESS;
+  size_t n = p->n_steps ? p->n_steps : 1;
+  issue_state_t st = {.plan = p};
+  st.pending = malloc(n * sizeof *st.pending);
+  st.issued = calloc(n, 1);
+  st.queued = calloc(n, 1);
+  st.other.items = malloc(n * sizeof *st.other.items);
+  st.p2p.items = malloc(n * sizeof *st.p2p.items);
+  st.cursor = calloc(p->n_comms ? p->n_comms : 1, sizeof *st.cursor);
+  p->issue_order = malloc(n * sizeof *p->issue_order);
+  p->units = malloc(n * sizeof *p->units);
+  if (!st.pending || !st.issued || !st.queued || !st.other.items || !st.p2p.items || !st.cursor || !p->issue_order || !p->units) {
+    status = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the issue order of %u steps", where, p->n_steps);
+    goto out;
+  }
+  p->n_units = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++) st.pending[i] = p->steps[i].n_deps;
+  for (uint32_t i = 0; i < p->n_steps; i++) offer(&st, i);
+  while (st.n_issued < p->n_steps) {
+    cg_issue_unit_t u = {.first = st.n_issued};
+    if (st.other.n) {
+      uint32_t index = heap_pop(&st.other);
+      issue(&st, index);
+    } else if (st.p2p.n) {
+      uint32_t index = heap_pop(&st.p2p);
+      if (st.issued[index]) continue;
+      issue_group(&st, index);
+    } else {
+      status = cg_fail(CG_ERR_INTERNAL, "%s: issue order stuck after %u of %u steps", where, st.n_issued,
+                       p->n_steps);
+      goto out;
+    }
+    u.n = st.n_issued - u.first;
+    u.lane = p->steps[p->issue_order[u.first]].lane;
+    p->units[p->n_units++] = u;
+    release(&st, &p->units[p->n_units - 1]);
+  }
+out:
+  free(st.pending);
+  free(st.issued);
+  free(st.queued);
+  free(st.other.items);
+  free(st.p2p.items);
+  free(st.cursor);
+  return status;
+}
