@@ -1,0 +1,397 @@
+/* Replaying a device plan (NCCL backend, one CUDA graph) against calling NCCL
+ * directly for the same operations, side by side in one run:
+ *
+ *   mpiexec -n 4 build/tests/perf/bench_nccl_plan [--max-mb MB] [--rounds R]
+ *
+ * One MPI rank per GPU; each rank takes the GPU numbered by its rank on its
+ * node (MPI_Comm_split_type). The direct calls use the NCCL communicator
+ * underneath the commgraph one (cg_comm_nccl), on the same stream the plan is
+ * launched on, so both sides run the same NCCL channels and algorithms.
+ *
+ * a) Large: one float32 sum allreduce of 256 MB, 512 MB and 1 GB per rank
+ *    (--max-mb lowers the largest, or raises it by doubling; below 256 it is the
+ *    only size): ncclAllReduce on a stream vs cg_plan_launch of a plan holding
+ *    that one allreduce. Time per op and bus bandwidth
+ *    (busbw = 2(n-1)/n x bytes / time), and plan/NCCL busbw (target >= 0.98).
+ * b) Small: k = 1, 8, 32, 128 allreduces of 1 KB (256 floats, separate
+ *    buffers): eager (k ncclAllReduce calls back to back), NCCL group
+ *    (ncclGroupStart/End around them) and replayed (one plan of k independent
+ *    allreduce nodes, launched once); per-op time and eager/replayed. Then one
+ *    4-byte allreduce: the cost of replaying an almost empty plan.
+ *
+ * Timing: cudaEvents on the stream around a batch of launches, after warm-up.
+ * Modes are interleaved batch by batch, each figure is the median over rounds
+ * of the slowest rank's time, because these machines are noisy. Every plan's
+ * result is checked once before timing. Only rank 0 prints. Without a GPU for
+ * every rank it says why and exits 0: this is a benchmark, not a test. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commgraph.h"
+#include "commgraph/cuda.h"
+#include "commgraph/mpi.h"
+#include "commgraph/nccl.h"
+
+#define MAX_ROUNDS 101
+#define MAX_SMALL_OPS 128
+#define SMALL_COUNT 256 /* floats: 1 KB */
+
+static int rank, ranks;
+
+static void fail(const char *what, const char *why) {
+  fprintf(stderr, "rank %d: %s: %s\n", rank, what, why);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+#define CUDA_CHECK(call)                                                                                     \
+  do {                                                                                                       \
+    cudaError_t e_ = (call);                                                                                 \
+    if (e_ != cudaSuccess) fail(#call, cudaGetErrorString(e_));                                              \
+  } while (0)
+#define NCCL_CHECK(call)                                                                                     \
+  do {                                                                                                       \
+    ncclResult_t r_ = (call);                                                                                \
+    if (r_ != ncclSuccess) fail(#call, ncclGetErrorString(r_));                                              \
+  } while (0)
+#define CG_CHECK(call)                                                                                       \
+  do {                                                                                                       \
+    cg_status_t s_ = (call);                                                                                 \
+    if (s_ != CG_SUCCESS) {                                                                                  \
+      fprintf(stderr, "rank %d: %s: %s\n  %s\n", rank, #call, cg_status_string(s_), cg_error_last());        \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                                          \
+    }                                                                                                        \
+  } while (0)
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- what one batch does */
+
+enum { DIRECT, GROUPED, PLAN };
+
+typedef struct work {
+  int mode;
+  int ops; /* allreduces per iteration */
+  float *send[MAX_SMALL_OPS], *recv[MAX_SMALL_OPS];
+  size_t count;
+  ncclComm_t nccl;
+  cg_plan_t *plan; /* holds the same `ops` allreduces */
+} work_t;
+
+static void one_iteration(const work_t *w, cudaStream_t stream) {
+  switch (w->mode) {
+    case DIRECT:
+      for (int k = 0; k < w->ops; k++)
+        NCCL_CHECK(ncclAllReduce(w->send[k], w->recv[k], w->count, ncclFloat32, ncclSum, w->nccl, stream));
+      break;
+    case GROUPED:
+      NCCL_CHECK(ncclGroupStart());
+      for (int k = 0; k < w->ops; k++)
+        NCCL_CHECK(ncclAllReduce(w->send[k], w->recv[k], w->count, ncclFloat32, ncclSum, w->nccl, stream));
+      NCCL_CHECK(ncclGroupEnd());
+      break;
+    default:
+      CG_CHECK(cg_plan_launch(w->plan, stream));
+      break;
+  }
+}
+
+/* Enqueues `iters` iterations between two events and returns the slowest
+ * rank's seconds per iteration. The allreduce of the result lines the ranks up
+ * for the next batch. */
+static double time_batch(const work_t *w, int iters, cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop) {
+  CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iters; i++) one_iteration(w, stream);
+  CUDA_CHECK(cudaEventRecord(stop, stream));
+  CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  double mine = ms * 1e-3 / iters, slowest = 0;
+  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
+/* Runs every mode in `modes` for `rounds` rounds, interleaved, after two
+ * warm-up iterations of each; med[m] is the median seconds per iteration. */
+static void time_modes(work_t *w, const int *modes, int n_modes, int iters, int rounds, cudaStream_t stream,
+                       cudaEvent_t start, cudaEvent_t stop, double *med) {
+  static double t[3][MAX_ROUNDS];
+  for (int m = 0; m < n_modes; m++) {
+    w->mode = modes[m];
+    time_batch(w, 2, stream, start, stop);
+  }
+  for (int r = 0; r < rounds; r++)
+    for (int m = 0; m < n_modes; m++) {
+      w->mode = modes[m];
+      t[m][r] = time_batch(w, iters, stream, start, stop);
+    }
+  for (int m = 0; m < n_modes; m++) med[m] = median(t[m], rounds);
+}
+
+/* ---- checking a plan's result once */
+
+static long long wrong;
+
+/* Fills `n` floats of send buffer `buf` (device) with (rank + 1) * (1 + (i + salt) % 8). */
+static void fill(float *buf, size_t n, size_t salt, float *host) {
+  for (size_t i = 0; i < n; i++) host[i] = (float)(rank + 1) * (float)(1 + (i + salt) % 8);
+  CUDA_CHECK(cudaMemcpy(buf, host, n * sizeof *host, cudaMemcpyHostToDevice));
+}
+
+/* Compares `n` floats of result buffer `buf` (device) with the ranks' sum of fill(salt). */
+static void expect_sum(const float *buf, size_t n, size_t salt, float *host, const char *what) {
+  CUDA_CHECK(cudaMemcpy(host, buf, n * sizeof *host, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; i++) {
+    float want = (float)(ranks * (ranks + 1) / 2) * (float)(1 + (i + salt) % 8);
+    if (host[i] != want && wrong++ < 5)
+      fprintf(stderr, "rank %d: %s: element %zu is %g, expected %g\n", rank, what, i, (double)host[i], (double)want);
+  }
+}
+
+static void all_checked(const char *what) {
+  long long all = 0;
+  MPI_Allreduce(&wrong, &all, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (all) {
+    if (rank == 0) fprintf(stderr, "%s: the plan computed %lld wrong values\n", what, all);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+/* A plan of `ops` independent float32 sum allreduces of `count` elements. */
+static cg_plan_t *compile_allreduces(cg_comm_t *comm, float **send, float **recv, int ops, size_t count,
+                                     size_t *steps) {
+  cg_graph_t *g;
+  cg_plan_t *plan;
+  CG_CHECK(cg_graph_create(&g, NULL));
+  for (int k = 0; k < ops; k++) CG_CHECK(cg_allreduce(NULL, g, comm, send[k], recv[k], count, CG_FLOAT32, CG_SUM));
+  CG_CHECK(cg_compile(&plan, g, NULL));
+  cg_graph_destroy(g);
+  cg_plan_stats_t ps;
+  CG_CHECK(cg_plan_stats(&ps, plan));
+  *steps = ps.steps;
+  return plan;
+}
+
+/* ---- a) one large allreduce */
+
+static void bench_large(cg_comm_t *comm, ncclComm_t nccl, size_t max_mb, int rounds, cudaStream_t stream,
+                        cudaEvent_t start, cudaEvent_t stop) {
+  float *host = malloc(((size_t)1 << 18) * sizeof *host);
+  if (!host) fail("malloc", "out of memory");
+  if (rank == 0) {
+    printf("\na) one large float32 sum allreduce, out of place: ncclAllReduce vs cg_plan_launch of a plan holding it\n");
+    printf("%10s %6s %14s %14s %14s %14s %10s\n", "MB/rank", "iters", "NCCL time", "plan time", "NCCL busbw",
+           "plan busbw", "plan/NCCL");
+  }
+  for (size_t mb = max_mb < 256 ? max_mb : 256; mb <= max_mb; mb *= 2) {
+    size_t bytes = mb << 20, count = bytes / sizeof(float);
+    size_t check_count = count / 2 < ((size_t)1 << 18) ? count / 2 : (size_t)1 << 18; /* up to 1 MB at each end */
+    work_t w = {.ops = 1, .count = count, .nccl = nccl};
+    CUDA_CHECK(cudaMalloc((void **)&w.send[0], bytes));
+    CUDA_CHECK(cudaMalloc((void **)&w.recv[0], bytes));
+    size_t steps;
+    w.plan = compile_allreduces(comm, w.send, w.recv, 1, count, &steps);
+
+    /* check the plan: known values at both ends, zeros between, NaN in the result */
+    CUDA_CHECK(cudaMemset(w.send[0], 0, bytes));
+    CUDA_CHECK(cudaMemset(w.recv[0], 0xff, bytes));
+    fill(w.send[0], check_count, 0, host);
+    fill(w.send[0] + count - check_count, check_count, 1, host);
+    CG_CHECK(cg_plan_launch(w.plan, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    expect_sum(w.recv[0], check_count, 0, host, "large allreduce, head");
+    expect_sum(w.recv[0] + count - check_count, check_count, 1, host, "large allreduce, tail");
+    all_checked("large allreduce");
+
+    /* about 40 ms per batch at 360 GB/s busbw on 4 ranks */
+    int iters = (int)(((size_t)8 << 30) / bytes);
+    if (iters < 4) iters = 4;
+    if (iters > 200) iters = 200;
+    const int modes[] = {DIRECT, PLAN};
+    double med[2];
+    time_modes(&w, modes, 2, iters, rounds, stream, start, stop, med);
+    double factor = 2.0 * (ranks - 1) / ranks * (double)bytes / 1e9;
+    double busbw_nccl = factor / med[0], busbw_plan = factor / med[1];
+    if (rank == 0) {
+      printf("%10zu %6d %11.1f us %11.1f us %9.1f GB/s %9.1f GB/s %10.3f\n", mb, iters, med[0] * 1e6, med[1] * 1e6,
+             busbw_nccl, busbw_plan, ranks > 1 ? busbw_plan / busbw_nccl : med[0] / med[1]);
+      fflush(stdout);
+    }
+    cg_plan_destroy(w.plan);
+    CUDA_CHECK(cudaFree(w.send[0]));
+    CUDA_CHECK(cudaFree(w.recv[0]));
+  }
+  free(host);
+}
+
+/* ---- b) small allreduces */
+
+static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream_t stream, cudaEvent_t start,
+                        cudaEvent_t stop) {
+  float host[SMALL_COUNT];
+  work_t w = {.count = SMALL_COUNT, .nccl = nccl};
+  for (int k = 0; k < MAX_SMALL_OPS; k++) {
+    CUDA_CHECK(cudaMalloc((void **)&w.send[k], SMALL_COUNT * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&w.recv[k], SMALL_COUNT * sizeof(float)));
+  }
+  if (rank == 0) {
+    printf("\nb) k independent float32 sum allreduces of 1 KB each (separate buffers), time per allreduce\n");
+    printf("%6s %6s %6s %14s %14s %14s %14s %12s\n", "bytes", "k", "steps", "eager", "NCCL group", "replayed",
+           "eager/replay", "group/replay");
+  }
+  const int ks[] = {1, 8, 32, 128, 1}; /* the last: one 4-byte allreduce, an almost empty plan */
+  for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+    int last = i + 1 == sizeof ks / sizeof *ks;
+    w.ops = ks[i];
+    w.count = last ? 1 : SMALL_COUNT;
+    size_t steps;
+    w.plan = compile_allreduces(comm, w.send, w.recv, w.ops, w.count, &steps);
+    for (int k = 0; k < w.ops; k++) {
+      fill(w.send[k], w.count, (size_t)k, host);
+      CUDA_CHECK(cudaMemset(w.recv[k], 0xff, w.count * sizeof(float)));
+    }
+    CG_CHECK(cg_plan_launch(w.plan, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (int k = 0; k < w.ops; k++) expect_sum(w.recv[k], w.count, (size_t)k, host, "small allreduce");
+    all_checked("small allreduces");
+
+    /* about 2000 allreduces per batch, at least 20 iterations */
+    int iters = 2000 / w.ops;
+    if (iters < 20) iters = 20;
+    const int modes[] = {DIRECT, GROUPED, PLAN};
+    double med[3];
+    time_modes(&w, modes, 3, iters, rounds, stream, start, stop, med);
+    if (rank == 0) {
+      if (last) printf("  an almost empty plan:\n");
+      printf("%6zu %6d %6zu %11.2f us %11.2f us %11.2f us %14.2f %12.2f\n", w.count * sizeof(float), w.ops, steps,
+             med[0] * 1e6 / w.ops, med[1] * 1e6 / w.ops, med[2] * 1e6 / w.ops, med[0] / med[2], med[1] / med[2]);
+      fflush(stdout);
+    }
+    cg_plan_destroy(w.plan);
+  }
+  for (int k = 0; k < MAX_SMALL_OPS; k++) {
+    CUDA_CHECK(cudaFree(w.send[k]));
+    CUDA_CHECK(cudaFree(w.recv[k]));
+  }
+}
+
+/* ---- set-up */
+
+/* The GPU this rank uses: its rank among the ranks on its node. Returns -1 and
+ * says why in `why` when there is none. */
+static int choose_device(int local_rank, int local_ranks, char *why, size_t why_size) {
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess) {
+    snprintf(why, why_size, "no GPU: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    return -1;
+  }
+  if (devices < local_ranks) {
+    snprintf(why, why_size, "%d CUDA device%s for %d ranks on this node; one GPU per rank is needed", devices,
+             devices == 1 ? "" : "s", local_ranks);
+    return -1;
+  }
+  return local_rank;
+}
+
+static void usage(const char *argv0) {
+  if (rank == 0) fprintf(stderr, "usage: mpiexec -n N %s [--max-mb MB] [--rounds 1..%d]\n", argv0, MAX_ROUNDS);
+  MPI_Finalize();
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  size_t max_mb = 1024;
+  int rounds = 9;
+  for (int i = 1; i < argc; i++) {
+    char *end = NULL;
+    if (!strcmp(argv[i], "--max-mb") && i + 1 < argc) {
+      max_mb = strtoull(argv[++i], &end, 10);
+      if (*end || max_mb < 1) usage(argv[0]);
+    } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+      rounds = (int)strtol(argv[++i], &end, 10);
+      if (*end || rounds < 1 || rounds > MAX_ROUNDS) usage(argv[0]);
+    } else {
+      usage(argv[0]);
+    }
+  }
+
+  /* one GPU per rank, numbered by the rank's place on its node; every rank
+   * must have one, or none runs */
+  MPI_Comm node;
+  int local_rank, local_ranks, nodes, first_on_node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_ranks);
+  first_on_node = local_rank == 0;
+  MPI_Allreduce(&first_on_node, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  char why[256] = "";
+  int device = choose_device(local_rank, local_ranks, why, sizeof why);
+  int without = device < 0 ? rank : ranks, first_without; /* the lowest rank without a GPU says why */
+  MPI_Allreduce(&without, &first_without, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first_without < ranks) {
+    MPI_Bcast(why, sizeof why, MPI_CHAR, first_without, MPI_COMM_WORLD);
+    if (rank == 0) printf("bench_nccl_plan: not run: rank %d has no GPU of its own (%s)\n", first_without, why);
+    MPI_Comm_free(&node);
+    MPI_Finalize();
+    return 0;
+  }
+  CUDA_CHECK(cudaSetDevice(device));
+
+  cg_comm_t *comm;
+  cg_comm_opts_t copts = CG_COMM_OPTS_INIT;
+  copts.backend = CG_BACKEND_NCCL;
+  copts.device = device;
+  CG_CHECK(cg_comm_create(&comm, MPI_COMM_WORLD, &copts));
+  ncclComm_t nccl;
+  CG_CHECK(cg_comm_nccl(&nccl, comm));
+
+  if (rank == 0) {
+    struct cudaDeviceProp prop;
+    int version = 0;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    NCCL_CHECK(ncclGetVersion(&version));
+    const char *nvls = getenv("NCCL_NVLS_ENABLE");
+    printf("commgraph device plan vs direct NCCL\n");
+    printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, one GPU per rank\n", prop.name, device, ranks,
+           ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s");
+    printf("  NCCL %d.%d.%d (ncclGetVersion %d), NCCL_NVLS_ENABLE=%s; commgraph %s\n", version / 10000,
+           version % 10000 / 100, version % 100, version, nvls ? nvls : "(unset)", CG_VERSION_STRING);
+    printf("  command: mpiexec -n %d", ranks);
+    for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
+    printf("\n  each figure: median over %d rounds of the slowest rank's cudaEvent time per batch, modes "
+           "interleaved\n",
+           rounds);
+    fflush(stdout);
+  }
+
+  cudaStream_t stream;
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+
+  bench_large(comm, nccl, max_mb, rounds, stream, start, stop);
+  bench_small(comm, nccl, rounds, stream, start, stop);
+
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  cg_comm_destroy(comm);
+  MPI_Comm_free(&node);
+  MPI_Finalize();
+  return 0;
+}
