@@ -11,11 +11,26 @@
  *
  * The order is Kahn's algorithm with two queues: steps other than sends and
  * receives go first, lowest index first, so everything a waiting send or
- * receive depends on is issued before it where possible; only when nothing
- * else is ready does the lowest ready send or receive open a group, which takes
- * every ready send and receive of the same communicator and interval, in the
- * communicator's order. A send (receive) becomes ready only after the previous
- * send to (receive from) the same peer has been issued, so messages between a
+ * receive depends on is issued before it where possible. Only when nothing
+ * else is ready does a send or receive open a group, which takes every ready
+ * send and receive of the same communicator and interval, in the
+ * communicator's order. The group opened is that of a communicator whose
+ * interval is complete (every send and receive left in it is ready), the one
+ * with the lowest ready step; only when no interval is complete does the
+ * lowest ready send or receive open its own. Opening an incomplete interval
+ * would leave its waiting sends and receives for a later group on the same
+ * stream, behind this one, even where they do not depend on it (they may wait
+ * for another communicator's group instead, which the complete-first rule
+ * issues first). A group of an incomplete interval takes only the first run of
+ * ready steps in the communicator's order, up to the first one that waits:
+ * in a program recorded alike on every rank (send, receive, then a send of
+ * what was received and its receive) the matching send and receive then land
+ * in groups of the same rank on both sides, where taking every ready step
+ * would put the second receive in the first group and its send in the
+ * second, on every rank, and deadlock.
+ *
+ * A send (receive) becomes ready only after the previous send to (receive
+ * from) the same peer has been issued, so messages between a
  * pair of ranks are issued in the same order on both sides. Everything here is
  * a function of the plan, which is deterministic, so the order is too. */
 #include <stdlib.h>
@@ -98,22 +113,55 @@ static void release(issue_state_t *st, const cg_issue_unit_t *u) {
   }
 }
 
-/* Every ready send and receive of `first`'s communicator and interval, in the
- * communicator's order. */
-static void issue_group(issue_state_t *st, uint32_t first) {
+/* Ready sends and receives of `first`'s communicator and interval, in the
+ * communicator's order: all of them, or (first_run) only the first run of
+ * ready ones, stopping at a step that waits for a dependency. */
+static void issue_group(issue_state_t *st, uint32_t first, int first_run) {
   cg_plan_t *p = st->plan;
   const cg_step_t *s0 = &p->steps[first];
   cg_plan_comm_t *pc = &p->comms[s0->comm_index];
   uint32_t *cursor = &st->cursor[s0->comm_index];
   while (*cursor < pc->n_steps && st->issued[pc->steps[*cursor]]) (*cursor)++;
+  uint32_t taken = 0;
   for (uint32_t k = *cursor; k < pc->n_steps; k++) {
     uint32_t index = pc->steps[k];
     const cg_step_t *s = &p->steps[index];
     if (!is_p2p_step(s) || s->group != s0->group) break;
-    if (st->issued[index] || st->pending[index]) continue;
-    if (s->post_after != CG_NO_STEP && !st->issued[s->post_after]) continue;
-    issue(st, index); /* may already sit in the p2p heap: popped later and skipped */
+    if (st->issued[index]) continue;
+    int ready = !st->pending[index] &&
+                (s->post_after == CG_NO_STEP || st->issued[s->post_after]);
+    if (ready) {
+      issue(st, index); /* may already sit in the p2p heap: popped later and skipped */
+      taken++;
+    } else if (first_run && taken) {
+      break;
+    }
   }
+}
+
+/* The lowest ready send or receive of a communicator whose current interval is
+ * complete; CG_NO_STEP if there is none. */
+static uint32_t pick_complete_interval(issue_state_t *st) {
+  cg_plan_t *p = st->plan;
+  uint32_t best = CG_NO_STEP;
+  for (uint32_t c = 0; c < p->n_comms; c++) {
+    const cg_plan_comm_t *pc = &p->comms[c];
+    uint32_t *cursor = &st->cursor[c];
+    while (*cursor < pc->n_steps && st->issued[pc->steps[*cursor]]) (*cursor)++;
+    if (*cursor == pc->n_steps || !is_p2p_step(&p->steps[pc->steps[*cursor]])) continue;
+    uint32_t group = p->steps[pc->steps[*cursor]].group, lowest = CG_NO_STEP;
+    int complete = 1;
+    for (uint32_t k = *cursor; k < pc->n_steps && complete; k++) {
+      uint32_t index = pc->steps[k];
+      const cg_step_t *s = &p->steps[index];
+      if (!is_p2p_step(s) || s->group != group) break;
+      if (st->issued[index]) continue;
+      if (st->pending[index]) complete = 0;
+      else if (index < lowest) lowest = index;
+    }
+    if (complete && lowest < best) best = lowest;
+  }
+  return best;
 }
 
 cg_status_t cg_plan_issue_order(cg_plan_t *p, const char *where) {
@@ -141,9 +189,11 @@ cg_status_t cg_plan_issue_order(cg_plan_t *p, const char *where) {
       uint32_t index = heap_pop(&st.other);
       issue(&st, index);
     } else if (st.p2p.n) {
-      uint32_t index = heap_pop(&st.p2p);
+      uint32_t index = pick_complete_interval(&st);
+      int complete = index != CG_NO_STEP;
+      if (!complete) index = heap_pop(&st.p2p);
       if (st.issued[index]) continue;
-      issue_group(&st, index);
+      issue_group(&st, index, !complete);
     } else {
       status = cg_fail(CG_ERR_INTERNAL, "%s: issue order stuck after %u of %u steps", where, st.n_issued,
                        p->n_steps);

@@ -1,0 +1,166 @@
+#include "gpu_test.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int world_rank, world_size, device = -1;
+static cg_comm_t *shared[CG_GPU_SHARED_COMMS];
+static cudaStream_t stream;
+static int have_stream;
+
+int cg_gpu_rank(void) { return world_rank; }
+int cg_gpu_size(void) { return world_size; }
+int cg_gpu_device(void) { return device; }
+
+/* ---- time limit (as in mpi_test.c, with this suite's rank and limit) */
+
+static void on_alarm(int sig) {
+  (void)sig;
+  char text[512];
+  int n = snprintf(text, sizeof text,
+                   "rank %d: a test ran past %d s and was stopped (rank 0's log lists the tests that passed; the "
+                   "next one in the suite hung)\n", world_rank, CG_GPU_TEST_TIMEOUT);
+  if (n > 0) {
+    ssize_t written = write(STDERR_FILENO, text, (size_t)n); /* nothing to do if it fails: we exit anyway */
+    (void)written;
+  }
+  _exit(124);
+}
+
+static void arm_timer(void) {
+  signal(SIGALRM, on_alarm);
+  alarm(CG_GPU_TEST_TIMEOUT);
+}
+static void disarm_timer(void) { alarm(0); }
+
+TCase *cg_gpu_tcase(const char *name) {
+  TCase *tc = tcase_create(name);
+  tcase_add_checked_fixture(tc, arm_timer, disarm_timer);
+  tcase_set_timeout(tc, 0); /* no fork: the alarm above is the limit */
+  return tc;
+}
+
+/* ---- one GPU per rank */
+
+/* 1 if this rank has a GPU of its own (device = node-local rank), else 0 with
+ * the reason in `why`. */
+static int pick_device(char *why, size_t len) {
+  MPI_Comm local;
+  int local_rank = 0, local_size = 1, count = 0;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    snprintf(why, len, "no usable GPU (cudaGetDeviceCount: %s)", cudaGetErrorString(err));
+    return 0;
+  }
+  if (count < local_size) {
+    snprintf(why, len, "%d GPU(s) on this node for %d ranks on it; one GPU per rank is needed", count, local_size);
+    return 0;
+  }
+  if ((err = cudaSetDevice(local_rank)) != cudaSuccess || (err = cudaFree(NULL)) != cudaSuccess) {
+    snprintf(why, len, "cannot use GPU %d (%s)", local_rank, cudaGetErrorString(err));
+    return 0;
+  }
+  device = local_rank;
+  return 1;
+}
+
+static int gpu_required(void) {
+  const char *v = getenv("CG_REQUIRE_GPU");
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+int cg_gpu_test_main(Suite *suite, const char *name) {
+  int provided = 0;
+  MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast stays off on shared hosts (unless set) */
+  char why[256] = "";
+  int mine = pick_device(why, sizeof why);
+  if (!cg_mpi_all(mine)) {
+    if (mine) snprintf(why, sizeof why, "another rank has no GPU of its own");
+    int required = gpu_required();
+    printf("%s %s (rank %d of %d): %s%s\n", required ? "FAILED" : "SKIPPED", name, world_rank, world_size, why,
+           required ? " (CG_REQUIRE_GPU is set)" : "");
+    fflush(stdout);
+    srunner_free(srunner_create(suite)); /* frees the suite */
+    MPI_Finalize();
+    return required ? EXIT_FAILURE : 77;
+  }
+  unsigned long long seed = cg_test_seed();
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  cg_test_set_seed(seed);
+  if (world_rank == 0) {
+    printf("%d ranks, one GPU each, seed: CG_TEST_SEED=%llu\n", world_size, seed);
+    fflush(stdout);
+  }
+  SRunner *runner = srunner_create(suite);
+  srunner_set_fork_status(runner, CK_NOFORK);
+  srunner_run_all(runner, world_rank == 0 ? CK_VERBOSE : CK_NORMAL);
+  int failed = srunner_ntests_failed(runner);
+  srunner_free(runner);
+  for (int i = 0; i < CG_GPU_SHARED_COMMS; i++) cg_comm_destroy(shared[i]);
+  if (have_stream) cudaStreamDestroy(stream);
+  int any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any_failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* ---- communicators, buffers, streams */
+
+cg_comm_t *cg_gpu_nccl_comm(MPI_Comm mpi) {
+  cg_comm_t *c = NULL;
+  cg_comm_opts_t o = CG_COMM_OPTS_INIT;
+  o.backend = CG_BACKEND_NCCL;
+  o.device = device;
+  cg_status_t st = cg_comm_create(&c, mpi, &o);
+  char what[400];
+  snprintf(what, sizeof what, "cg_comm_create (nccl, device %d): %s: %s", device, cg_status_string(st),
+           st == CG_SUCCESS ? "" : cg_error_last());
+  ck_assert_all_ranks(st == CG_SUCCESS, what);
+  return c;
+}
+
+cg_comm_t *cg_gpu_shared_comm(int i) {
+  ck_assert_int_lt(i, CG_GPU_SHARED_COMMS);
+  if (!shared[0])
+    for (int k = 0; k < CG_GPU_SHARED_COMMS; k++) shared[k] = cg_gpu_nccl_comm(MPI_COMM_WORLD);
+  return shared[i];
+}
+
+void *cg_gpu_alloc(size_t bytes) {
+  void *p = NULL;
+  CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
+  CUDA_OK(cudaMemset(p, CG_MPI_POISON, bytes ? bytes : 1));
+  CUDA_OK(cudaDeviceSynchronize()); /* done before work on any stream touches it */
+  return p;
+}
+
+void cg_gpu_free(void *p) { CUDA_OK(cudaFree(p)); }
+
+cudaStream_t cg_gpu_stream(void) {
+  if (!have_stream) {
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    have_stream = 1;
+  }
+  return stream;
+}
+
+char *cg_gpu_plan_dot(const cg_plan_t *plan) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  cg_status_t st = cg_plan_write_dot(plan, f);
+  fclose(f);
+  ck_assert_msg(st == CG_SUCCESS, "cg_plan_write_dot: %s: %s", cg_status_string(st), cg_error_last());
+  return text;
+}
