@@ -248,6 +248,7 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   cg_status_t st = CG_SUCCESS;
   cg_comm_order_t order = {0};
   cg_plan_t *p = NULL;
+  uint32_t *levels = NULL;
   char where[320];
   if (!out || !graph) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_compile: NULL %s", out ? "graph" : "out");
   if (!opts) opts = &defaults;
@@ -275,7 +276,14 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   p->graph_serial = graph->serial;
   p->device = device;
   if ((st = lower(p, graph, &order, where)) != CG_SUCCESS) goto out;
-  if ((st = cg_plan_issue_order(p, where)) != CG_SUCCESS) goto out;
+  if (!(levels = malloc((p->n_steps ? p->n_steps : 1) * sizeof *levels))) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating send/receive levels", where);
+    goto out;
+  }
+  /* device plans issue sends and receives in groups, which must match across
+   * ranks; the host executor posts each on its own */
+  if ((st = cg_p2p_levels(levels, p, device != CG_DEVICE_HOST, where)) != CG_SUCCESS) goto out;
+  if ((st = cg_plan_issue_order(p, levels, where)) != CG_SUCCESS) goto out;
   if ((st = prepare_backends(p, where)) != CG_SUCCESS) goto out;
 #if CG_HAVE_CUDA
   if (device != CG_DEVICE_HOST && (st = cg_cuda_plan_build(p, where)) != CG_SUCCESS) goto out;
@@ -283,6 +291,7 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   *out = p;
   p = NULL;
 out:
+  free(levels);
   plan_free(p);
   cg_comm_order_free(&order);
   return st;

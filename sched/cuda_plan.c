@@ -131,8 +131,9 @@ static cg_status_t capture(cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins
 
 /* Every rank learns whether all ranks of each communicator built their graph,
  * so none is left with a graph whose peers have none. */
-static cg_status_t agree(cg_plan_t *p, cg_status_t mine, const char *where) {
-  for (uint32_t ci = 0; ci < p->n_comms; ci++) {
+static cg_status_t agree(cg_plan_t *p, const uint32_t *by_id, cg_status_t mine, const char *where) {
+  for (uint32_t k = 0; k < p->n_comms; k++) {
+    uint32_t ci = by_id[k];
     cg_comm_t *comm = p->comms[ci].comm;
     const cg_backend_t *b = comm->ops->backend;
     int32_t ok = mine == CG_SUCCESS, *all = malloc((size_t)comm->size * sizeof *all);
@@ -160,12 +161,16 @@ cg_status_t cg_cuda_plan_build(cg_plan_t *p, const char *where) {
   int previous = 0;
   cudaEvent_t *events = calloc(p->n_steps ? p->n_steps : 1, sizeof *events);
   cudaEvent_t *joins = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *joins);
+  uint32_t *by_id = malloc((p->n_comms ? p->n_comms : 1) * sizeof *by_id);
   struct cg_cuda_plan *c = p->cuda = calloc(1, sizeof *c);
   if (c) c->lanes = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *c->lanes);
-  if (!events || !joins || !c || !c->lanes) {
-    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
-    goto out;
+  if (!events || !joins || !by_id || !c || !c->lanes) {
+    free(by_id);
+    free(events);
+    free(joins);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
   }
+  cg_plan_comms_by_id(by_id, p);
   cudaGetDevice(&previous);
   if ((err = cudaSetDevice(p->device)) != cudaSuccess) {
     st = cuda_fail(err, where, "cudaSetDevice");
@@ -179,7 +184,8 @@ cg_status_t cg_cuda_plan_build(cg_plan_t *p, const char *where) {
   }
   if (st == CG_SUCCESS && (err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess)
     st = cuda_fail(err, where, "cudaEventCreateWithFlags");
-  for (uint32_t ci = 0; ci < p->n_comms && st == CG_SUCCESS; ci++) {
+  for (uint32_t k = 0; k < p->n_comms && st == CG_SUCCESS; k++) {
+    uint32_t ci = by_id[k];
     const cg_comm_t *comm = p->comms[ci].comm;
     st = comm->ops->backend->device_warmup(comm->impl, p, ci, c->lanes[ci]);
     if (st != CG_SUCCESS) {
@@ -208,7 +214,9 @@ out:
     if (joins[l]) cudaEventDestroy(joins[l]);
   free(events);
   free(joins);
-  return agree(p, st, where);
+  st = agree(p, by_id, st, where);
+  free(by_id);
+  return st;
 }
 
 cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {

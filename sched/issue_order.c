@@ -12,27 +12,21 @@
  * The order is Kahn's algorithm with two queues: steps other than sends and
  * receives go first, lowest index first, so everything a waiting send or
  * receive depends on is issued before it where possible. Only when nothing
- * else is ready does a send or receive open a group, which takes every ready
- * send and receive of the same communicator and interval, in the
- * communicator's order. The group opened is that of a communicator whose
- * interval is complete (every send and receive left in it is ready), the one
- * with the lowest ready step; only when no interval is complete does the
- * lowest ready send or receive open its own. Opening an incomplete interval
- * would leave its waiting sends and receives for a later group on the same
- * stream, behind this one, even where they do not depend on it (they may wait
- * for another communicator's group instead, which the complete-first rule
- * issues first). A group of an incomplete interval takes only the first run of
- * ready steps in the communicator's order, up to the first one that waits:
- * in a program recorded alike on every rank (send, receive, then a send of
- * what was received and its receive) the matching send and receive then land
- * in groups of the same rank on both sides, where taking every ready step
- * would put the second receive in the first group and its send in the
- * second, on every rank, and deadlock.
+ * else is ready does a group open. Sends and receives carry levels
+ * (p2p_levels.c): a group holds those of one communicator, interval and level,
+ * and matching operations have the same level on both ranks of a device plan.
+ * The group opened is a complete one (every member of the lowest level left
+ * in its interval is ready), of the communicator with the lowest ready step,
+ * and it takes all its members in the communicator's order. Only when no
+ * group is complete (a chain through other communicators makes two groups
+ * wait for each other's members) does the lowest ready send or receive open a
+ * group of its level with the first run of ready ones, up to one that waits.
  *
  * A send (receive) becomes ready only after the previous send to (receive
- * from) the same peer has been issued, so messages between a
- * pair of ranks are issued in the same order on both sides. Everything here is
- * a function of the plan, which is deterministic, so the order is too. */
+ * from) the same peer has been issued, and its level is at least that one's,
+ * so messages between a pair of ranks are issued in the same order on both
+ * sides. Everything here is a function of the plan and the levels, so the
+ * order is as deterministic as they are. */
 #include <stdlib.h>
 
 #include "error.h"
@@ -78,6 +72,7 @@ typedef struct issue_state {
   min_heap_t other, p2p; /* ready steps */
   uint32_t *cursor;      /* per communicator: first position not yet issued */
   uint32_t n_issued;
+  const uint32_t *levels; /* of sends and receives (p2p_levels.c) */
 } issue_state_t;
 
 static int is_p2p_step(const cg_step_t *s) {
@@ -113,10 +108,10 @@ static void release(issue_state_t *st, const cg_issue_unit_t *u) {
   }
 }
 
-/* Ready sends and receives of `first`'s communicator and interval, in the
- * communicator's order: all of them, or (first_run) only the first run of
- * ready ones, stopping at a step that waits for a dependency. */
-static void issue_group(issue_state_t *st, uint32_t first, int first_run) {
+/* Sends and receives of `first`'s communicator and interval at `level`, in the
+ * communicator's order: every ready one, or (first_run) only the first run of
+ * ready ones, stopping at one that waits for a dependency. */
+static void issue_group(issue_state_t *st, uint32_t first, uint32_t level, int first_run) {
   cg_plan_t *p = st->plan;
   const cg_step_t *s0 = &p->steps[first];
   cg_plan_comm_t *pc = &p->comms[s0->comm_index];
@@ -127,9 +122,8 @@ static void issue_group(issue_state_t *st, uint32_t first, int first_run) {
     uint32_t index = pc->steps[k];
     const cg_step_t *s = &p->steps[index];
     if (!is_p2p_step(s) || s->group != s0->group) break;
-    if (st->issued[index]) continue;
-    int ready = !st->pending[index] &&
-                (s->post_after == CG_NO_STEP || st->issued[s->post_after]);
+    if (st->issued[index] || st->levels[index] != level) continue;
+    int ready = !st->pending[index] && (s->post_after == CG_NO_STEP || st->issued[s->post_after]);
     if (ready) {
       issue(st, index); /* may already sit in the p2p heap: popped later and skipped */
       taken++;
@@ -139,9 +133,10 @@ static void issue_group(issue_state_t *st, uint32_t first, int first_run) {
   }
 }
 
-/* The lowest ready send or receive of a communicator whose current interval is
- * complete; CG_NO_STEP if there is none. */
-static uint32_t pick_complete_interval(issue_state_t *st) {
+/* The lowest step of a communicator whose next group (the unissued sends and
+ * receives of the lowest level in its current interval) is complete: every
+ * member ready. CG_NO_STEP if there is none; *level is that group's level. */
+static uint32_t pick_complete_group(issue_state_t *st, uint32_t *level) {
   cg_plan_t *p = st->plan;
   uint32_t best = CG_NO_STEP;
   for (uint32_t c = 0; c < p->n_comms; c++) {
@@ -149,25 +144,32 @@ static uint32_t pick_complete_interval(issue_state_t *st) {
     uint32_t *cursor = &st->cursor[c];
     while (*cursor < pc->n_steps && st->issued[pc->steps[*cursor]]) (*cursor)++;
     if (*cursor == pc->n_steps || !is_p2p_step(&p->steps[pc->steps[*cursor]])) continue;
-    uint32_t group = p->steps[pc->steps[*cursor]].group, lowest = CG_NO_STEP;
+    uint32_t group = p->steps[pc->steps[*cursor]].group, end = *cursor, min_level = UINT32_MAX;
+    for (; end < pc->n_steps; end++) {
+      uint32_t index = pc->steps[end];
+      if (!is_p2p_step(&p->steps[index]) || p->steps[index].group != group) break;
+      if (!st->issued[index] && st->levels[index] < min_level) min_level = st->levels[index];
+    }
+    uint32_t lowest = CG_NO_STEP;
     int complete = 1;
-    for (uint32_t k = *cursor; k < pc->n_steps && complete; k++) {
+    for (uint32_t k = *cursor; k < end && complete; k++) {
       uint32_t index = pc->steps[k];
-      const cg_step_t *s = &p->steps[index];
-      if (!is_p2p_step(s) || s->group != group) break;
-      if (st->issued[index]) continue;
+      if (st->issued[index] || st->levels[index] != min_level) continue;
       if (st->pending[index]) complete = 0;
       else if (index < lowest) lowest = index;
     }
-    if (complete && lowest < best) best = lowest;
+    if (complete && lowest < best) {
+      best = lowest;
+      *level = min_level;
+    }
   }
   return best;
 }
 
-cg_status_t cg_plan_issue_order(cg_plan_t *p, const char *where) {
+cg_status_t cg_plan_issue_order(cg_plan_t *p, const uint32_t *levels, const char *where) {
   cg_status_t status = CG_SUCCESS;
   size_t n = p->n_steps ? p->n_steps : 1;
-  issue_state_t st = {.plan = p};
+  issue_state_t st = {.plan = p, .levels = levels};
   st.pending = malloc(n * sizeof *st.pending);
   st.issued = calloc(n, 1);
   st.queued = calloc(n, 1);
@@ -189,11 +191,14 @@ cg_status_t cg_plan_issue_order(cg_plan_t *p, const char *where) {
       uint32_t index = heap_pop(&st.other);
       issue(&st, index);
     } else if (st.p2p.n) {
-      uint32_t index = pick_complete_interval(&st);
+      uint32_t level = 0, index = pick_complete_group(&st, &level);
       int complete = index != CG_NO_STEP;
-      if (!complete) index = heap_pop(&st.p2p);
-      if (st.issued[index]) continue;
-      issue_group(&st, index, !complete);
+      if (!complete) {
+        index = heap_pop(&st.p2p);
+        if (st.issued[index]) continue;
+        level = levels[index];
+      }
+      issue_group(&st, index, level, !complete);
     } else {
       status = cg_fail(CG_ERR_INTERNAL, "%s: issue order stuck after %u of %u steps", where, st.n_issued,
                        p->n_steps);

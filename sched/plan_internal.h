@@ -86,8 +86,21 @@ struct cg_plan {
   struct cg_cuda_plan *cuda; /* device plans: the CUDA graph and its streams */
 };
 
-/* Fills issue_order, units and each step's unit (issue_order.c). */
-cg_status_t cg_plan_issue_order(cg_plan_t *plan, const char *where);
+/* The plan's communicators by agreed id: an order every rank shares, so
+ * blocking collective work done one communicator after another (warm-up,
+ * agreements) cannot wait in a cycle, whatever order each rank's graph first
+ * used them in. */
+void cg_plan_comms_by_id(uint32_t *order, const cg_plan_t *plan);
+
+/* Levels of sends and receives (p2p_levels.c): levels[step] for every send
+ * and receive, 0 for other steps. With `exchange`, the ranks of each
+ * communicator with a control channel agree so that matching operations have
+ * the same level (collective); without, the levels are this rank's own. */
+cg_status_t cg_p2p_levels(uint32_t *levels, const cg_plan_t *plan, int exchange, const char *where);
+
+/* Fills issue_order, units and each step's unit (issue_order.c), grouping
+ * sends and receives by `levels`. */
+cg_status_t cg_plan_issue_order(cg_plan_t *plan, const uint32_t *levels, const char *where);
 
 #if CG_HAVE_CUDA
 /* Device plans (cuda_plan.c): warms up the communicators, captures the steps

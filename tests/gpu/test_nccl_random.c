@@ -8,16 +8,12 @@
  * same program from the shared seed; data is fresh each run and differs per
  * rank.
  *
- * Sends and receives: each ring exchange is followed by a one-element
- * allreduce on its communicator (on buffers of its own, not compared), so the
- * exchange is alone between two collectives of its communicator. NCCL plans
- * issue the sends and receives between two collectives in groups chosen from
- * each rank's own dependencies (sched/issue_order.c); two exchanges in one
- * interval, one recorded receive-first and forwarding what the other
- * received, can leave a rank's group waiting for a peer's later group
- * (docs/gpu.md, limits). The host executor has no such limit and
- * tests/mpi/test_mpi_random.c covers those programs; the by-hand cases of
- * tests/unit/test_issue_order.c cover the groups of the patterns that work.
+ * Sends and receives: ring exchanges with random shifts, recorded send-first
+ * or receive-first, several between two collectives of a communicator, some
+ * sending what an earlier one received. NCCL plans issue them in groups by
+ * level, and the ranks agree on the levels at compile time (sched/p2p_levels.c)
+ * so that a send and its receive land in groups of the same level; a mistake
+ * there shows as a hang, which the time limit turns into a failure.
  *
  * Host functions become CUDA host nodes, which may only touch host memory:
  * here they append their node number to a log in host memory. Each declares
@@ -76,8 +72,6 @@ typedef struct program {
   int n_nodes;
   cg_comm_t *comms[3];     /* NCCL: world, world again, half of the ranks */
   cg_comm_t *ref_comms[3]; /* MPI over the same ranks */
-  int32_t *seps[3];        /* per communicator: two int32 for the allreduce after each exchange (device) */
-  int32_t *ref_seps[3];    /* the same on the host, for the reference */
   int n_comms;
 } program_t;
 
@@ -241,8 +235,6 @@ static void record(cg_graph_t *g, program_t *p, int use_ref, host_log_t *log, ho
           st = cg_recv(&handles[i], g, c, mem + recv * es, s->count, a->dtype, from);
         ck_assert_msg(st == CG_SUCCESS, "node %d: %s", i, cg_error_last());
       }
-      int32_t *sep = use_ref ? p->ref_seps[s->comm] : p->seps[s->comm];
-      st = cg_allreduce(NULL, g, c, sep, sep + 1, 1, CG_INT32, CG_MAX);
     } else {
       cg_test_call_t call = {s->kind, c, mem + send * es, mem + recv * es, s->count, a->dtype, s->op, s->root};
       st = cg_test_record(&handles[i], g, &call);
@@ -354,7 +346,6 @@ START_TEST(nccl_random__device_plans_match_reference) {
   ck_assert_cg_ok(cg_comm_create(&ref_comms[0], MPI_COMM_WORLD, NULL));
   ck_assert_cg_ok(cg_comm_create(&ref_comms[1], MPI_COMM_WORLD, NULL));
   ck_assert_cg_ok(cg_comm_create(&ref_comms[2], split, NULL));
-  int32_t *seps = cg_gpu_alloc(6 * sizeof *seps), ref_seps[6] = {0};
   size_t steps = 0, events = 0;
   for (int dag = 0; dag < N_DAGS; dag++) {
     cg_test_reseed(1000 + (uint64_t)dag);
@@ -364,8 +355,6 @@ START_TEST(nccl_random__device_plans_match_reference) {
     for (int c = 0; c < 3; c++) {
       p.comms[c] = comms[c];
       p.ref_comms[c] = ref_comms[c];
-      p.seps[c] = seps + 2 * c;
-      p.ref_seps[c] = ref_seps + 2 * c;
     }
     generate(&p, world);
     for (int a = 0; a < p.n_arenas; a++) {
@@ -423,7 +412,6 @@ START_TEST(nccl_random__device_plans_match_reference) {
     cg_comm_destroy(comms[c]);
     cg_comm_destroy(ref_comms[c]);
   }
-  cg_gpu_free(seps);
   MPI_Comm_free(&split);
 }
 END_TEST

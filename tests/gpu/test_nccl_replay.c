@@ -472,6 +472,52 @@ START_TEST(nccl_api__stats_and_dot_of_device_plans) {
 }
 END_TEST
 
+/* A plan is one CUDA graph on one GPU: a graph that mixes a host
+ * communicator with a device one, or uses a child graph, is refused on every
+ * rank alike (CG_ERR_UNSUPPORTED, before the cross-rank check, so no rank
+ * waits for another), and nothing is left half-built. */
+START_TEST(nccl_api__graphs_a_device_plan_cannot_hold_are_refused_on_every_rank) {
+  int me = cg_gpu_rank();
+  cg_comm_t *host;
+  ck_assert_cg_ok(cg_comm_create(&host, MPI_COMM_WORLD, NULL));
+  int32_t hin = me, hout = 0, *x = cg_gpu_alloc(SN * 4), *y = cg_gpu_alloc(SN * 4);
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, SN, CG_INT32, CG_SUM));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, host, &hin, &hout, 1, CG_INT32, CG_SUM));
+  cg_plan_t *plan = NULL;
+  cg_status_t st = cg_compile(&plan, g, NULL);
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", cg_error_last());
+  ck_assert_all_ranks(st == CG_ERR_UNSUPPORTED && plan == NULL && strstr(detail, "mixes host communicators"),
+                      "a graph mixing host and device communicators is refused");
+  cg_graph_destroy(g);
+
+  cudaGraph_t child;
+  CUDA_OK(cudaGraphCreate(&child, 0));
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, SN, CG_INT32, CG_SUM));
+  ck_assert_cg_ok(cg_child_graph(NULL, g, child, NULL));
+  st = cg_compile(&plan, g, NULL);
+  snprintf(detail, sizeof detail, "%s", cg_error_last());
+  ck_assert_all_ranks(st == CG_ERR_UNSUPPORTED && plan == NULL && strstr(detail, "child_graph"),
+                      "a device graph with a child graph is refused");
+  cg_graph_destroy(g);
+  CUDA_OK(cudaGraphDestroy(child));
+
+  /* the communicators still work afterwards */
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, SN, CG_INT32, CG_SUM));
+  plan = compile_all_ranks(g, "one allreduce after refusals");
+  cg_graph_destroy(g);
+  ck_assert_all_ranks(cg_plan_run(plan) == CG_SUCCESS, "the plan after the refusals runs");
+  cg_plan_destroy(plan);
+  cg_comm_destroy(host);
+  cg_gpu_free(x);
+  cg_gpu_free(y);
+}
+END_TEST
+
 START_TEST(nccl_api__launch_refuses_host_plans_and_streams_being_captured) {
   int me = cg_gpu_rank(), n = cg_gpu_size();
   /* a host plan: refused by cg_plan_launch, still runs with cg_plan_run */
@@ -536,6 +582,7 @@ int main(void) {
   tcase_add_test(api, nccl_api__comm_from_nccl_wraps_and_never_destroys_the_user_communicator);
   tcase_add_test(api, nccl_api__stats_and_dot_of_device_plans);
   tcase_add_test(api, nccl_api__launch_refuses_host_plans_and_streams_being_captured);
+  tcase_add_test(api, nccl_api__graphs_a_device_plan_cannot_hold_are_refused_on_every_rank);
   suite_add_tcase(s, api);
   return cg_gpu_test_main(s, "test_nccl_replay");
 }
