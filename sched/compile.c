@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "agreement.h"
 #include "backend.h"
 #include "comm_order.h"
 #include "error.h"
@@ -37,7 +38,13 @@ static void plan_free(cg_plan_t *p) {
     if (s->backend_state && b && b->host_step_release) b->host_step_release(s->comm->impl, s->backend_state);
   }
   for (uint32_t i = 0; p->node_names && i < p->n_names; i++) free(p->node_names[i]);
-  for (uint32_t c = 0; c < p->n_comms; c++) cg_comm_release(p->comms[c].comm);
+  /* in agreed-id order: releasing the last reference may destroy the
+   * communicator, which is collective in practice (ncclCommFinalize,
+   * MPI_Comm_free), so every rank does it in the same order */
+  uint32_t *by_id = malloc((p->n_comms ? p->n_comms : 1) * sizeof *by_id);
+  if (by_id) cg_plan_comms_by_id(by_id, p);
+  for (uint32_t c = 0; c < p->n_comms; c++) cg_comm_release(p->comms[by_id ? by_id[c] : c].comm);
+  free(by_id);
   free(p->comm_step_storage);
   free(p->comms);
   free(p->node_names);
@@ -249,6 +256,9 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   cg_comm_order_t order = {0};
   cg_plan_t *p = NULL;
   uint32_t *levels = NULL;
+  cg_comm_t **joined = NULL;
+  uint32_t n_joined = 0;
+  cg_participants_t pt = {0};
   char where[320];
   if (!out || !graph) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_compile: NULL %s", out ? "graph" : "out");
   if (!opts) opts = &defaults;
@@ -265,34 +275,41 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   if ((st = cg_comm_order_build(&order, graph)) != CG_SUCCESS) goto out;
   /* even a rank that cannot compile takes part in the check, so the others do
    * not wait for it */
-  if (opts->check_ranks && (st = cg_rank_check(graph, &order, where, local)) != CG_SUCCESS) goto out;
+  if (opts->check_ranks && (st = cg_rank_check(graph, &order, where, local, &joined, &n_joined)) != CG_SUCCESS)
+    goto out;
   if ((st = local) != CG_SUCCESS) goto out;
+  /* From here a device plan's compile has collective steps (send/receive
+   * levels, warm-up, agreeing on the build): a rank whose local work fails
+   * goes through them with its failure, so the others fail too. */
+  int is_device = device != CG_DEVICE_HOST;
+  if (is_device && (st = cg_participants_make(&pt, &order, joined, n_joined, where)) != CG_SUCCESS) goto out;
   p = calloc(1, sizeof *p);
   const char *name = opts->name ? opts->name : graph->name;
-  if (!p || (name && !(p->name = cg_copy_text(name, 255)))) {
-    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan", where);
-    goto out;
+  if (!p || (name && !(p->name = cg_copy_text(name, 255)))) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan", where);
+  if (st == CG_SUCCESS) {
+    p->graph_serial = graph->serial;
+    p->device = device;
+    st = lower(p, graph, &order, where);
   }
-  p->graph_serial = graph->serial;
-  p->device = device;
-  if ((st = lower(p, graph, &order, where)) != CG_SUCCESS) goto out;
-  if (!(levels = malloc((p->n_steps ? p->n_steps : 1) * sizeof *levels))) {
+  if (st == CG_SUCCESS && !(levels = malloc((p->n_steps ? p->n_steps : 1) * sizeof *levels)))
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating send/receive levels", where);
-    goto out;
-  }
   /* device plans issue sends and receives in groups, which must match across
    * ranks; the host executor posts each on its own */
-  if ((st = cg_p2p_levels(levels, p, device != CG_DEVICE_HOST, where)) != CG_SUCCESS) goto out;
-  if ((st = cg_plan_issue_order(p, levels, where)) != CG_SUCCESS) goto out;
-  if ((st = prepare_backends(p, where)) != CG_SUCCESS) goto out;
+  st = cg_p2p_levels(levels, st == CG_SUCCESS ? p : NULL, is_device ? &pt : NULL, st, where);
+  if (st == CG_SUCCESS) st = cg_plan_issue_order(p, levels, where);
+  if (st == CG_SUCCESS) st = prepare_backends(p, where);
 #if CG_HAVE_CUDA
-  if (device != CG_DEVICE_HOST && (st = cg_cuda_plan_build(p, where)) != CG_SUCCESS) goto out;
+  if (is_device) st = cg_cuda_plan_build(st == CG_SUCCESS ? p : NULL, &pt, st, where);
 #endif
+  if (st != CG_SUCCESS) goto out;
   *out = p;
   p = NULL;
 out:
   free(levels);
   plan_free(p);
+  cg_participants_free(&pt);
+  for (uint32_t i = 0; i < n_joined; i++) cg_comm_release(joined[i]);
+  free(joined);
   cg_comm_order_free(&order);
   return st;
 }

@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "agreement.h"
 #include "backend.h"
 #include "commgraph/cuda.h"
+#include "rank_check.h"
 #include "error.h"
 #include "plan_internal.h"
 
@@ -25,6 +27,8 @@ struct cg_cuda_plan {
   cudaGraphExec_t exec;
   cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
   int running;
+  cudaEvent_t launched; /* after the last cg_plan_launch, on the user's stream */
+  int any_launched;
 };
 
 static cg_status_t cuda_fail(cudaError_t err, const char *where, const char *call) {
@@ -34,6 +38,10 @@ static cg_status_t cuda_fail(cudaError_t err, const char *where, const char *cal
 void cg_cuda_plan_free(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   if (!c) return;
+  /* replays still running on a user's stream use the graph, its buffers and
+   * the communicators released right after this */
+  if (c->any_launched) cudaEventSynchronize(c->launched);
+  if (c->launched) cudaEventDestroy(c->launched);
   if (c->exec) cudaGraphExecDestroy(c->exec);
   if (c->graph) cudaGraphDestroy(c->graph);
   if (c->run_done) cudaEventDestroy(c->run_done);
@@ -129,77 +137,69 @@ static cg_status_t capture(cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins
   return st;
 }
 
-/* Every rank learns whether all ranks of each communicator built their graph,
- * so none is left with a graph whose peers have none. */
-static cg_status_t agree(cg_plan_t *p, const uint32_t *by_id, cg_status_t mine, const char *where) {
-  for (uint32_t k = 0; k < p->n_comms; k++) {
-    uint32_t ci = by_id[k];
-    cg_comm_t *comm = p->comms[ci].comm;
-    const cg_backend_t *b = comm->ops->backend;
-    int32_t ok = mine == CG_SUCCESS, *all = malloc((size_t)comm->size * sizeof *all);
-    void *request = NULL;
-    int done = 0;
-    if (!all) return cg_fail(CG_ERR_NO_MEMORY, "%s: agreeing on the build", where);
-    cg_status_t st = b->control_allgather_start(&request, comm->impl, &ok, all, sizeof ok);
-    while (st == CG_SUCCESS && !done) st = b->control_test(&done, comm->impl, request);
-    int failed = -1;
-    for (int r = 0; st == CG_SUCCESS && r < comm->size && failed < 0; r++)
-      if (!all[r]) failed = r;
-    free(all);
-    if (st != CG_SUCCESS) return st;
-    if (mine != CG_SUCCESS) return mine;
-    if (failed >= 0)
-      return cg_fail(CG_ERR_BACKEND, "%s: rank %d of communicator %u could not build its CUDA graph (its "
-                     "cg_compile says why)", where, failed, ci);
-  }
-  return mine;
-}
-
-cg_status_t cg_cuda_plan_build(cg_plan_t *p, const char *where) {
-  cg_status_t st = CG_SUCCESS;
-  cudaError_t err = cudaSuccess;
-  int previous = 0;
-  cudaEvent_t *events = calloc(p->n_steps ? p->n_steps : 1, sizeof *events);
-  cudaEvent_t *joins = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *joins);
-  uint32_t *by_id = malloc((p->n_comms ? p->n_comms : 1) * sizeof *by_id);
+/* Streams, events and the device: everything local that the warm-up needs,
+ * before the ranks agree to start it. */
+static cg_status_t prepare(cg_plan_t *p, cudaEvent_t **events, cudaEvent_t **joins, const char *where) {
+  *events = calloc(p->n_steps ? p->n_steps : 1, sizeof **events);
+  *joins = calloc(p->n_lanes ? p->n_lanes : 1, sizeof **joins);
   struct cg_cuda_plan *c = p->cuda = calloc(1, sizeof *c);
   if (c) c->lanes = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *c->lanes);
-  if (!events || !joins || !by_id || !c || !c->lanes) {
-    free(by_id);
-    free(events);
-    free(joins);
-    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
-  }
-  cg_plan_comms_by_id(by_id, p);
-  cudaGetDevice(&previous);
-  if ((err = cudaSetDevice(p->device)) != cudaSuccess) {
-    st = cuda_fail(err, where, "cudaSetDevice");
-    goto out;
-  }
+  if (!*events || !*joins || !c || !c->lanes) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
+  cudaError_t err = cudaSetDevice(p->device);
+  if (err != cudaSuccess) return cuda_fail(err, where, "cudaSetDevice");
   c->n_lanes = p->n_lanes;
-  for (uint32_t l = 0; l < p->n_lanes && st == CG_SUCCESS; l++) {
+  for (uint32_t l = 0; l < p->n_lanes; l++)
     if ((err = cudaStreamCreateWithFlags(&c->lanes[l], cudaStreamNonBlocking)) != cudaSuccess ||
-        (err = cudaEventCreateWithFlags(&joins[l], cudaEventDisableTiming)) != cudaSuccess)
-      st = cuda_fail(err, where, "creating lane streams");
-  }
-  if (st == CG_SUCCESS && (err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess)
-    st = cuda_fail(err, where, "cudaEventCreateWithFlags");
-  for (uint32_t k = 0; k < p->n_comms && st == CG_SUCCESS; k++) {
-    uint32_t ci = by_id[k];
-    const cg_comm_t *comm = p->comms[ci].comm;
-    st = comm->ops->backend->device_warmup(comm->impl, p, ci, c->lanes[ci]);
-    if (st != CG_SUCCESS) {
-      char detail[512];
+        (err = cudaEventCreateWithFlags(&(*joins)[l], cudaEventDisableTiming)) != cudaSuccess)
+      return cuda_fail(err, where, "creating lane streams");
+  if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess ||
+      (err = cudaEventCreateWithFlags(&c->launched, cudaEventDisableTiming)) != cudaSuccess)
+    return cuda_fail(err, where, "cudaEventCreateWithFlags");
+  return create_events(*events, p, where);
+}
+
+/* Warms up every communicator whose ranks all agreed to, in agreed-id order
+ * (its peers are warming it up too, whatever failed elsewhere); returns the
+ * first failure. */
+static cg_status_t warm_up(cg_plan_t *p, const cg_participants_t *pt, const uint8_t *go, const char *where) {
+  cg_status_t first = CG_SUCCESS;
+  for (uint32_t i = 0; i < pt->n; i++) {
+    uint32_t ci = UINT32_MAX;
+    for (uint32_t k = 0; k < p->n_comms && ci == UINT32_MAX; k++)
+      if (p->comms[k].comm == pt->comms[i]) ci = k;
+    if (!go[i] || ci == UINT32_MAX) continue; /* joined only: no steps, no peers of this rank's */
+    const cg_comm_t *comm = pt->comms[i];
+    cg_status_t st = comm->ops->backend->device_warmup(comm->impl, p, ci, p->cuda->lanes[ci]);
+    if (st != CG_SUCCESS && first == CG_SUCCESS) {
+      char detail[512], label[64];
       snprintf(detail, sizeof detail, "%s", cg_error_last());
-      st = cg_fail(st, "%s: warming up communicator %u (%s, rank %d of %d): %s", where, ci,
-                   comm->ops->backend_name, comm->rank, comm->size, detail);
+      first = cg_fail(st, "%s: warming up communicator %s (%s, rank %d of %d): %s", where,
+                      cg_comm_id_label(label, sizeof label, comm->id), comm->ops->backend_name, comm->rank,
+                      comm->size, detail);
     }
   }
-  if (st == CG_SUCCESS) st = create_events(events, p, where);
+  return first;
+}
+
+cg_status_t cg_cuda_plan_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t mine, const char *where) {
+  cg_status_t st = mine;
+  cudaError_t err = cudaSuccess;
+  int previous = 0;
+  cudaEvent_t *events = NULL, *joins = NULL;
+  uint8_t *go = malloc(pt->n ? pt->n : 1);
+  cudaGetDevice(&previous);
+  if (st == CG_SUCCESS && !go) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
+  if (st == CG_SUCCESS) st = prepare(p, &events, &joins, where);
+  /* the warm-up is collective: each communicator's ranks first agree that all
+   * of them can take part */
+  cg_status_t agreed = cg_agree(go, pt, st, "prepare its CUDA graph", where);
+  if (st == CG_SUCCESS && go) st = warm_up(p, pt, go, where);
+  if (st == CG_SUCCESS) st = agreed;
   if (st == CG_SUCCESS) st = capture(p, events, joins, where);
-  if (st == CG_SUCCESS && (err = cudaGraphInstantiate(&c->exec, c->graph, 0)) != cudaSuccess) {
+  struct cg_cuda_plan *c = st == CG_SUCCESS ? p->cuda : NULL;
+  if (st == CG_SUCCESS && (err = cudaGraphInstantiateWithFlags(&c->exec, c->graph, 0)) != cudaSuccess) {
     c->exec = NULL;
-    st = cuda_fail(err, where, "cudaGraphInstantiate");
+    st = cuda_fail(err, where, "cudaGraphInstantiateWithFlags");
   }
   /* the first launch would otherwise pay for moving the graph to the device */
   if (st == CG_SUCCESS && (err = cudaGraphUpload(c->exec, c->lanes[0])) != cudaSuccess)
@@ -207,16 +207,16 @@ cg_status_t cg_cuda_plan_build(cg_plan_t *p, const char *where) {
   if (st == CG_SUCCESS && (err = cudaStreamSynchronize(c->lanes[0])) != cudaSuccess)
     st = cuda_fail(err, where, "cudaStreamSynchronize");
   cudaSetDevice(previous);
-out:
   for (uint32_t i = 0; events && i < p->n_steps; i++)
     if (events[i]) cudaEventDestroy(events[i]);
   for (uint32_t l = 0; joins && l < p->n_lanes; l++)
     if (joins[l]) cudaEventDestroy(joins[l]);
   free(events);
   free(joins);
-  st = agree(p, by_id, st, where);
-  free(by_id);
-  return st;
+  free(go);
+  /* p may be NULL only when mine failed: nothing above touched it */
+  /* so none is left with a graph whose peers have none */
+  return cg_agree(NULL, pt, st, "build its CUDA graph", where);
 }
 
 cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
@@ -233,6 +233,9 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
                    "capture is not supported in this version (launch it outside the capture)");
   if ((err = cudaGraphLaunch(plan->cuda->exec, stream)) != cudaSuccess)
     return cuda_fail(err, "cg_plan_launch", "cudaGraphLaunch");
+  if ((err = cudaEventRecord(plan->cuda->launched, stream)) != cudaSuccess)
+    return cuda_fail(err, "cg_plan_launch", "cudaEventRecord");
+  plan->cuda->any_launched = 1;
   return CG_SUCCESS;
 }
 

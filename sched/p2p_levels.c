@@ -24,9 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agreement.h"
 #include "backend.h"
 #include "error.h"
 #include "plan_internal.h"
+#include "rank_check.h"
 
 static int is_p2p_step(const cg_step_t *s) { return s->kind == CG_STEP_COLLECTIVE && cg_kind_is_p2p(s->op_kind); }
 
@@ -63,42 +65,39 @@ static void local_levels(uint32_t *levels, int32_t *up, const cg_plan_t *p, uint
   }
 }
 
-static cg_status_t allgather(const cg_comm_t *comm, const void *mine, void *all, size_t bytes) {
-  const cg_backend_t *b = comm->ops->backend;
-  void *request = NULL;
-  int done = 0;
-  cg_status_t st = b->control_allgather_start(&request, comm->impl, mine, all, bytes);
-  while (st == CG_SUCCESS && !done) st = b->control_test(&done, comm->impl, request);
-  return st;
-}
-
 typedef struct level_entry {
   int32_t peer; /* -1: padding */
   int32_t kind; /* 0 send, 1 receive */
   uint32_t level;
 } level_entry_t;
 
-/* Raises communicator c's levels to their matches' until all ranks agree. */
-static cg_status_t settle(uint32_t *levels, uint32_t *lower, int32_t *up, const cg_plan_t *p, uint32_t c) {
-  const cg_plan_comm_t *pc = &p->comms[c];
-  const cg_comm_t *comm = pc->comm;
+/* Raises the levels of communicator `comm` (the plan's communicator c, or
+ * CG_NO_STEP for one this rank only joined, or when it failed) to their
+ * matches' until all its ranks agree. *failed_rank is set when a rank took part
+ * only to say it had failed. */
+static cg_status_t settle(uint32_t *levels, uint32_t *lower, int32_t *up, const cg_plan_t *p, uint32_t c,
+                          const cg_comm_t *comm, int failed_here, int *failed_rank) {
+  const cg_plan_comm_t *pc = c != CG_NO_STEP ? &p->comms[c] : NULL;
+  uint32_t n_steps = pc ? pc->n_steps : 0;
   int size = comm->size, me = comm->rank;
   cg_status_t st = CG_SUCCESS;
-  uint32_t n_mine = 0, max_n = 0, total = 0, *counts = malloc((size_t)size * sizeof *counts);
-  uint32_t *mine = malloc((pc->n_steps ? pc->n_steps : 1) * sizeof *mine); /* my p2p steps, in order */
+  uint32_t n_mine = 0, max_n = 0, total = 0, (*counts)[2] = malloc((size_t)size * sizeof *counts);
+  uint32_t *mine = malloc((n_steps ? n_steps : 1) * sizeof *mine); /* my p2p steps, in order */
   level_entry_t *entries = NULL, *all = NULL;
   uint32_t *cursor = calloc(2 * (size_t)size, sizeof *cursor), *slot = NULL;
   uint32_t *have = calloc(2 * (size_t)size, sizeof *have);
   int32_t *flags = malloc((size_t)size * sizeof *flags);
   if (!counts || !mine || !cursor || !have || !flags) goto oom;
-  for (uint32_t k = 0; k < pc->n_steps; k++)
+  for (uint32_t k = 0; k < n_steps && !failed_here; k++)
     if (is_p2p_step(&p->steps[pc->steps[k]])) mine[n_mine++] = pc->steps[k];
-  if ((st = allgather(comm, &n_mine, counts, sizeof n_mine)) != CG_SUCCESS) goto out;
+  uint32_t hello[2] = {n_mine, (uint32_t)failed_here};
+  if ((st = cg_control_allgather(comm, hello, counts, sizeof hello)) != CG_SUCCESS) goto out;
   for (int r = 0; r < size; r++) {
-    total += counts[r];
-    if (counts[r] > max_n) max_n = counts[r];
+    if (counts[r][1] && *failed_rank < 0) *failed_rank = r;
+    total += counts[r][0];
+    if (counts[r][0] > max_n) max_n = counts[r][0];
   }
-  if (max_n == 0) goto out;
+  if (max_n == 0 || *failed_rank >= 0) goto out; /* every rank sees the same and stops here */
   entries = calloc(max_n, sizeof *entries);
   all = calloc((size_t)size * max_n, sizeof *all);
   slot = malloc(2 * (size_t)size * max_n * sizeof *slot);
@@ -121,7 +120,7 @@ static cg_status_t settle(uint32_t *levels, uint32_t *lower, int32_t *up, const 
       entries[i] = s ? (level_entry_t){s->root, s->op_kind == CG_NODE_RECV, levels[mine[i]]}
                      : (level_entry_t){-1, 0, 0};
     }
-    if ((st = allgather(comm, entries, all, max_n * sizeof *entries)) != CG_SUCCESS) goto out;
+    if ((st = cg_control_allgather(comm, entries, all, max_n * sizeof *entries)) != CG_SUCCESS) goto out;
     memset(cursor, 0, 2 * (size_t)size * sizeof *cursor);
     for (int r = 0; r < size; r++)
       for (uint32_t i = 0; i < max_n; i++) {
@@ -136,17 +135,18 @@ static cg_status_t settle(uint32_t *levels, uint32_t *lower, int32_t *up, const 
     int32_t changed = 0;
     for (uint32_t i = 0; i < n_mine; i++) changed |= lower[mine[i]] > levels[mine[i]];
     if (changed) local_levels(levels, up, p, c, lower);
-    if ((st = allgather(comm, &changed, flags, sizeof changed)) != CG_SUCCESS) goto out;
+    if ((st = cg_control_allgather(comm, &changed, flags, sizeof changed)) != CG_SUCCESS) goto out;
     int any = 0;
     for (int r = 0; r < size; r++) any |= flags[r];
     settled = !any;
   }
   if (!settled)
     st = cg_fail(CG_ERR_MISMATCH, "its sends and receives wait for each other in a cycle across ranks (a receive "
-                 "that its own rank's send, or the send it matches, depends on): the plan would hang");
+                 "waits, through the peer, for a send of its own rank that depends on it): the plan would hang on "
+                 "any transport");
   goto out;
 oom:
-  st = cg_fail(CG_ERR_NO_MEMORY, "settling the send/receive groups of communicator %u", c);
+  st = cg_fail(CG_ERR_NO_MEMORY, "settling the send/receive groups");
 out:
   free(counts);
   free(mine);
@@ -167,31 +167,45 @@ void cg_plan_comms_by_id(uint32_t *order, const cg_plan_t *p) {
   }
 }
 
-cg_status_t cg_p2p_levels(uint32_t *levels, const cg_plan_t *p, int exchange, const char *where) {
+cg_status_t cg_p2p_levels(uint32_t *levels, const cg_plan_t *p, const cg_participants_t *pt, cg_status_t mine,
+                          const char *where) {
+  char detail[1024];
+  snprintf(detail, sizeof detail, "%s", mine != CG_SUCCESS ? cg_error_last() : "");
   cg_status_t st = CG_SUCCESS;
-  uint32_t *lower = calloc(p->n_steps ? p->n_steps : 1, sizeof *lower);
-  int32_t *up = malloc((p->n_steps ? p->n_steps : 1) * sizeof *up);
-  uint32_t *by_id = malloc((p->n_comms ? p->n_comms : 1) * sizeof *by_id);
-  if (!lower || !up || !by_id) {
-    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating send/receive levels", where);
-    goto out;
+  size_t n = p && p->n_steps ? p->n_steps : 1;
+  uint32_t *lower = calloc(n, sizeof *lower);
+  int32_t *up = malloc(n * sizeof *up);
+  if (!lower || !up) {
+    if (mine == CG_SUCCESS) mine = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating send/receive levels", where);
+    snprintf(detail, sizeof detail, "%s", cg_error_last());
   }
-  memset(levels, 0, (p->n_steps ? p->n_steps : 1) * sizeof *levels);
-  for (uint32_t c = 0; c < p->n_comms; c++) local_levels(levels, up, p, c, lower);
-  if (!exchange) goto out;
-  cg_plan_comms_by_id(by_id, p);
-  for (uint32_t k = 0; k < p->n_comms && st == CG_SUCCESS; k++) {
-    const cg_comm_t *comm = p->comms[by_id[k]].comm;
-    if (!comm->ops->backend || !comm->ops->backend->control_allgather_start) continue;
-    if ((st = settle(levels, lower, up, p, by_id[k])) != CG_SUCCESS) {
-      char detail[512];
-      snprintf(detail, sizeof detail, "%s", cg_error_last());
-      st = cg_fail(st, "%s: communicator %u: %s", where, by_id[k], detail);
+  if (mine == CG_SUCCESS) {
+    memset(levels, 0, n * sizeof *levels);
+    for (uint32_t c = 0; c < p->n_comms; c++) local_levels(levels, up, p, c, lower);
+  }
+  /* every participant, even after a failure here or on another communicator:
+   * its ranks wait for this one's word */
+  for (uint32_t i = 0; pt && i < pt->n; i++) {
+    uint32_t c = CG_NO_STEP;
+    for (uint32_t k = 0; mine == CG_SUCCESS && k < p->n_comms && c == CG_NO_STEP; k++)
+      if (p->comms[k].comm == pt->comms[i]) c = k;
+    int failed_rank = -1;
+    cg_status_t s = settle(levels, lower, up, p, c, pt->comms[i], mine != CG_SUCCESS || st != CG_SUCCESS,
+                           &failed_rank);
+    if (st != CG_SUCCESS || mine != CG_SUCCESS) continue;
+    char label[64];
+    cg_comm_id_label(label, sizeof label, pt->comms[i]->id);
+    if (s != CG_SUCCESS) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", cg_error_last());
+      st = cg_fail(s, "%s: communicator %s: %s", where, label, why);
+    } else if (failed_rank >= 0) {
+      st = cg_fail(CG_ERR_BACKEND, "%s: rank %d of communicator %s could not build its plan (its own cg_compile "
+                   "says why)", where, failed_rank, label);
     }
   }
-out:
   free(lower);
   free(up);
-  free(by_id);
+  if (mine != CG_SUCCESS) return cg_fail(mine, "%s", detail);
   return st;
 }

@@ -86,17 +86,18 @@ struct cg_plan {
   struct cg_cuda_plan *cuda; /* device plans: the CUDA graph and its streams */
 };
 
-/* The plan's communicators by agreed id: an order every rank shares, so
- * blocking collective work done one communicator after another (warm-up,
- * agreements) cannot wait in a cycle, whatever order each rank's graph first
- * used them in. */
+struct cg_participants;
+
+/* The plan's communicators by agreed id, the same order on every rank. */
 void cg_plan_comms_by_id(uint32_t *order, const cg_plan_t *plan);
 
 /* Levels of sends and receives (p2p_levels.c): levels[step] for every send
- * and receive, 0 for other steps. With `exchange`, the ranks of each
- * communicator with a control channel agree so that matching operations have
- * the same level (collective); without, the levels are this rank's own. */
-cg_status_t cg_p2p_levels(uint32_t *levels, const cg_plan_t *plan, int exchange, const char *where);
+ * and receive, 0 for other steps, computed from this rank's plan. With `pt`,
+ * the ranks of each participant communicator then agree (collective; a rank
+ * whose `mine` failed, with plan NULL or not, still takes part and makes the
+ * others fail) so that matching operations have the same level. */
+cg_status_t cg_p2p_levels(uint32_t *levels, const cg_plan_t *plan, const struct cg_participants *pt,
+                          cg_status_t mine, const char *where);
 
 /* Fills issue_order, units and each step's unit (issue_order.c), grouping
  * sends and receives by `levels`. */
@@ -104,8 +105,11 @@ cg_status_t cg_plan_issue_order(cg_plan_t *plan, const uint32_t *levels, const c
 
 #if CG_HAVE_CUDA
 /* Device plans (cuda_plan.c): warms up the communicators, captures the steps
- * unit by unit on lane streams and instantiates the graph; frees it all. */
-cg_status_t cg_cuda_plan_build(cg_plan_t *plan, const char *where);
+ * unit by unit on lane streams and instantiates the graph; frees it all.
+ * Collective over the participants: a rank whose `mine` failed (plan may then
+ * be NULL) still takes part, so every rank fails alike. */
+cg_status_t cg_cuda_plan_build(cg_plan_t *plan, const struct cg_participants *pt, cg_status_t mine,
+                               const char *where);
 void cg_cuda_plan_free(cg_plan_t *plan);
 /* cg_plan_run / start / test / wait for a device plan. */
 cg_status_t cg_cuda_plan_start(cg_plan_t *plan);

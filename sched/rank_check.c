@@ -194,7 +194,7 @@ static void describe_p2p(char *buf, size_t size, const op_record_t *x) {
  * same position on `to`, with the same count, type and group. */
 /* "3 (world leader 0)": an MPI communicator's agreed id is its agreed
  * number and the world rank of its rank 0 (backends/mpi/mpi_comm.c). */
-static const char *comm_label(char *buf, size_t size, uint64_t id) {
+const char *cg_comm_id_label(char *buf, size_t size, uint64_t id) {
   if (id >> 24)
     snprintf(buf, size, "%llu (world leader %llu)", (unsigned long long)(id >> 24),
              (unsigned long long)(id & 0xFFFFFFu));
@@ -205,7 +205,7 @@ static const char *comm_label(char *buf, size_t size, uint64_t id) {
 
 static cg_status_t find_p2p_mismatch(comm_check_t *c, unsigned long long comm_id) {
   char label[64];
-  comm_label(label, sizeof label, comm_id);
+  cg_comm_id_label(label, sizeof label, comm_id);
   char a[160], b[160];
   for (int from = 0; from < c->size; from++)
     for (int to = 0; to < c->size; to++) {
@@ -258,7 +258,7 @@ static const char *name_of(const comm_check_t *c, int rank, int slot, char *buf,
  * #5 'g3')" */
 static cg_status_t report(const comm_check_t *c, const char *where) {
   char label[64];
-  comm_label(label, sizeof label, c->seq->comm->id);
+  cg_comm_id_label(label, sizeof label, c->seq->comm->id);
   char text[1000], name0[NAME_BYTES + 8], name1[NAME_BYTES + 8];
   if (c->p2p) {
     char fmt[700];
@@ -334,7 +334,7 @@ static cg_status_t prepare_records(comm_check_t *c, const cg_graph_t *g, const c
 }
 
 cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, const char *where,
-                          cg_status_t local_status) {
+                          cg_status_t local_status, cg_comm_t ***joined, uint32_t *n_joined) {
   cg_status_t st = CG_SUCCESS;
   uint32_t n = 0;
   size_t cap = (size_t)order->n_sequences + CG_CHECK_MAX_JOINS; /* joins beyond: see plan.h */
@@ -488,7 +488,7 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
     if (checks[i].failed_rank >= 0) {
       char label[64];
       st = cg_fail(CG_ERR_MISMATCH, "%s: communicator %s: rank %d cannot compile its graph (%s); see its error",
-                   where, comm_label(label, sizeof label, checks[i].seq->comm->id), checks[i].failed_rank,
+                   where, cg_comm_id_label(label, sizeof label, checks[i].seq->comm->id), checks[i].failed_rank,
                    cg_status_string((cg_status_t)checks[i].summaries[checks[i].failed_rank].local_status));
       goto out;
     }
@@ -506,6 +506,19 @@ failed_exchange: {
   st = cg_fail(st, "%s: cross-rank check: %s", where, detail);
 }
 out:
+  if (joined) {
+    /* handed to the caller, who has later rounds of agreement to take part in */
+    *joined = NULL;
+    *n_joined = 0;
+    cg_comm_t **list = st == CG_SUCCESS ? malloc(((size_t)n + 1) * sizeof *list) : NULL;
+    for (uint32_t i = 0; list && i < n; i++)
+      if (checks[i].joined) {
+        list[(*n_joined)++] = checks[i].joined;
+        checks[i].joined = NULL;
+      }
+    if (st == CG_SUCCESS && !list) st = cg_fail(CG_ERR_NO_MEMORY, "%s: listing joined communicators", where);
+    *joined = list;
+  }
   for (uint32_t i = 0; checks && i < n; i++) {
     cg_comm_release(checks[i].joined);
     free(checks[i].mine);

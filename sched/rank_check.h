@@ -12,8 +12,15 @@
  * this rank's verdict on the graph before the check (an unsupported node, say):
  * it travels in the first round, so a rank that cannot compile makes every rank
  * fail instead of leaving them waiting for it; this rank then returns
- * `local_status` with the detail the caller set. */
+ * `local_status` with the detail the caller set. On success, when `joined` is
+ * not NULL, *joined lists (retained; the caller releases them and frees the
+ * list) the communicators this rank joined without using them, which take part
+ * in later agreements too. */
 cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, const char *where,
-                          cg_status_t local_status);
+                          cg_status_t local_status, cg_comm_t ***joined, uint32_t *n_joined);
+
+/* "3 (world leader 0)": how messages name a communicator by its agreed id, the
+ * same on every rank. */
+const char *cg_comm_id_label(char *buf, size_t size, uint64_t id);
 
 #endif

@@ -70,31 +70,54 @@ static int all_ranks_ok(int ok, MPI_Comm mpi) {
   return all;
 }
 
-/* Allocates the wrapper around an initialized NCCL communicator and lists it. */
-static cg_status_t finish(cg_comm_t **out, cg_nccl_comm_t *n, int rank, int size, const char *caller) {
-  uint64_t id = 0;
-  cg_status_t st = cg_mpi_agree_on_id(&id, n->control->control);
-  if (st != CG_SUCCESS) return st;
+/* The barrier word, on the communicator's device; "" or why not. */
+static void alloc_barrier_word(cg_nccl_comm_t *n, char *why, size_t size) {
   int previous = 0;
   cudaGetDevice(&previous);
-  cudaSetDevice(n->device);
-  cudaError_t err = cudaMalloc(&n->barrier_word, sizeof(int32_t));
+  cudaError_t err = cudaSetDevice(n->device);
+  if (err == cudaSuccess) err = cudaMalloc(&n->barrier_word, sizeof(int32_t));
+  if (err != cudaSuccess) n->barrier_word = NULL;
   if (err == cudaSuccess) err = cudaMemset(n->barrier_word, 0, sizeof(int32_t));
   cudaSetDevice(previous);
   if (err != cudaSuccess)
-    return cg_fail(CG_ERR_BACKEND, "%s: allocating 4 bytes on device %d: %s", caller, n->device,
-                   cudaGetErrorString(err));
-  cg_comm_t *comm = cg_comm_alloc(rank, size, &nccl_ops, n);
-  if (!comm) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the communicator", caller);
-  comm->device = n->device;
-  comm->id = id;
-  if (!cg_comm_register(comm)) {
-    comm->impl = NULL; /* the caller frees n */
-    cg_comm_destroy(comm);
-    return cg_fail(CG_ERR_NO_MEMORY, "%s: listing the communicator", caller);
+    snprintf(why, size, "allocating 4 bytes on device %d: %s", n->device, cudaGetErrorString(err));
+}
+
+/* Wraps an initialized NCCL communicator, lists it, and makes sure every rank
+ * did; on failure every rank returns an error and the caller frees n. */
+static cg_status_t finish(cg_comm_t **out, cg_nccl_comm_t *n, int rank, int size, const char *caller) {
+  uint64_t id = 0;
+  cg_comm_t *comm = NULL;
+  cg_status_t st = cg_mpi_agree_on_id(&id, n->control->control);
+  if (st == CG_SUCCESS && !(comm = cg_comm_alloc(rank, size, &nccl_ops, n)))
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the communicator", caller);
+  if (comm) {
+    comm->device = n->device;
+    comm->id = id;
+    if (!cg_comm_register(comm)) st = cg_fail(CG_ERR_NO_MEMORY, "%s: listing the communicator", caller);
+  }
+  if (!all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
+    if (comm) {
+      comm->impl = NULL; /* the caller frees n */
+      cg_comm_destroy(comm);
+    }
+    return st != CG_SUCCESS ? st
+                            : cg_fail(CG_ERR_BACKEND, "%s: another rank could not finish creating the communicator",
+                                      caller);
   }
   *out = comm;
   return CG_SUCCESS;
+}
+
+/* Frees a communicator that failed half-way: an NCCL communicator commgraph
+ * created is aborted, not finalized (finalizing waits for peers that may have
+ * given up). */
+static void discard(cg_nccl_comm_t *n) {
+  if (n && n->nccl && n->owns_nccl) {
+    ncclCommAbort(n->nccl);
+    n->nccl = NULL;
+  }
+  destroy_impl(n);
 }
 
 cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level) {
@@ -103,16 +126,22 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
   int devices = 0, rank = 0, size = 0, previous = 0;
   char why[300] = "";
   cudaError_t cerr = cudaGetDeviceCount(&devices);
-  if (cerr != cudaSuccess)
+  if (!(n = calloc(1, sizeof *n)))
+    snprintf(why, sizeof why, "allocating the communicator");
+  else if (cerr != cudaSuccess)
     snprintf(why, sizeof why, "no usable CUDA device (%s)", cudaGetErrorString(cerr));
   else if (device >= devices)
     snprintf(why, sizeof why, "device %d does not exist (this process sees %d)", device, devices);
-  if (!all_ranks_ok(!why[0], mpi))
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: nccl backend: %s",
-                   why[0] ? why : "another rank cannot use its device");
-  if (!(n = calloc(1, sizeof *n))) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
-  n->device = device;
-  n->owns_nccl = 1;
+  if (n && !why[0]) {
+    n->device = device;
+    n->owns_nccl = 1;
+    alloc_barrier_word(n, why, sizeof why);
+  }
+  if (!all_ranks_ok(!why[0], mpi)) {
+    st = cg_fail(n ? CG_ERR_INVALID_ARGUMENT : CG_ERR_NO_MEMORY, "cg_comm_create: nccl backend: %s",
+                 why[0] ? why : "another rank cannot use its device");
+    goto out;
+  }
   if ((st = cg_mpi_comm_open(&n->control, mpi, thread_level)) != CG_SUCCESS) goto out;
   MPI_Comm_rank(n->control->control, &rank);
   MPI_Comm_size(n->control->control, &size);
@@ -136,8 +165,8 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
     goto out;
   }
   cudaGetDevice(&previous);
-  cudaSetDevice(device);
-  r = ncclCommInitRank(&n->nccl, size, hello.id, rank);
+  cerr = cudaSetDevice(device);
+  r = cerr == cudaSuccess ? ncclCommInitRank(&n->nccl, size, hello.id, rank) : ncclUnhandledCudaError;
   cudaSetDevice(previous);
   if (r != ncclSuccess) n->nccl = NULL;
   if (!all_ranks_ok(r == ncclSuccess, n->control->control)) {
@@ -148,7 +177,7 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
   if ((st = finish(out, n, rank, size, "cg_comm_create")) != CG_SUCCESS) goto out;
   n = NULL;
 out:
-  destroy_impl(n);
+  discard(n);
   return st;
 }
 
@@ -178,14 +207,20 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
   else if (nccl_rank != rank || nccl_size != size)
     snprintf(why, sizeof why, "NCCL rank %d of %d is MPI rank %d of %d: the ranks must be the same", nccl_rank,
              nccl_size, rank, size);
-  if (!all_ranks_ok(!why[0], mpi)) {
-    if (why[0]) return cg_fail(r != ncclSuccess || async != ncclSuccess ? CG_ERR_BACKEND : CG_ERR_INVALID_ARGUMENT,
-                               "cg_comm_from_nccl: %s", why);
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_from_nccl: the NCCL communicator does not fit on another rank");
+  if (!why[0] && !(n = calloc(1, sizeof *n))) snprintf(why, sizeof why, "allocating the communicator");
+  if (n) {
+    n->nccl = nccl;
+    n->device = device;
+    alloc_barrier_word(n, why, sizeof why);
   }
-  if (!(n = calloc(1, sizeof *n))) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_from_nccl: allocating the communicator");
-  n->nccl = nccl;
-  n->device = device;
+  if (!all_ranks_ok(!why[0], mpi)) {
+    if (why[0])
+      st = cg_fail(r != ncclSuccess || async != ncclSuccess || n ? CG_ERR_BACKEND : CG_ERR_INVALID_ARGUMENT,
+                   "cg_comm_from_nccl: %s", why);
+    else
+      st = cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_from_nccl: the NCCL communicator does not fit on another rank");
+    goto out;
+  }
   if ((st = cg_mpi_comm_open(&n->control, mpi, level)) != CG_SUCCESS) goto out;
   if ((st = finish(out, n, rank, size, "cg_comm_from_nccl")) != CG_SUCCESS) goto out;
   n = NULL;
