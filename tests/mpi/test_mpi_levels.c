@@ -1,0 +1,638 @@
+/* Levels of sends and receives on real ranks (sched/p2p_levels.c). Host plans
+ * on MPI communicators are compiled, then given levels agreed over the plan's
+ * communicators (what cg_compile does for device plans; it only needs the
+ * control channel, which host communicators have too), then an issue order
+ * over those levels (cg_plan_issue_order). Checked across ranks:
+ *   (a) every send has the level of its matching receive on the peer: the k-th
+ *       send from A to B matches the k-th receive on B from A, counted per
+ *       communicator in its order (gathered over MPI_COMM_WORLD);
+ *   (b) raised levels keep the local rules: a send or receive is above every
+ *       one of its communicator and interval that reaches it, and not below
+ *       the one it posts after; the members of a unit share a level;
+ *   (c) with no chain from one communicator's sends and receives to
+ *       another's, every group is a complete one, so an interval's units are
+ *       one per level, in increasing order, and a send and its matching
+ *       receive sit in groups of the same rank among the groups of their
+ *       interval that carry messages between the two ranks. Not among all the
+ *       groups of the interval: a rank may have levels its peer lacks (in the
+ *       pipeline rank 1 has groups at levels 0, 1, 4, 5 and rank 0 at 0, 5, so
+ *       the level-5 pair follows 3 groups on one side and 1 on the other); that
+ *       is fine, a group only waits for lower levels.
+ * Cases: a forwarding ring recorded receive-first, a pipeline forward and
+ * back, a token passed around the ring several times, a cycle that must be
+ * reported, random programs. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agreement.h"
+#include "mpi_test.h"
+#include "plan_internal.h"
+
+#define NONE UINT32_MAX
+
+static int is_p2p(const cg_step_t *s) {
+  return s->kind == CG_STEP_COLLECTIVE && (s->op_kind == CG_NODE_SEND || s->op_kind == CG_NODE_RECV);
+}
+
+static int same_interval(const cg_step_t *a, const cg_step_t *b) {
+  return is_p2p(a) && is_p2p(b) && a->comm_index == b->comm_index && a->group == b->group;
+}
+
+/* A plan with its local levels, its exchanged ones, the issue order over the
+ * exchanged ones, and reach[a * n + b]: a path of dependencies leads from step
+ * a to step b. */
+typedef struct leveled {
+  cg_plan_t *plan;
+  uint32_t *local, *level;
+  uint8_t *reach;
+} leveled_t;
+
+/* Levels agreed over the plan's communicators, as cg_compile does for a
+ * device plan (where it also takes in communicators that this rank's graph
+ * does not use but others' do; here every rank uses every one). */
+static cg_status_t exchanged_levels(uint32_t *levels, const cg_plan_t *p) {
+  cg_participants_t pt;
+  cg_status_t st = cg_participants_of_plan(&pt, p, "test");
+  if (st == CG_SUCCESS) st = cg_p2p_levels(levels, p, &pt, CG_SUCCESS, "test");
+  cg_participants_free(&pt);
+  return st;
+}
+
+static void leveled_make(leveled_t *lv, cg_graph_t *g) {
+  ck_assert_cg_ok(cg_compile(&lv->plan, g, NULL));
+  cg_plan_t *p = lv->plan;
+  uint32_t n = p->n_steps;
+  lv->local = malloc((n + 1) * sizeof *lv->local);
+  lv->level = malloc((n + 1) * sizeof *lv->level);
+  lv->reach = calloc((size_t)n * n + 1, 1);
+  ck_assert(lv->local && lv->level && lv->reach);
+  ck_assert_cg_ok(cg_p2p_levels(lv->local, p, NULL, CG_SUCCESS, "test"));
+  ck_assert_cg_ok(exchanged_levels(lv->level, p));
+  free(p->issue_order); /* the compiled order used local levels (a host plan) */
+  free(p->units);
+  p->issue_order = NULL;
+  p->units = NULL;
+  ck_assert_cg_ok(cg_plan_issue_order(p, lv->level, "test"));
+  for (uint32_t b = 0; b < n; b++)
+    for (uint32_t e = 0; e < p->steps[b].n_deps; e++) {
+      uint32_t d = p->steps[b].deps[e];
+      lv->reach[(size_t)d * n + b] = 1;
+      for (uint32_t a = 0; a < d; a++) lv->reach[(size_t)a * n + b] |= lv->reach[(size_t)a * n + d];
+    }
+}
+
+static void leveled_free(leveled_t *lv) {
+  cg_plan_destroy(lv->plan);
+  free(lv->local);
+  free(lv->level);
+  free(lv->reach);
+}
+
+static uint32_t step_of_node(const cg_plan_t *p, uint32_t node) {
+  for (uint32_t s = 0; s < p->n_steps; s++)
+    if (p->steps[s].node == node) return s;
+  return NONE;
+}
+
+/* (b): returns 1 if the rules hold, else prints the first violation. */
+static int check_rules(const leveled_t *lv, const char *what) {
+  const cg_plan_t *p = lv->plan;
+  uint32_t n = p->n_steps;
+  for (uint32_t s = 0; s < n; s++) {
+    const cg_step_t *st = &p->steps[s];
+    uint32_t after = st->post_after;
+    if (is_p2p(st) && after != CG_NO_STEP && same_interval(&p->steps[after], st) && lv->level[s] < lv->level[after]) {
+      fprintf(stderr, "rank %d: %s: step %u (level %u) posts after step %u (level %u)\n", cg_mpi_rank(), what, s,
+              lv->level[s], after, lv->level[after]);
+      return 0;
+    }
+    for (uint32_t t = 0; t < n && is_p2p(st); t++)
+      if (same_interval(&p->steps[t], st) && lv->reach[(size_t)t * n + s] && lv->level[s] <= lv->level[t]) {
+        fprintf(stderr, "rank %d: %s: step %u (level %u) is reached from step %u (level %u) of its interval\n",
+                cg_mpi_rank(), what, s, lv->level[s], t, lv->level[t]);
+        return 0;
+      }
+  }
+  for (uint32_t u = 0; u < p->n_units; u++)
+    for (uint32_t k = 1; k < p->units[u].n; k++) {
+      uint32_t a = p->issue_order[p->units[u].first], b = p->issue_order[p->units[u].first + k];
+      if (lv->level[a] != lv->level[b]) {
+        fprintf(stderr, "rank %d: %s: unit %u holds levels %u and %u\n", cg_mpi_rank(), what, u, lv->level[a],
+                lv->level[b]);
+        return 0;
+      }
+    }
+  return 1;
+}
+
+/* A path from a send or receive of one communicator to one of another. */
+static int has_cross_chain(const leveled_t *lv) {
+  const cg_plan_t *p = lv->plan;
+  for (uint32_t t = 0; t < p->n_steps; t++)
+    for (uint32_t s = t + 1; s < p->n_steps; s++)
+      if (is_p2p(&p->steps[t]) && is_p2p(&p->steps[s]) && p->steps[t].comm_index != p->steps[s].comm_index &&
+          lv->reach[(size_t)t * p->n_steps + s])
+        return 1;
+  return 0;
+}
+
+/* (c), locally: one unit per level of an interval, in increasing order. */
+static int check_units_by_level(const leveled_t *lv, const char *what) {
+  const cg_plan_t *p = lv->plan;
+  for (uint32_t u = 0; u < p->n_units; u++)
+    for (uint32_t v = u + 1; v < p->n_units; v++) {
+      uint32_t a = p->issue_order[p->units[u].first], b = p->issue_order[p->units[v].first];
+      if (same_interval(&p->steps[a], &p->steps[b]) && lv->level[b] <= lv->level[a]) {
+        fprintf(stderr, "rank %d: %s: unit %u (level %u) after unit %u (level %u) of its interval\n", cg_mpi_rank(),
+                what, v, lv->level[b], u, lv->level[a]);
+        return 0;
+      }
+    }
+  return 1;
+}
+
+/* ---- matching across ranks. The communicators a program may use: two on
+ * MPI_COMM_WORLD, and one per half (even and odd world ranks). */
+
+typedef struct comms {
+  cg_comm_t *c[3];
+  int color[3]; /* which instance: the halves differ */
+  MPI_Comm split;
+} comms_t;
+
+static void comms_make(comms_t *w) {
+  ck_assert_cg_ok(cg_comm_create(&w->c[0], MPI_COMM_WORLD, NULL));
+  ck_assert_cg_ok(cg_comm_create(&w->c[1], MPI_COMM_WORLD, NULL));
+  MPI_Comm_split(MPI_COMM_WORLD, cg_mpi_rank() % 2, cg_mpi_rank(), &w->split);
+  ck_assert_cg_ok(cg_comm_create(&w->c[2], w->split, NULL));
+  w->color[0] = w->color[1] = 0;
+  w->color[2] = cg_mpi_rank() % 2;
+}
+
+static void comms_free(comms_t *w) {
+  for (int c = 0; c < 3; c++) cg_comm_destroy(w->c[c]);
+  MPI_Comm_free(&w->split);
+}
+
+/* per send or receive: peer, kind (0 send, 1 receive), level, interval, node,
+ * units of the interval before its unit that carry messages with that peer */
+enum { PEER, KIND, LEVEL, GROUP, NODE, BEFORE, FIELDS };
+
+static void entries(int32_t *e, const cg_plan_t *p, uint32_t ci, const uint32_t *level) {
+  const cg_plan_comm_t *pc = &p->comms[ci];
+  for (uint32_t k = 0; k < pc->n_steps; k++) {
+    const cg_step_t *s = &p->steps[pc->steps[k]];
+    if (!is_p2p(s)) continue;
+    int32_t before = 0;
+    for (uint32_t u = 0; u < s->unit; u++) {
+      int with_peer = 0;
+      for (uint32_t m = 0; m < p->units[u].n; m++) {
+        const cg_step_t *t = &p->steps[p->issue_order[p->units[u].first + m]];
+        with_peer |= same_interval(t, s) && t->root == s->root;
+      }
+      before += with_peer;
+    }
+    int32_t row[FIELDS] = {s->root, s->op_kind == CG_NODE_RECV, (int32_t)level[pc->steps[k]], (int32_t)s->group,
+                           (int32_t)s->node, before};
+    memcpy(e, row, sizeof row);
+    e += FIELDS;
+  }
+}
+
+/* (a), and (c) across ranks when `units` is set. Every rank sees all entries
+ * (one gather for the three communicators) and reaches the same verdict; rank
+ * 0 prints the first difference. */
+static int check_matches(const comms_t *w, const leveled_t *lv, int units, const char *what) {
+  const cg_plan_t *p = lv->plan;
+  int size = cg_mpi_size(), ok = 1, hdr[9], n_mine = 0;
+  int *hdrs = malloc(9 * (size_t)size * sizeof *hdrs), *counts = malloc((size_t)size * sizeof *counts),
+      *displs = malloc((size_t)size * sizeof *displs);
+  int32_t *mine = malloc(((size_t)p->n_steps * FIELDS + 1) * sizeof *mine);
+  ck_assert(hdrs && counts && displs && mine);
+  for (int c = 0; c < 3; c++) { /* header per communicator: color, rank in it, entries */
+    uint32_t ci = NONE;
+    int n = 0;
+    for (uint32_t i = 0; i < p->n_comms; i++)
+      if (p->comms[i].comm == w->c[c]) ci = i;
+    for (uint32_t k = 0; ci != NONE && k < p->comms[ci].n_steps; k++) n += is_p2p(&p->steps[p->comms[ci].steps[k]]);
+    if (ci != NONE) entries(mine + (size_t)n_mine * FIELDS, p, ci, lv->level);
+    hdr[3 * c] = w->color[c];
+    cg_comm_rank(&hdr[3 * c + 1], w->c[c]);
+    hdr[3 * c + 2] = n;
+    n_mine += n;
+  }
+  MPI_Allgather(hdr, 9, MPI_INT, hdrs, 9, MPI_INT, MPI_COMM_WORLD);
+  int total = 0;
+  for (int r = 0; r < size; r++) {
+    displs[r] = total;
+    counts[r] = (hdrs[9 * r + 2] + hdrs[9 * r + 5] + hdrs[9 * r + 8]) * FIELDS;
+    total += counts[r];
+  }
+  int32_t *all = malloc(((size_t)total + 1) * sizeof *all);
+  ck_assert(all);
+  MPI_Allgatherv(mine, n_mine * FIELDS, MPI_INT32_T, all, counts, displs, MPI_INT32_T, MPI_COMM_WORLD);
+  for (int c = 0; c < 3 && ok; c++)
+    for (int a = 0; a < size && ok; a++)
+      for (int b = 0; b < size && ok; b++) {
+        const int *ha = hdrs + 9 * a + 3 * c, *hb = hdrs + 9 * b + 3 * c;
+        if (ha[0] != hb[0]) continue; /* another half */
+        /* a's sends to b, in order, against b's receives from a */
+        const int32_t *ea = all + displs[a], *eb = all + displs[b];
+        for (int k = 0; k < c; k++) {
+          ea += hdrs[9 * a + 3 * k + 2] * FIELDS;
+          eb += hdrs[9 * b + 3 * k + 2] * FIELDS;
+        }
+        for (int i = 0, j = 0;; i++, j++) {
+          while (i < ha[2] && !(ea[i * FIELDS + KIND] == 0 && ea[i * FIELDS + PEER] == hb[1])) i++;
+          while (j < hb[2] && !(eb[j * FIELDS + KIND] == 1 && eb[j * FIELDS + PEER] == ha[1])) j++;
+          if (i == ha[2] && j == hb[2]) break;
+          const int32_t *s = i < ha[2] ? ea + i * FIELDS : NULL, *r = j < hb[2] ? eb + j * FIELDS : NULL;
+          const char *bad = !s || !r                          ? "unmatched"
+                            : s[LEVEL] != r[LEVEL]            ? "levels differ"
+                            : s[GROUP] != r[GROUP]            ? "intervals differ"
+                            : units && s[BEFORE] != r[BEFORE] ? "groups of another rank"
+                                                              : NULL;
+          if (!bad) continue;
+          if (cg_mpi_rank() == 0)
+            fprintf(stderr, "%s: communicator %d: world rank %d's send #%d (level %d, interval %d, %d groups with "
+                    "the peer before) and world rank %d's receive #%d (level %d, interval %d, %d before): %s\n",
+                    what, c, a, s ? s[NODE] : -1, s ? s[LEVEL] : -1, s ? s[GROUP] : -1, s ? s[BEFORE] : -1, b,
+                    r ? r[NODE] : -1, r ? r[LEVEL] : -1, r ? r[GROUP] : -1, r ? r[BEFORE] : -1, bad);
+          ok = 0;
+          break;
+        }
+      }
+  free(hdrs);
+  free(counts);
+  free(displs);
+  free(mine);
+  free(all);
+  return ok;
+}
+
+/* All three checks, (c) only where no rank has a chain between
+ * communicators; the verdict is the same on every rank. Returns whether (c)
+ * was checked; *raised (if not NULL): whether the exchange changed a level on
+ * some rank. */
+static int check_all(const comms_t *w, const leveled_t *lv, const char *what, int *raised) {
+  int changed = 0, chain = has_cross_chain(lv), all[4];
+  for (uint32_t s = 0; s < lv->plan->n_steps; s++) changed |= lv->level[s] != lv->local[s];
+  /* without a chain here every group of this rank is a complete one */
+  int mine[4] = {!chain, check_rules(lv, what), chain || check_units_by_level(lv, what), !changed};
+  MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  int compared = all[0], ok = all[1] && all[2] && check_matches(w, lv, compared, what);
+  ck_assert_msg(ok, "%s: failed (seed %llu; stderr says where)", what, (unsigned long long)cg_test_seed());
+  if (raised) *raised = !all[3];
+  return compared;
+}
+
+static cg_access_t host_access(const cg_range_t *reads, size_t n_reads, const cg_range_t *writes, size_t n_writes) {
+  cg_access_t a = CG_ACCESS_INIT;
+  a.everything = 0;
+  a.reads = reads;
+  a.n_reads = n_reads;
+  a.writes = writes;
+  a.n_writes = n_writes;
+  return a;
+}
+
+static char *units_text(const cg_plan_t *p) {
+  static char text[1024];
+  size_t len = 0;
+  text[0] = 0;
+  for (uint32_t u = 0; u < p->n_units; u++)
+    for (uint32_t k = 0; k < p->units[u].n; k++)
+      len += (size_t)snprintf(text + len, sizeof text - len, "%s#%u%s", k ? " " : (u ? " {" : "{"),
+                              p->steps[p->issue_order[p->units[u].first + k]].node, k + 1 == p->units[u].n ? "}" : "");
+  return text;
+}
+
+enum { N = 4 };
+
+/* ---- by hand */
+
+/* Every rank: #0 send to the right, #1 receive from the left, then the second
+ * exchange receive first: #2 receive from the left, #3 send to the right what
+ * #1 received. Locally only #3 is level 1, so every rank's first group would
+ * hold #2, which waits for the left neighbour's #3, in that rank's second
+ * group, which waits for its first: every rank waits, a deadlock on a device.
+ * The exchange raises #2 to its match's level: {#0 #1} {#2 #3}. */
+START_TEST(levels__forwarding_ring_recorded_receive_first) {
+  static int32_t buf[3][N];
+  comms_t w;
+  comms_make(&w);
+  int rank = cg_mpi_rank(), size = cg_mpi_size(), right = (rank + 1) % size, left = (rank + size - 1) % size;
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_send(NULL, g, w.c[0], buf[0], N, CG_INT32, right));
+  ck_assert_cg_ok(cg_recv(NULL, g, w.c[0], buf[1], N, CG_INT32, left));
+  ck_assert_cg_ok(cg_recv(NULL, g, w.c[0], buf[2], N, CG_INT32, left));
+  ck_assert_cg_ok(cg_send(NULL, g, w.c[0], buf[1], N, CG_INT32, right));
+  leveled_t lv;
+  leveled_make(&lv, g);
+  static const uint32_t local[4] = {0, 0, 0, 1}, raised[4] = {0, 0, 1, 1};
+  int ok = 1;
+  for (uint32_t node = 0; node < 4; node++) {
+    uint32_t s = step_of_node(lv.plan, node);
+    ok &= s != NONE && lv.local[s] == local[node] && lv.level[s] == raised[node];
+  }
+  ok = ok && strcmp(units_text(lv.plan), "{#0 #1} {#2 #3}") == 0;
+  if (!ok) fprintf(stderr, "rank %d: forwarding ring: units %s\n", rank, units_text(lv.plan));
+  ck_assert_all_ranks(ok, "forwarding ring: levels and units");
+  ck_assert(check_all(&w, &lv, "forwarding ring", NULL));
+  leveled_free(&lv);
+  cg_graph_destroy(g);
+  comms_free(&w);
+}
+END_TEST
+
+/* A pipeline: rank r receives activations from r - 1, computes (a host
+ * function), sends to r + 1; then the gradient comes back the other way. All
+ * in one interval; message i along the chain is level i on both sides, though
+ * locally every first receive is level 0 (rank r's receive of the gradient
+ * would share a group with its receive of activations, which the peer sends
+ * only after everything downstream has run). */
+START_TEST(levels__pipeline_forward_and_back) {
+  static int32_t act[N], out[N], grad_in[N], grad_out[N];
+  comms_t w;
+  comms_make(&w);
+  int r = cg_mpi_rank(), n = cg_mpi_size();
+  cg_range_t a = {act, sizeof act}, o = {out, sizeof out}, gi_o[] = {{grad_in, sizeof grad_in}, {out, sizeof out}},
+             go = {grad_out, sizeof grad_out};
+  cg_access_t forward = host_access(&a, 1, &o, 1), backward = host_access(gi_o, 2, &go, 1);
+  cg_node_t recv_act = {0}, send_out = {0}, recv_grad = {0}, send_grad = {0};
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  if (r > 0) ck_assert_cg_ok(cg_recv(&recv_act, g, w.c[0], act, N, CG_INT32, r - 1));
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &forward));
+  if (r < n - 1) ck_assert_cg_ok(cg_send(&send_out, g, w.c[0], out, N, CG_INT32, r + 1));
+  if (r < n - 1) ck_assert_cg_ok(cg_recv(&recv_grad, g, w.c[0], grad_in, N, CG_INT32, r + 1));
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &backward));
+  if (r > 0) ck_assert_cg_ok(cg_send(&send_grad, g, w.c[0], grad_out, N, CG_INT32, r - 1));
+  leveled_t lv;
+  leveled_make(&lv, g);
+  struct {
+    int present;
+    cg_node_t node;
+    int level;
+  } want[] = {{r > 0, recv_act, r - 1}, {r < n - 1, send_out, r}, {r < n - 1, recv_grad, 2 * n - 3 - r},
+              {r > 0, send_grad, 2 * n - 2 - r}};
+  int ok = 1;
+  for (int k = 0; k < 4; k++) {
+    if (!want[k].present) continue;
+    uint32_t s = step_of_node(lv.plan, want[k].node.index);
+    if (s == NONE || lv.level[s] != (uint32_t)want[k].level) {
+      fprintf(stderr, "rank %d: pipeline: node #%u has level %u, expected %d\n", r, want[k].node.index,
+              s == NONE ? NONE : lv.level[s], want[k].level);
+      ok = 0;
+    }
+  }
+  ck_assert_all_ranks(ok, "pipeline: levels");
+  ck_assert(check_all(&w, &lv, "pipeline", NULL));
+  leveled_free(&lv);
+  cg_graph_destroy(g);
+  comms_free(&w);
+}
+END_TEST
+
+/* A token goes around the ring three times: message j, from rank j % n to
+ * the next, forwards message j - 1. Message j is level j on both sides, so the
+ * ranks must keep raising until the chain has gone all the way round: about
+ * one message per round of the exchange. */
+START_TEST(levels__token_around_the_ring) {
+  enum { LAPS = 3, MAX = 3 * 64 };
+  static int32_t tok[MAX + 1][N];
+  comms_t w;
+  comms_make(&w);
+  int r = cg_mpi_rank(), n = cg_mpi_size(), m = LAPS * n;
+  ck_assert_int_le(m, MAX);
+  cg_node_t node[MAX];
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int j = 0; j < m; j++) {
+    if ((j + 1) % n == r) ck_assert_cg_ok(cg_recv(&node[j], g, w.c[0], tok[j + 1], N, CG_INT32, (r + n - 1) % n));
+    if (j % n == r) ck_assert_cg_ok(cg_send(&node[j], g, w.c[0], tok[j], N, CG_INT32, (r + 1) % n));
+  }
+  leveled_t lv;
+  leveled_make(&lv, g);
+  int ok = 1;
+  for (int j = 0; j < m; j++) {
+    if ((j + 1) % n != r && j % n != r) continue;
+    uint32_t s = step_of_node(lv.plan, node[j].index);
+    if (s == NONE || lv.level[s] != (uint32_t)j) {
+      fprintf(stderr, "rank %d: token: message %d (node #%u) has level %u (locally %u), expected %d\n", r, j,
+              node[j].index, s == NONE ? NONE : lv.level[s], s == NONE ? NONE : lv.local[s], j);
+      ok = 0;
+    }
+  }
+  ck_assert_all_ranks(ok, "token around the ring: levels");
+  ck_assert(check_all(&w, &lv, "token around the ring", NULL));
+  leveled_free(&lv);
+  cg_graph_destroy(g);
+  comms_free(&w);
+}
+END_TEST
+
+/* Ranks in pairs (A even, B odd). B receives from itself into w, sends to
+ * itself, receives from A into w again (so after the first: level 1) and
+ * sends to A. A sends to B (the match of B's level-1 receive: raised to 1),
+ * then receives from B (level 0). A's lower level goes first, though recorded
+ * second: a group opened by A's lowest ready step, its send, would wait for
+ * B's second group, which waits for B's first, whose send to A waits for A's
+ * second group: a deadlock on a device. */
+START_TEST(levels__a_later_lower_level_goes_first) {
+  static int32_t w[N], v[N], x[N], y[N], self[N];
+  comms_t wc;
+  comms_make(&wc);
+  int rank = cg_mpi_rank(), peer = rank ^ 1;
+  if (peer >= cg_mpi_size()) peer = rank; /* an odd rank out exchanges with itself */
+  cg_comm_t *c = wc.c[0];
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  const char *want;
+  if (rank % 2 == 0 && peer != rank) {
+    ck_assert_cg_ok(cg_send(NULL, g, c, x, N, CG_INT32, peer));
+    ck_assert_cg_ok(cg_recv(NULL, g, c, y, N, CG_INT32, peer));
+    want = "{#1} {#0}";
+  } else {
+    ck_assert_cg_ok(cg_recv(NULL, g, c, w, N, CG_INT32, rank));
+    ck_assert_cg_ok(cg_send(NULL, g, c, self, N, CG_INT32, rank));
+    ck_assert_cg_ok(cg_recv(NULL, g, c, w, N, CG_INT32, peer)); /* after #0: write after write */
+    ck_assert_cg_ok(cg_send(NULL, g, c, v, N, CG_INT32, peer));
+    want = "{#0 #1 #3} {#2}";
+  }
+  leveled_t lv;
+  leveled_make(&lv, g);
+  int ok = peer == rank || strcmp(units_text(lv.plan), want) == 0;
+  if (!ok) fprintf(stderr, "rank %d: units %s, expected %s\n", rank, units_text(lv.plan), want);
+  ck_assert_all_ranks(ok, "a later, lower level: units");
+  ck_assert(check_all(&wc, &lv, "a later, lower level", NULL));
+  leveled_free(&lv);
+  cg_graph_destroy(g);
+  comms_free(&wc);
+}
+END_TEST
+
+/* A ring in which every rank receives into the buffer it sends from, send
+ * recorded first: the receive waits for the send (write after read), and the
+ * send completes only once the right neighbour has posted its receive, which
+ * waits for that rank's own send, and so on round the ring: a cycle that hangs
+ * on any transport that does not buffer the message. Levels would grow
+ * without end; every rank reports it. */
+START_TEST(levels__a_cycle_across_ranks_is_reported) {
+  static int32_t buf[N];
+  comms_t w;
+  comms_make(&w);
+  int rank = cg_mpi_rank(), size = cg_mpi_size();
+  cg_graph_t *g;
+  cg_plan_t *plan;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_send(NULL, g, w.c[0], buf, N, CG_INT32, (rank + 1) % size));
+  ck_assert_cg_ok(cg_recv(NULL, g, w.c[0], buf, N, CG_INT32, (rank + size - 1) % size));
+  ck_assert_cg_ok(cg_compile(&plan, g, NULL)); /* a host plan: no exchange */
+  uint32_t levels[2];
+  cg_status_t st = exchanged_levels(levels, plan);
+  int ok = st == CG_ERR_MISMATCH && strstr(cg_error_last(), "cycle") != NULL;
+  if (!ok) fprintf(stderr, "rank %d: %s: %s\n", rank, cg_status_string(st), st ? cg_error_last() : "");
+  ck_assert_all_ranks(ok, "a cycle across ranks");
+  cg_plan_destroy(plan);
+  cg_graph_destroy(g);
+  comms_free(&w);
+}
+END_TEST
+
+/* ---- random programs, the same on every rank (drawn from the shared seed):
+ * ring exchanges with random shifts recorded send first or receive first,
+ * some forwarding what an earlier one received, host functions, a few
+ * collectives, explicit edges, on one or two communicators. Some host
+ * functions and edges are recorded on world ranks of one parity only, so
+ * ranks differ and their local levels too. A send never shares a buffer with
+ * its own ring's receive, and every dependency points back in record order,
+ * while matching operations sit at the same record position on both ranks: no
+ * program waits in a cycle (none would deadlock on the host), so the exchange
+ * has a fixed point. */
+
+enum { N_PROGRAMS = 200, MAX_SPECS = 24, SLOTS = 12 };
+enum { RING, HOST, ALLREDUCE, BARRIER };
+
+typedef struct spec {
+  int kind, comm, shift, recv_first, send_slot, recv_slot, fence, depend_on;
+  int only; /* host functions and edges: -1, or only on world ranks of this parity */
+} spec_t;
+
+typedef struct program {
+  int comm_of[2]; /* indices into comms_t */
+  spec_t specs[MAX_SPECS];
+  int n_specs;
+} program_t;
+
+static void generate(program_t *p) {
+  int n_comms = 1 + (int)cg_test_below(2);
+  p->comm_of[0] = (int)cg_test_below(3);
+  p->comm_of[1] = (p->comm_of[0] + 1 + (int)cg_test_below(2)) % 3;
+  p->n_specs = 4 + (int)cg_test_below(MAX_SPECS - 3);
+  int received[MAX_SPECS], n_received = 0;
+  for (int i = 0; i < p->n_specs; i++) {
+    spec_t s = {0};
+    int draw = (int)cg_test_below(100);
+    s.kind = draw < 65 ? RING : draw < 85 ? HOST : draw < 95 ? ALLREDUCE : BARRIER;
+    s.comm = (int)cg_test_below((uint64_t)n_comms);
+    s.shift = (int)cg_test_below((uint64_t)cg_mpi_size()); /* the same draw on every rank; reduced per communicator */
+    s.recv_first = (int)cg_test_below(2);
+    s.recv_slot = (int)cg_test_below(SLOTS);
+    s.send_slot = n_received && cg_test_below(2) ? received[cg_test_below((uint64_t)n_received)]
+                                                 : (int)cg_test_below(SLOTS);
+    while (s.send_slot == s.recv_slot) s.send_slot = (int)cg_test_below(SLOTS);
+    s.fence = cg_test_below(8) == 0;
+    s.depend_on = i > 0 && cg_test_below(4) == 0 ? (int)cg_test_below((uint64_t)i) : -1;
+    s.only = cg_test_below(3) == 0 ? (int)cg_test_below(2) : -1;
+    if (s.kind == RING) received[n_received++] = s.recv_slot;
+    p->specs[i] = s;
+  }
+}
+
+static void record(cg_graph_t *g, const program_t *p, const comms_t *w, int32_t (*slot)[N]) {
+  cg_node_t first[MAX_SPECS], last[MAX_SPECS];
+  int present[MAX_SPECS];
+  for (int i = 0; i < p->n_specs; i++) {
+    const spec_t *s = &p->specs[i];
+    int here = s->only < 0 || cg_mpi_rank() % 2 == s->only;
+    present[i] = s->kind != HOST || here;
+    cg_comm_t *c = w->c[p->comm_of[s->comm]];
+    int rank = 0, size = 1;
+    cg_comm_rank(&rank, c);
+    cg_comm_size(&size, c);
+    int shift = s->shift % size;
+    cg_range_t reads = {slot[s->send_slot], sizeof slot[0]}, writes = {slot[s->recv_slot], sizeof slot[0]};
+    cg_access_t access = host_access(&reads, 1, &writes, 1);
+    switch (s->kind) {
+      case RING:
+        for (int k = 0; k < 2; k++) {
+          cg_node_t *out = k == 0 ? &first[i] : &last[i];
+          if ((k == 0) == (s->recv_first != 0))
+            ck_assert_cg_ok(cg_recv(out, g, c, slot[s->recv_slot], N, CG_INT32, (rank + size - shift) % size));
+          else
+            ck_assert_cg_ok(cg_send(out, g, c, slot[s->send_slot], N, CG_INT32, (rank + shift) % size));
+        }
+        break;
+      case HOST:
+        if (here) ck_assert_cg_ok(cg_host_func(&first[i], g, cg_test_noop, NULL, s->fence ? NULL : &access));
+        break;
+      case ALLREDUCE:
+        ck_assert_cg_ok(cg_allreduce(&first[i], g, c, slot[s->send_slot], slot[s->recv_slot], N, CG_INT32, CG_SUM));
+        break;
+      default: ck_assert_cg_ok(cg_barrier(&first[i], g, c)); break;
+    }
+    if (s->kind != RING) last[i] = first[i];
+    if (s->depend_on >= 0 && here && present[i] && present[s->depend_on])
+      ck_assert_cg_ok(cg_depend(g, last[s->depend_on], first[i]));
+  }
+}
+
+START_TEST(levels__random_programs_match_across_ranks) {
+  static int32_t slot[SLOTS][N];
+  comms_t w;
+  comms_make(&w);
+  int units_checked = 0, raised_programs = 0;
+  for (int k = 0; k < N_PROGRAMS; k++) {
+    cg_test_reseed(7000 + (uint64_t)k);
+    program_t p;
+    generate(&p);
+    cg_graph_t *g;
+    ck_assert_cg_ok(cg_graph_create(&g, NULL));
+    record(g, &p, &w, slot);
+    leveled_t lv;
+    leveled_make(&lv, g);
+    int raised = 0;
+    char what[64];
+    snprintf(what, sizeof what, "random program %d", k);
+    units_checked += check_all(&w, &lv, what, &raised);
+    raised_programs += raised;
+    leveled_free(&lv);
+    cg_graph_destroy(g);
+  }
+  if (cg_mpi_rank() == 0)
+    printf("%d random programs: levels raised by the exchange in %d, groups compared in %d\n", N_PROGRAMS,
+           raised_programs, units_checked);
+  /* the generator must produce what the checks are about */
+  ck_assert_msg(raised_programs > N_PROGRAMS / 4 && units_checked > N_PROGRAMS / 4, "raised in %d, units in %d",
+                raised_programs, units_checked);
+  comms_free(&w);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("mpi_levels");
+  TCase *hand = cg_mpi_tcase("by_hand");
+  tcase_add_test(hand, levels__forwarding_ring_recorded_receive_first);
+  tcase_add_test(hand, levels__pipeline_forward_and_back);
+  tcase_add_test(hand, levels__token_around_the_ring);
+  tcase_add_test(hand, levels__a_later_lower_level_goes_first);
+  tcase_add_test(hand, levels__a_cycle_across_ranks_is_reported);
+  suite_add_tcase(s, hand);
+  TCase *random = cg_mpi_tcase("random");
+  tcase_add_test(random, levels__random_programs_match_across_ranks);
+  suite_add_tcase(s, random);
+  return cg_mpi_test_main(s);
+}
