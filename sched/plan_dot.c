@@ -116,8 +116,11 @@ cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
     fputc(' ', f);
     put_name(f, plan->name);
   }
-  fprintf(f, ": %u steps, %u lanes, %u communicators, %zu dependencies\n", plan->n_steps, plan->n_lanes,
+  fprintf(f, ": %u steps, %u lanes, %u communicators, %zu dependencies", plan->n_steps, plan->n_lanes,
           plan->n_comms, plan->n_deps);
+  int device = plan->device != CG_DEVICE_HOST;
+  if (device) fprintf(f, ", device plan: %u issue units", plan->n_units);
+  fputc('\n', f);
   for (uint32_t i = 0; i < plan->n_steps; i++) {
     const cg_step_t *s = &plan->steps[i];
     fprintf(f, "step %u lane %u ", i, s->lane);
@@ -132,6 +135,9 @@ cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
     fputs(" after", f);
     if (!s->n_deps) fputs(" -", f);
     for (uint32_t e = 0; e < s->n_deps; e++) fprintf(f, " %u", s->deps[e]);
+    /* device plans: the unit it is captured in (units are numbered in capture
+     * order; a unit of several steps is one group) */
+    if (device) fprintf(f, " unit %u", s->unit);
     fputc('\n', f);
   }
   return finish(f, "cg_plan_dump");

@@ -99,7 +99,9 @@ CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
  * dependencies. */
 CG_API cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *file);
 /* The plan as text, one line per step (kind, lane, position on its
- * communicator, shape, dependencies, source node). Contains no addresses, so
+ * communicator, shape, dependencies, source node; for a device plan also the
+ * unit it is captured in, in capture order, several steps in one unit being
+ * one group). Contains no addresses, so
  * the same plan prints the same text in every run; ranks differ only where
  * their programs do (peers, and hazard edges that depend on the rank, such as a
  * broadcast root reading its send buffer). */

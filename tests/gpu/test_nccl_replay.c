@@ -451,12 +451,27 @@ START_TEST(nccl_api__stats_and_dot_of_device_plans) {
   ck_assert_all_ranks(ok, "z = n * allreduce(x)");
   cg_plan_destroy(plan);
 
-  /* a ring: its send and receive are issued in one group */
+  /* a ring: its send and receive are issued in one group; compiled twice,
+   * the dumps (with the capture units) are identical */
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_send(NULL, g, a, x, SN, CG_INT32, (me + 1) % n));
   ck_assert_cg_ok(cg_recv(NULL, g, a, y, SN, CG_INT32, (me + n - 1) % n));
   plan = compile_all_ranks(g, "a ring");
+  cg_plan_t *again = compile_all_ranks(g, "the same ring again");
   cg_graph_destroy(g);
+  char *dumps[2] = {NULL, NULL};
+  size_t sizes[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    FILE *f = open_memstream(&dumps[k], &sizes[k]);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_cg_ok(cg_plan_dump(k ? again : plan, f));
+    fclose(f);
+  }
+  ck_assert_msg(strcmp(dumps[0], dumps[1]) == 0 && strstr(dumps[0], " unit 0\n"),
+                "dumps of one device plan compiled twice differ or lack units:\n%s\n%s", dumps[0], dumps[1]);
+  free(dumps[0]);
+  free(dumps[1]);
+  cg_plan_destroy(again);
   ck_assert_cg_ok(cg_plan_stats(&st, plan));
   ck_assert_int_eq(st.device, cg_gpu_device());
   ck_assert_uint_ge(st.groups, 1);
