@@ -27,8 +27,7 @@ struct cg_cuda_plan {
   cudaGraphExec_t exec;
   cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
   int running;
-  cudaEvent_t launched; /* after the last cg_plan_launch, on the user's stream */
-  int any_launched;
+  int launched; /* by cg_plan_launch, on a stream the plan does not know */
 };
 
 static cg_status_t cuda_fail(cudaError_t err, const char *where, const char *call) {
@@ -38,10 +37,10 @@ static cg_status_t cuda_fail(cudaError_t err, const char *where, const char *cal
 void cg_cuda_plan_free(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   if (!c) return;
-  /* replays still running on a user's stream use the graph, its buffers and
-   * the communicators released right after this */
-  if (c->any_launched) cudaEventSynchronize(c->launched);
-  if (c->launched) cudaEventDestroy(c->launched);
+  /* replays still running on a user's stream use the graph and the
+   * communicators released right after this; a launch records nothing (it is
+   * one cudaGraphLaunch), so waiting for them means waiting for the device */
+  if (c->launched) cudaDeviceSynchronize();
   if (c->exec) cudaGraphExecDestroy(c->exec);
   if (c->graph) cudaGraphDestroy(c->graph);
   if (c->run_done) cudaEventDestroy(c->run_done);
@@ -152,8 +151,7 @@ static cg_status_t prepare(cg_plan_t *p, cudaEvent_t **events, cudaEvent_t **joi
     if ((err = cudaStreamCreateWithFlags(&c->lanes[l], cudaStreamNonBlocking)) != cudaSuccess ||
         (err = cudaEventCreateWithFlags(&(*joins)[l], cudaEventDisableTiming)) != cudaSuccess)
       return cuda_fail(err, where, "creating lane streams");
-  if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess ||
-      (err = cudaEventCreateWithFlags(&c->launched, cudaEventDisableTiming)) != cudaSuccess)
+  if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess)
     return cuda_fail(err, where, "cudaEventCreateWithFlags");
   return create_events(*events, p, where);
 }
@@ -233,9 +231,7 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
                    "capture is not supported in this version (launch it outside the capture)");
   if ((err = cudaGraphLaunch(plan->cuda->exec, stream)) != cudaSuccess)
     return cuda_fail(err, "cg_plan_launch", "cudaGraphLaunch");
-  if ((err = cudaEventRecord(plan->cuda->launched, stream)) != cudaSuccess)
-    return cuda_fail(err, "cg_plan_launch", "cudaEventRecord");
-  plan->cuda->any_launched = 1;
+  plan->cuda->launched = 1;
   return CG_SUCCESS;
 }
 

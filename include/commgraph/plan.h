@@ -54,8 +54,9 @@ typedef struct cg_compile_opts {
  * only to name the nodes of a mismatch: once per compile, nothing per run. */
 CG_API cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts);
 
-/* Waits for a running plan (a device plan: for its last cg_plan_launch as
- * well), then frees it. NULL is fine. */
+/* Waits for a running plan, then frees it (a device plan that was ever
+ * launched with cg_plan_launch: synchronizes the device first). NULL is
+ * fine. */
 CG_API void cg_plan_destroy(cg_plan_t *plan);
 
 /* ---- running a plan
