@@ -601,6 +601,55 @@ START_TEST(nccl_kinds__allreduce_in_place_and_reduce_scatter_over_256_mb_per_ran
 }
 END_TEST
 
+/* The other forms at the same size: allgather in place (int32: this rank's
+ * block already sits at its offset of the receive buffer) and broadcast out
+ * of place (float32, from the last rank), checked on the device element by
+ * element against each source rank's value stream. */
+START_TEST(nccl_kinds__allgather_in_place_and_broadcast_over_256_mb_per_rank) {
+  int me = cg_gpu_rank(), n = cg_gpu_size(), root = n - 1;
+  uint64_t seed_ag = cg_test_seed() ^ 0xA6ull, seed_bc = cg_test_seed() ^ 0xBCull;
+  cudaStream_t s = cg_gpu_stream();
+  size_t body = BIG_COUNT * 4;
+  char *ag = cg_gpu_alloc(body * (size_t)n), *bc_send = cg_gpu_alloc(body), *bc_recv = cg_gpu_alloc(body);
+  CUDA_OK(cudaMemsetAsync(ag, CG_MPI_POISON, body * (size_t)n, s));
+  CUDA_OK(cudaMemsetAsync(bc_recv, CG_MPI_POISON, body, s));
+  CUDA_OK(cg_gpu_fill(ag + (size_t)me * body, 0, BIG_COUNT, seed_ag, me, 0, s));
+  CUDA_OK(cg_gpu_fill(bc_send, 1, BIG_COUNT, seed_bc, me, 0, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+
+  cg_graph_t *g;
+  cg_plan_t *plan;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_allgather(NULL, g, cg_gpu_shared_comm(0), ag + (size_t)me * body, ag, BIG_COUNT, CG_INT32));
+  ck_assert_cg_ok(cg_broadcast(NULL, g, cg_gpu_shared_comm(1), bc_send, bc_recv, BIG_COUNT, CG_FLOAT32, root));
+  cg_status_t st = cg_compile(&plan, g, NULL);
+  ck_assert_all_ranks(st == CG_SUCCESS, "compiling an allgather and a broadcast of 256 MB");
+  cg_graph_destroy(g);
+  st = cg_plan_launch(plan, s);
+  ck_assert_all_ranks(st == CG_SUCCESS, "launching them");
+
+  unsigned long long *d_bad, bad[3] = {0, 0, 0};
+  CUDA_OK(cudaMalloc((void **)&d_bad, sizeof bad));
+  CUDA_OK(cudaMemsetAsync(d_bad, 0, sizeof bad, s));
+  for (int r = 0; r < n; r++)
+    CUDA_OK(cg_gpu_check_sum(ag + (size_t)r * body, 0, BIG_COUNT, BIG_COUNT, seed_ag, r, 1, &d_bad[0], s));
+  CUDA_OK(cg_gpu_check_sum(bc_recv, 1, BIG_COUNT, BIG_COUNT, seed_bc, root, 1, &d_bad[1], s));
+  CUDA_OK(cg_gpu_check_sum(bc_send, 1, BIG_COUNT, BIG_COUNT, seed_bc, me, 1, &d_bad[2], s));
+  CUDA_OK(cudaMemcpyAsync(bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  char what[300];
+  snprintf(what, sizeof what,
+           "rank %d: allgather (int32, in place) %llu wrong elements, broadcast (float32, from %d) %llu, its send "
+           "buffer %llu changed", me, bad[0], root, bad[1], bad[2]);
+  ck_assert_all_ranks(bad[0] == 0 && bad[1] == 0 && bad[2] == 0, what);
+  cg_plan_destroy(plan);
+  cg_gpu_free(d_bad);
+  cg_gpu_free(ag);
+  cg_gpu_free(bc_send);
+  cg_gpu_free(bc_recv);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("nccl_kinds");
   TCase *tc = cg_gpu_tcase("nccl_kinds");
@@ -615,6 +664,7 @@ int main(void) {
   tcase_add_test(tc, nccl_kinds__send_recv_ring_and_self_every_dtype_and_size);
   tcase_add_test(tc, nccl_kinds__barrier_alone_and_between_other_nodes);
   tcase_add_test(tc, nccl_kinds__allreduce_in_place_and_reduce_scatter_over_256_mb_per_rank);
+  tcase_add_test(tc, nccl_kinds__allgather_in_place_and_broadcast_over_256_mb_per_rank);
   suite_add_tcase(s, tc);
   return cg_gpu_test_main(s, "test_nccl_kinds");
 }
