@@ -24,8 +24,9 @@
 
 #include "gpu_kernels.h"
 #include "gpu_test.h"
+#include "kind_cases.h"
 
-enum { GUARD = 16 }; /* a multiple of every element size, so bodies stay aligned */
+enum { GUARD = CG_KC_GUARD };
 
 #define ODD_COUNT ((size_t)1000003)      /* odd and prime */
 #define ODD_COUNT_PER_BLOCK ((size_t)250007) /* for kinds whose buffers hold count x ranks */
@@ -35,223 +36,14 @@ static const size_t sizes[] = {0, 1, 2, 7, ODD_COUNT};
 #define MAX_CASES (CG_REDOP_COUNT * 2 * N_SIZES * 2)
 #define N_COMMS CG_GPU_SHARED_COMMS
 
-typedef struct kcase {
-  cg_node_kind_t kind; /* CG_NODE_SEND stands for a send and its matching receive */
-  cg_dtype_t dtype;
-  cg_redop_t op; /* also picks the value range for kinds without a reduction */
-  int root;      /* root; for send/recv the peer sent to */
-  int from;      /* send/recv: the peer received from */
-  size_t count;
-  int inplace;
-  uint64_t id;             /* part of the input salt: one per case, its two forms share it */
-  size_t a_bytes, b_bytes; /* a: send buffer, or the whole buffer in place; b: recv */
-  char *a, *b;             /* host images with GUARD bytes on both sides: inputs, then results */
-  char *da, *db;           /* the device allocations they mirror */
-  char *want_a, *want_b;   /* what they must hold after the run, guards included */
-  const void *send;        /* as recorded, in the host images (translated to the device) */
-  void *recv;
-} kcase_t;
-
 static void *xmalloc(size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);
   ck_assert_ptr_nonnull(p);
   return p;
 }
 
-static char *poisoned(size_t bytes) {
-  char *p = xmalloc(bytes + 2 * GUARD);
-  memset(p, CG_MPI_POISON, bytes + 2 * GUARD);
-  return p;
-}
-
-static int has_inplace_form(cg_node_kind_t k) { return k != CG_NODE_ALLTOALL && k != CG_NODE_SEND; }
-
-/* Kinds whose count is per block, so buffers hold count x ranks elements. */
-static int scales_with_ranks(cg_node_kind_t k) {
-  return k == CG_NODE_ALLGATHER || k == CG_NODE_REDUCE_SCATTER || k == CG_NODE_ALLTOALL || k == CG_NODE_GATHER ||
-         k == CG_NODE_SCATTER;
-}
-
 static size_t case_count(cg_node_kind_t kind, size_t s) {
-  return sizes[s] == ODD_COUNT && scales_with_ranks(kind) ? ODD_COUNT_PER_BLOCK : sizes[s];
-}
-
-/* The two forms of a case share their inputs: the blocks of the current case
- * are kept for its other form. */
-enum { REDUCED = 0xFFF }; /* sender field of a reduced block */
-static struct {
-  uint64_t id; /* case they belong to */
-  uint64_t *salt;
-  char **data;
-  size_t n, cap;
-} memo;
-
-static void memo_clear(void) {
-  for (size_t i = 0; i < memo.n; i++) free(memo.data[i]);
-  free(memo.salt);
-  free(memo.data);
-  memset(&memo, 0, sizeof memo);
-}
-
-/* Rank `sender`'s input for block `block` of case c (count elements), or with
- * sender REDUCED the reduction over all ranks of their inputs for `block`. */
-static const char *block_of(const kcase_t *c, int sender, int block) {
-  uint64_t salt = c->id << 24 | (uint64_t)sender << 12 | (uint64_t)block;
-  if (memo.id != c->id) memo_clear();
-  memo.id = c->id;
-  for (size_t i = 0; i < memo.n; i++)
-    if (memo.salt[i] == salt) return memo.data[i];
-  int n = cg_gpu_size();
-  size_t cb = c->count * cg_dtype_size(c->dtype);
-  char *data = xmalloc(cb);
-  if (sender == REDUCED) {
-    char *inputs = xmalloc(cb * (size_t)n);
-    for (int r = 0; r < n; r++) memcpy(inputs + (size_t)r * cb, block_of(c, r, block), cb);
-    cg_ref_reduce(data, inputs, n, c->count, c->dtype, c->op);
-    free(inputs);
-  } else {
-    cg_mpi_test_fill(data, c->count, c->dtype, c->op, n, cg_test_seed(), salt);
-  }
-  if (memo.n == memo.cap) {
-    memo.cap = memo.cap ? 2 * memo.cap : 16;
-    memo.salt = realloc(memo.salt, memo.cap * sizeof *memo.salt);
-    memo.data = realloc(memo.data, memo.cap * sizeof *memo.data);
-    ck_assert(memo.salt && memo.data);
-  }
-  memo.salt[memo.n] = salt;
-  memo.data[memo.n++] = data;
-  return data;
-}
-
-static void put_input(void *dst, const kcase_t *c, int sender, int block) {
-  memcpy(dst, block_of(c, sender, block), c->count * cg_dtype_size(c->dtype));
-}
-
-static void put_reduced(void *dst, const kcase_t *c, int block) {
-  memcpy(dst, block_of(c, REDUCED, block), c->count * cg_dtype_size(c->dtype));
-}
-
-/* Bytes of a and b this rank needs: only what the kind uses on this rank, so
- * the guards sit right where a wrong length would write. */
-static void buffer_sizes(const kcase_t *c, size_t *a, size_t *b) {
-  int n = cg_gpu_size(), is_root = cg_gpu_rank() == c->root, ip = c->inplace;
-  size_t cb = c->count * cg_dtype_size(c->dtype), all = cb * (size_t)n;
-  switch (c->kind) {
-    case CG_NODE_ALLREDUCE:
-    case CG_NODE_REDUCE: *a = cb, *b = ip ? 0 : cb; break;
-    case CG_NODE_BROADCAST: *a = ip || is_root ? cb : 0, *b = ip ? 0 : cb; break;
-    case CG_NODE_ALLGATHER: *a = ip ? all : cb, *b = ip ? 0 : all; break;
-    case CG_NODE_REDUCE_SCATTER: *a = all, *b = ip ? 0 : cb; break;
-    case CG_NODE_ALLTOALL: *a = all, *b = all; break;
-    case CG_NODE_GATHER: *a = ip && is_root ? all : cb, *b = ip ? 0 : all; break;
-    case CG_NODE_SCATTER: *a = is_root ? all : 0, *b = ip && is_root ? 0 : cb; break;
-    default: *a = cb, *b = cb; break; /* send/recv */
-  }
-}
-
-/* Writes this rank's inputs into the host image a, the expected contents
- * after the run into want_a and want_b, and the pointers to record. */
-static void setup_host(kcase_t *c) {
-  int me = cg_gpu_rank(), n = cg_gpu_size(), root = c->root, is_root = me == root;
-  size_t cb = c->count * cg_dtype_size(c->dtype);
-  buffer_sizes(c, &c->a_bytes, &c->b_bytes);
-  c->a = poisoned(c->a_bytes);
-  c->want_a = poisoned(c->a_bytes);
-  c->b = poisoned(c->b_bytes);
-  c->want_b = poisoned(c->b_bytes);
-  char *a = c->a + GUARD, *wa = c->want_a + GUARD, *b = c->b + GUARD, *wb = c->want_b + GUARD;
-  switch (c->kind) {
-    case CG_NODE_ALLREDUCE:
-      put_input(a, c, me, 0);
-      if (!c->inplace) memcpy(wa, a, cb);
-      put_reduced(c->inplace ? wa : wb, c, 0);
-      c->send = a;
-      c->recv = c->inplace ? a : b;
-      break;
-    case CG_NODE_REDUCE: /* in place every rank passes send == recv; only the root's buffer changes */
-      put_input(a, c, me, 0);
-      memcpy(wa, a, cb);
-      if (is_root) put_reduced(c->inplace ? wa : wb, c, 0);
-      c->send = a;
-      c->recv = c->inplace ? a : b;
-      break;
-    case CG_NODE_BROADCAST:
-      if (is_root) put_input(a, c, me, 0);
-      if (c->inplace) {
-        put_input(wa, c, root, 0);
-        c->send = c->recv = a;
-      } else {
-        memcpy(wa, a, c->a_bytes);
-        put_input(wb, c, root, 0);
-        c->send = is_root ? a : NULL; /* unused off the root: may be NULL */
-        c->recv = b;
-      }
-      break;
-    case CG_NODE_ALLGATHER:
-      for (int r = 0; r < n; r++) put_input((c->inplace ? wa : wb) + (size_t)r * cb, c, r, 0);
-      if (c->inplace) {
-        put_input(a + (size_t)me * cb, c, me, 0);
-        c->send = a + (size_t)me * cb;
-        c->recv = a;
-      } else {
-        put_input(a, c, me, 0);
-        memcpy(wa, a, cb);
-        c->send = a;
-        c->recv = b;
-      }
-      break;
-    case CG_NODE_REDUCE_SCATTER: /* in place only this rank's block may change */
-      for (int j = 0; j < n; j++) put_input(a + (size_t)j * cb, c, me, j);
-      memcpy(wa, a, (size_t)n * cb);
-      put_reduced(c->inplace ? wa + (size_t)me * cb : wb, c, me);
-      c->send = a;
-      c->recv = c->inplace ? a + (size_t)me * cb : b;
-      break;
-    case CG_NODE_ALLTOALL:
-      for (int j = 0; j < n; j++) put_input(a + (size_t)j * cb, c, me, j);
-      memcpy(wa, a, (size_t)n * cb);
-      for (int r = 0; r < n; r++) put_input(wb + (size_t)r * cb, c, r, me);
-      c->send = a;
-      c->recv = b;
-      break;
-    case CG_NODE_GATHER:
-      if (c->inplace && is_root) {
-        put_input(a + (size_t)root * cb, c, me, 0);
-        for (int r = 0; r < n; r++) put_input(wa + (size_t)r * cb, c, r, 0);
-        c->send = a + (size_t)root * cb;
-        c->recv = a;
-      } else {
-        put_input(a, c, me, 0);
-        memcpy(wa, a, cb);
-        if (is_root)
-          for (int r = 0; r < n; r++) put_input(wb + (size_t)r * cb, c, r, 0);
-        c->send = a;
-        c->recv = c->inplace ? NULL : b; /* out of place a non-root's recv must stay poisoned */
-      }
-      break;
-    case CG_NODE_SCATTER:
-      if (is_root) {
-        for (int j = 0; j < n; j++) put_input(a + (size_t)j * cb, c, me, j);
-        memcpy(wa, a, (size_t)n * cb);
-      }
-      if (c->inplace && is_root) {
-        c->send = a;
-        c->recv = a + (size_t)root * cb;
-      } else {
-        put_input(wb, c, root, me);
-        c->send = is_root ? a : NULL;
-        c->recv = b;
-      }
-      break;
-    default: /* send to c->root, receive from c->from */
-      put_input(a, c, me, 0);
-      memcpy(wa, a, cb);
-      put_input(wb, c, c->from, 0);
-      c->send = a;
-      c->recv = b;
-      break;
-  }
-  if (c->count == 0 && !c->inplace) c->send = c->recv = NULL; /* zero bytes: NULL is valid */
+  return sizes[s] == ODD_COUNT && cg_kc_scales_with_ranks(kind) ? ODD_COUNT_PER_BLOCK : sizes[s];
 }
 
 /* Device buffers: poisoned with cudaMemset, then the inputs (the body of a,
@@ -277,10 +69,7 @@ static void download(kcase_t *c) {
 }
 
 static void free_case(kcase_t *c) {
-  free(c->a);
-  free(c->b);
-  free(c->want_a);
-  free(c->want_b);
+  cg_kc_free(c);
   cg_gpu_free(c->da);
   cg_gpu_free(c->db);
 }
@@ -293,43 +82,6 @@ static cg_status_t record_case(cg_graph_t *g, cg_comm_t *comm, const kcase_t *c)
   }
   cg_test_call_t call = {c->kind, comm, send, recv, c->count, c->dtype, c->op, c->root};
   return cg_test_record(NULL, g, &call);
-}
-
-static void describe(char *out, size_t len, const kcase_t *c) {
-  char extra[64] = "";
-  if (c->kind == CG_NODE_SEND)
-    snprintf(extra, sizeof extra, " to %d from %d", c->root, c->from);
-  else if (cg_test_kind_has_op(c->kind) && cg_test_kind_is_rooted(c->kind))
-    snprintf(extra, sizeof extra, " %s root %d", cg_redop_name(c->op), c->root);
-  else if (cg_test_kind_has_op(c->kind))
-    snprintf(extra, sizeof extra, " %s", cg_redop_name(c->op));
-  else if (cg_test_kind_is_rooted(c->kind))
-    snprintf(extra, sizeof extra, " root %d", c->root);
-  snprintf(out, len, "%s %s%s count %zu %s (rank %d of %d)",
-           c->kind == CG_NODE_SEND ? "send/recv" : cg_node_kind_name(c->kind), cg_dtype_name(c->dtype), extra,
-           c->count, c->inplace ? "in place" : "out of place", cg_gpu_rank(), cg_gpu_size());
-}
-
-/* 1 if both buffers hold exactly the expected bytes; otherwise `why` names the
- * case and the first wrong byte (offset from the buffer start; negative or past
- * its length means a guard). */
-static int check_case(const kcase_t *c, char *why, size_t len) {
-  const char *names[2] = {c->inplace ? "buffer" : "send", "recv"};
-  const char *got[2] = {c->a, c->b}, *want[2] = {c->want_a, c->want_b};
-  size_t bytes[2] = {c->a_bytes, c->b_bytes};
-  for (int k = 0; k < 2; k++) {
-    size_t total = bytes[k] + 2 * GUARD;
-    if (!memcmp(got[k], want[k], total)) continue;
-    size_t i = 0, n_diff = 0;
-    while (got[k][i] == want[k][i]) i++;
-    for (size_t j = i; j < total; j++) n_diff += got[k][j] != want[k][j];
-    char what[200];
-    describe(what, sizeof what, c);
-    snprintf(why, len, "%s: %s byte %td of %zu is 0x%02x, expected 0x%02x (%zu bytes differ)", what, names[k],
-             (ptrdiff_t)i - GUARD, bytes[k], (unsigned char)got[k][i], (unsigned char)want[k][i], n_diff);
-    return 0;
-  }
-  return 1;
 }
 
 static int add_barrier(cg_graph_t *g, cg_comm_t *comm, char *what, size_t len, const char *label) {
@@ -351,11 +103,11 @@ static void run_cases(kcase_t *cases, size_t n, const char *label, int use_run) 
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   int ok = add_barrier(g, comms[0], what, sizeof what, label);
   for (size_t i = 0; i < n && ok; i++) {
-    setup_host(&cases[i]);
+    cg_kc_setup(&cases[i], cg_gpu_rank(), cg_gpu_size());
     setup_device(&cases[i]);
     if (record_case(g, comms[i % N_COMMS], &cases[i]) != CG_SUCCESS) {
       char desc[200];
-      describe(desc, sizeof desc, &cases[i]);
+      cg_kc_describe(desc, sizeof desc, &cases[i]);
       snprintf(what, sizeof what, "%s: recording %s: %s", label, desc, cg_error_last());
       ok = 0;
     }
@@ -383,13 +135,13 @@ static void run_cases(kcase_t *cases, size_t n, const char *label, int use_run) 
   char first[600] = "", why[600];
   for (size_t i = 0; i < n; i++) {
     download(&cases[i]);
-    if (!check_case(&cases[i], why, sizeof why) && bad++ == 0) memcpy(first, why, sizeof first);
+    if (!cg_kc_check(&cases[i], why, sizeof why) && bad++ == 0) memcpy(first, why, sizeof first);
   }
   snprintf(what, sizeof what, "%s: %zu of %zu cases differ here; first: %s", label, bad, n, bad ? first : "(none)");
   ck_assert_all_ranks(bad == 0, what);
   cg_plan_destroy(plan);
   for (size_t i = 0; i < n; i++) free_case(&cases[i]);
-  memo_clear();
+  cg_kc_forget();
 }
 
 /* Every reduction, root, size and form of one kind and type, in record order
@@ -397,7 +149,7 @@ static void run_cases(kcase_t *cases, size_t n, const char *label, int use_run) 
 static size_t build_cases(kcase_t *out, cg_node_kind_t kind, cg_dtype_t dtype) {
   int n = cg_gpu_size(), roots[2] = {0, n - 1};
   int n_ops = cg_test_kind_has_op(kind) ? CG_REDOP_COUNT : 1;
-  int n_roots = cg_test_kind_is_rooted(kind) ? 2 : 1, n_forms = has_inplace_form(kind) ? 2 : 1;
+  int n_roots = cg_test_kind_is_rooted(kind) ? 2 : 1, n_forms = cg_kc_has_inplace_form(kind) ? 2 : 1;
   size_t k = 0;
   for (int op = 0; op < n_ops; op++)
     for (int r = 0; r < n_roots; r++)
