@@ -33,6 +33,7 @@
 #include "commgraph/cuda.h"
 #include "commgraph/mpi.h"
 #include "commgraph/nccl.h"
+#include "gpu_bench.h"
 
 #define MAX_ROUNDS 101
 #define MAX_SMALL_OPS 128
@@ -40,39 +41,7 @@
 
 static int rank, ranks;
 
-static void fail(const char *what, const char *why) {
-  fprintf(stderr, "rank %d: %s: %s\n", rank, what, why);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
 
-#define CUDA_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    cudaError_t e_ = (call);                                                                                 \
-    if (e_ != cudaSuccess) fail(#call, cudaGetErrorString(e_));                                              \
-  } while (0)
-#define NCCL_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    ncclResult_t r_ = (call);                                                                                \
-    if (r_ != ncclSuccess) fail(#call, ncclGetErrorString(r_));                                              \
-  } while (0)
-#define CG_CHECK(call)                                                                                       \
-  do {                                                                                                       \
-    cg_status_t s_ = (call);                                                                                 \
-    if (s_ != CG_SUCCESS) {                                                                                  \
-      fprintf(stderr, "rank %d: %s: %s\n  %s\n", rank, #call, cg_status_string(s_), cg_error_last());        \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                                          \
-    }                                                                                                        \
-  } while (0)
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* ---- what one batch does */
 
@@ -134,7 +103,7 @@ static void time_modes(work_t *w, const int *modes, int n_modes, int iters, int 
       w->mode = modes[m];
       t[m][r] = time_batch(w, iters, stream, start, stop);
     }
-  for (int m = 0; m < n_modes; m++) med[m] = median(t[m], rounds);
+  for (int m = 0; m < n_modes; m++) med[m] = cg_bench_median(t[m], rounds);
 }
 
 /* ---- checking a plan's result once */
@@ -186,7 +155,7 @@ static cg_plan_t *compile_allreduces(cg_comm_t *comm, float **send, float **recv
 static void bench_large(cg_comm_t *comm, ncclComm_t nccl, size_t max_mb, int rounds, cudaStream_t stream,
                         cudaEvent_t start, cudaEvent_t stop) {
   float *host = malloc(((size_t)1 << 18) * sizeof *host);
-  if (!host) fail("malloc", "out of memory");
+  if (!host) cg_bench_fail("malloc", "out of memory");
   if (rank == 0) {
     printf("\na) one large float32 sum allreduce, out of place: ncclAllReduce vs cg_plan_launch of a plan holding it\n");
     printf("%10s %6s %14s %14s %14s %14s %10s\n", "MB/rank", "iters", "NCCL time", "plan time", "NCCL busbw",
@@ -286,22 +255,6 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
 
 /* ---- set-up */
 
-/* The GPU this rank uses: its rank among the ranks on its node. Returns -1 and
- * says why in `why` when there is none. */
-static int choose_device(int local_rank, int local_ranks, char *why, size_t why_size) {
-  int devices = 0;
-  cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess) {
-    snprintf(why, why_size, "no GPU: cudaGetDeviceCount: %s", cudaGetErrorString(e));
-    return -1;
-  }
-  if (devices < local_ranks) {
-    snprintf(why, why_size, "%d CUDA device%s for %d ranks on this node; one GPU per rank is needed", devices,
-             devices == 1 ? "" : "s", local_ranks);
-    return -1;
-  }
-  return local_rank;
-}
 
 static void usage(const char *argv0) {
   if (rank == 0) fprintf(stderr, "usage: mpiexec -n N %s [--max-mb MB] [--rounds 1..%d]\n", argv0, MAX_ROUNDS);
@@ -329,27 +282,11 @@ int main(int argc, char **argv) {
     }
   }
 
-  /* one GPU per rank, numbered by the rank's place on its node; every rank
-   * must have one, or none runs */
-  MPI_Comm node;
-  int local_rank, local_ranks, nodes, first_on_node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_size(node, &local_ranks);
-  first_on_node = local_rank == 0;
-  MPI_Allreduce(&first_on_node, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  char why[256] = "";
-  int device = choose_device(local_rank, local_ranks, why, sizeof why);
-  int without = device < 0 ? rank : ranks, first_without; /* the lowest rank without a GPU says why */
-  MPI_Allreduce(&without, &first_without, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first_without < ranks) {
-    MPI_Bcast(why, sizeof why, MPI_CHAR, first_without, MPI_COMM_WORLD);
-    if (rank == 0) printf("bench_nccl_plan: not run: rank %d has no GPU of its own (%s)\n", first_without, why);
-    MPI_Comm_free(&node);
+  int nodes = 0, device = cg_bench_pick_gpu("bench_nccl_plan", &nodes);
+  if (device < 0) {
     MPI_Finalize();
     return 0;
   }
-  CUDA_CHECK(cudaSetDevice(device));
 
   cg_comm_t *comm;
   cg_comm_opts_t copts = CG_COMM_OPTS_INIT;
@@ -391,7 +328,6 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaEventDestroy(stop));
   CUDA_CHECK(cudaStreamDestroy(stream));
   cg_comm_destroy(comm);
-  MPI_Comm_free(&node);
   MPI_Finalize();
   return 0;
 }

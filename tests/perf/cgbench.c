@@ -44,6 +44,7 @@
 #include "commgraph/cuda.h"
 #include "commgraph/mpi.h"
 #include "commgraph/nccl.h"
+#include "gpu_bench.h"
 
 #define MAX_ROUNDS 101
 #define ALIGN_FLOATS 64 /* 256 bytes */
@@ -53,47 +54,15 @@
 
 static int rank, ranks;
 
-static void fail(const char *what, const char *why) {
-  fprintf(stderr, "rank %d: %s: %s\n", rank, what, why);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-#define CUDA_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    cudaError_t e_ = (call);                                                                                 \
-    if (e_ != cudaSuccess) fail(#call, cudaGetErrorString(e_));                                              \
-  } while (0)
-#define NCCL_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    ncclResult_t r_ = (call);                                                                                \
-    if (r_ != ncclSuccess) fail(#call, ncclGetErrorString(r_));                                              \
-  } while (0)
-#define CG_CHECK(call)                                                                                       \
-  do {                                                                                                       \
-    cg_status_t s_ = (call);                                                                                 \
-    if (s_ != CG_SUCCESS) {                                                                                  \
-      fprintf(stderr, "rank %d: %s: %s\n  %s\n", rank, #call, cg_status_string(s_), cg_error_last());        \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                                          \
-    }                                                                                                        \
-  } while (0)
 
 static void *xcalloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size);
-  if (!p) fail("calloc", "out of memory");
+  if (!p) cg_bench_fail("calloc", "out of memory");
   return p;
 }
 
 static size_t align_up(size_t floats) { return (floats + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* ---- where tensors live and how DDP buckets them */
 
@@ -229,7 +198,7 @@ static void time_all(bench_t *b, int nb, int rounds, cudaStream_t s, cudaEvent_t
   for (int k = 0; k < nb; k++) time_batch(&b[k], 2, s, start, stop);
   for (int r = 0; r < rounds; r++)
     for (int k = 0; k < nb; k++) b[k].t[r] = time_batch(&b[k], b[k].iters, s, start, stop);
-  for (int k = 0; k < nb; k++) b[k].med = median(b[k].t, rounds);
+  for (int k = 0; k < nb; k++) b[k].med = cg_bench_median(b[k].t, rounds);
 }
 
 /* ---- setting a bench up and checking it once */
@@ -340,7 +309,7 @@ static int read_workload(const char *path, size_t **out) {
       if ((size_t)n == capacity) {
         capacity = capacity ? 2 * capacity : 256;
         counts = realloc(counts, capacity * sizeof *counts);
-        if (!counts) fail("realloc", "out of memory");
+        if (!counts) cg_bench_fail("realloc", "out of memory");
       }
       counts[n++] = c;
     }
@@ -370,22 +339,6 @@ static void workload_name(const char *path, char *name, size_t size) {
 
 /* ---- set-up */
 
-/* The GPU this rank uses: its rank among the ranks on its node. Returns -1 and
- * says why in `why` when there is none. */
-static int choose_device(int local_rank, int local_ranks, char *why, size_t why_size) {
-  int devices = 0;
-  cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess) {
-    snprintf(why, why_size, "no GPU: cudaGetDeviceCount: %s", cudaGetErrorString(e));
-    return -1;
-  }
-  if (devices < local_ranks) {
-    snprintf(why, why_size, "%d CUDA device%s for %d ranks on this node; one GPU per rank is needed", devices,
-             devices == 1 ? "" : "s", local_ranks);
-    return -1;
-  }
-  return local_rank;
-}
 
 static void usage(const char *argv0) {
   if (rank == 0)
@@ -452,28 +405,12 @@ int main(int argc, char **argv) {
   char name[128];
   workload_name(path, name, sizeof name);
 
-  /* one GPU per rank, numbered by the rank's place on its node; every rank
-   * must have one, or none runs */
-  MPI_Comm node;
-  int local_rank, local_ranks, nodes, first_on_node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_size(node, &local_ranks);
-  first_on_node = local_rank == 0;
-  MPI_Allreduce(&first_on_node, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  char why[256] = "";
-  int device = choose_device(local_rank, local_ranks, why, sizeof why);
-  int without = device < 0 ? rank : ranks, first_without; /* the lowest rank without a GPU says why */
-  MPI_Allreduce(&without, &first_without, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first_without < ranks) {
-    MPI_Bcast(why, sizeof why, MPI_CHAR, first_without, MPI_COMM_WORLD);
-    if (rank == 0) printf("cgbench: not run: rank %d has no GPU of its own (%s)\n", first_without, why);
+  int nodes = 0, device = cg_bench_pick_gpu("cgbench", &nodes);
+  if (device < 0) {
     free(counts);
-    MPI_Comm_free(&node);
     MPI_Finalize();
     return 0;
   }
-  CUDA_CHECK(cudaSetDevice(device));
 
   cg_comm_t *comm;
   cg_comm_opts_t copts = CG_COMM_OPTS_INIT;
@@ -554,7 +491,6 @@ int main(int argc, char **argv) {
   free_layout(&tiny);
   free(counts);
   cg_comm_destroy(comm);
-  MPI_Comm_free(&node);
   MPI_Finalize();
   return 0;
 }

@@ -1,10 +1,8 @@
 #include "gpu_test.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static int world_rank, world_size, device = -1;
 static cg_comm_t *shared[CG_GPU_SHARED_COMMS];
@@ -15,33 +13,7 @@ int cg_gpu_rank(void) { return world_rank; }
 int cg_gpu_size(void) { return world_size; }
 int cg_gpu_device(void) { return device; }
 
-/* ---- time limit (as in mpi_test.c, with this suite's rank and limit) */
-
-static void on_alarm(int sig) {
-  (void)sig;
-  char text[512];
-  int n = snprintf(text, sizeof text,
-                   "rank %d: a test ran past %d s and was stopped (rank 0's log lists the tests that passed; the "
-                   "next one in the suite hung)\n", world_rank, CG_GPU_TEST_TIMEOUT);
-  if (n > 0) {
-    ssize_t written = write(STDERR_FILENO, text, (size_t)n); /* nothing to do if it fails: we exit anyway */
-    (void)written;
-  }
-  _exit(124);
-}
-
-static void arm_timer(void) {
-  signal(SIGALRM, on_alarm);
-  alarm(CG_GPU_TEST_TIMEOUT);
-}
-static void disarm_timer(void) { alarm(0); }
-
-TCase *cg_gpu_tcase(const char *name) {
-  TCase *tc = tcase_create(name);
-  tcase_add_checked_fixture(tc, arm_timer, disarm_timer);
-  tcase_set_timeout(tc, 0); /* no fork: the alarm above is the limit */
-  return tc;
-}
+TCase *cg_gpu_tcase(const char *name) { return cg_mpi_tcase_limit(name, CG_GPU_TEST_TIMEOUT); }
 
 /* ---- one GPU per rank */
 
@@ -81,6 +53,7 @@ int cg_gpu_test_main(Suite *suite, const char *name) {
   MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  cg_mpi_test_adopt(world_rank, world_size);
   setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast stays off on shared hosts (unless set) */
   char why[256] = "";
   int mine = pick_device(why, sizeof why);

@@ -18,12 +18,19 @@ int cg_mpi_all(int ok) {
   return all;
 }
 
+static int limit_seconds = CG_MPI_TEST_TIMEOUT;
+
+void cg_mpi_test_adopt(int rank, int size) {
+  world_rank = rank;
+  world_size = size;
+}
+
 static void on_alarm(int sig) {
   (void)sig;
   char text[512];
   int n = snprintf(text, sizeof text,
                    "rank %d: a test ran past %d s and was stopped (rank 0's log lists the tests that passed; the "
-                   "next one in the suite hung)\n", world_rank, CG_MPI_TEST_TIMEOUT);
+                   "next one in the suite hung)\n", world_rank, limit_seconds);
   if (n > 0) {
     ssize_t written = write(STDERR_FILENO, text, (size_t)n); /* nothing to do if it fails: we exit anyway */
     (void)written;
@@ -35,11 +42,14 @@ static void on_alarm(int sig) {
  * in before each test. */
 static void arm_timer(void) {
   signal(SIGALRM, on_alarm);
-  alarm(CG_MPI_TEST_TIMEOUT);
+  alarm((unsigned)limit_seconds);
 }
 static void disarm_timer(void) { alarm(0); }
 
-TCase *cg_mpi_tcase(const char *name) {
+TCase *cg_mpi_tcase(const char *name) { return cg_mpi_tcase_limit(name, CG_MPI_TEST_TIMEOUT); }
+
+TCase *cg_mpi_tcase_limit(const char *name, int seconds) {
+  limit_seconds = seconds;
   TCase *tc = tcase_create(name);
   tcase_add_checked_fixture(tc, arm_timer, disarm_timer);
   tcase_set_timeout(tc, 0); /* no fork: the alarm above is the limit */

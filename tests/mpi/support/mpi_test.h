@@ -22,6 +22,11 @@
 int cg_mpi_test_main(Suite *suite);
 /* Adds a test case with the time limit; use instead of tcase_create. */
 TCase *cg_mpi_tcase(const char *name);
+/* The same with another limit (one limit per process: the last one set). */
+TCase *cg_mpi_tcase_limit(const char *name, int seconds);
+/* For suites with a main of their own (tests/gpu): the rank and size that
+ * cg_mpi_rank, cg_mpi_size and the time-limit message report. */
+void cg_mpi_test_adopt(int rank, int size);
 
 int cg_mpi_rank(void);
 int cg_mpi_size(void);

@@ -1,0 +1,63 @@
+#include "gpu_bench.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void cg_bench_fail(const char *what, const char *why) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, what, why);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double cg_bench_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The GPU of the rank at `local_rank` of `local_ranks` on its node; -1 and why
+ * when there is none. */
+static int choose_device(int local_rank, int local_ranks, char *why, size_t why_size) {
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess) {
+    snprintf(why, why_size, "no GPU: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    return -1;
+  }
+  if (devices < local_ranks) {
+    snprintf(why, why_size, "%d CUDA device%s for %d ranks on this node; one GPU per rank is needed", devices,
+             devices == 1 ? "" : "s", local_ranks);
+    return -1;
+  }
+  return local_rank;
+}
+
+int cg_bench_pick_gpu(const char *tool, int *nodes) {
+  int rank, ranks, local_rank, local_ranks, first_on_node;
+  MPI_Comm node;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_ranks);
+  MPI_Comm_free(&node);
+  first_on_node = local_rank == 0;
+  MPI_Allreduce(&first_on_node, nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  char why[256] = "";
+  int device = choose_device(local_rank, local_ranks, why, sizeof why);
+  int without = device < 0 ? rank : ranks, first_without; /* the lowest rank without a GPU says why */
+  MPI_Allreduce(&without, &first_without, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first_without < ranks) {
+    MPI_Bcast(why, sizeof why, MPI_CHAR, first_without, MPI_COMM_WORLD);
+    if (rank == 0) printf("%s: not run: rank %d has no GPU of its own (%s)\n", tool, first_without, why);
+    return -1;
+  }
+  CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}

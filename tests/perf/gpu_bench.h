@@ -1,0 +1,39 @@
+/* What the GPU benchmarks share: one GPU per rank, calls that abort the job
+ * with the rank and the error when they fail, and medians. */
+#ifndef CG_GPU_BENCH_H
+#define CG_GPU_BENCH_H
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "commgraph.h"
+
+/* Prints "rank R: what: why" and aborts the job. */
+void cg_bench_fail(const char *what, const char *why);
+
+#define CUDA_CHECK(call)                                                  \
+  do {                                                                    \
+    cudaError_t e_ = (call);                                              \
+    if (e_ != cudaSuccess) cg_bench_fail(#call, cudaGetErrorString(e_));  \
+  } while (0)
+#define NCCL_CHECK(call)                                                  \
+  do {                                                                    \
+    ncclResult_t r_ = (call);                                             \
+    if (r_ != ncclSuccess) cg_bench_fail(#call, ncclGetErrorString(r_));  \
+  } while (0)
+#define CG_CHECK(call)                                                    \
+  do {                                                                    \
+    cg_status_t s_ = (call);                                              \
+    if (s_ != CG_SUCCESS) cg_bench_fail(#call, cg_error_last());          \
+  } while (0)
+
+/* Median of v[0..n) (sorts v). */
+double cg_bench_median(double *v, int n);
+
+/* One GPU per rank, numbered by the rank's place on its node, made current.
+ * Collective over MPI_COMM_WORLD: every rank must have one, or none runs; then
+ * rank 0 prints "<tool>: not run: rank R has no GPU of its own (why)" and every
+ * rank gets -1. *nodes is the number of nodes. */
+int cg_bench_pick_gpu(const char *tool, int *nodes);
+
+#endif
