@@ -10,5 +10,6 @@
 #include "commgraph/comm.h"
 #include "commgraph/graph.h"
 #include "commgraph/plan.h"
+#include "commgraph/arena.h"
 
 #endif

@@ -14,7 +14,7 @@
 
 #include "plan_internal.h"
 
-#define CG_BACKEND_INTERFACE_VERSION 2u
+#define CG_BACKEND_INTERFACE_VERSION 3u
 
 /* Where a backend's steps may read and write. */
 #define CG_BACKEND_HOST_MEMORY 1u
@@ -62,6 +62,10 @@ struct cg_backend {
   /* The library call a step becomes ("ncclAllReduce", "MPI_Iallreduce"), for
    * DOT and dumps; static text. */
   const char *(*step_call)(const cg_step_t *step);
+
+  /* The bucket size this communicator's transport prefers (fusion), from its
+   * topology; the same on every rank of the communicator. 0: no preference. */
+  size_t (*bucket_bytes)(void *comm_impl);
 };
 
 typedef struct cg_backend cg_backend_t;

@@ -1,13 +1,16 @@
-/* cg_compile: a recorded graph becomes a plan of steps. Each node becomes one
- * step (fusion into buckets comes later), placed in the graph's deterministic
- * topological order; dependencies are the graph's edges, which already keep
- * each communicator's collectives in record order. */
+/* cg_compile: a recorded graph becomes a plan of steps. After the cross-rank
+ * check, the fusion pass groups nodes into buckets (fusion.h) and the ranks
+ * agree on them; lowering (lower.c) turns buckets and the other nodes into
+ * steps, bucket.c lays out the buckets' buffers, and a device plan is then
+ * captured into a CUDA graph (cuda_plan.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "agreement.h"
 #include "backend.h"
 #include "comm_order.h"
+#include "fusion.h"
+#include "lower.h"
 #include "error.h"
 #include "graph_view.h"
 #include "plan_internal.h"
@@ -15,10 +18,20 @@
 
 void cg_step_describe(char *buf, size_t size, const cg_plan_t *plan, uint32_t index) {
   const cg_step_t *s = &plan->steps[index];
-  char plan_name[300] = "", node_name[300] = "", where[64] = "";
+  char plan_name[300] = "", node_name[300] = "", where[64] = "", bucket[700] = "";
   if (plan->name) snprintf(plan_name, sizeof plan_name, "plan '%s' ", plan->name);
-  if (plan->node_names[index]) snprintf(node_name, sizeof node_name, " '%s'", plan->node_names[index]);
+  if (plan->node_names[s->node]) snprintf(node_name, sizeof node_name, " '%s'", plan->node_names[s->node]);
   if (s->comm) snprintf(where, sizeof where, " on rank %d of %d", s->comm->rank, s->comm->size);
+  if (s->bucket != CG_NO_STEP) {
+    const cg_bucket_t *b = &plan->buckets[s->bucket];
+    uint32_t last = b->members[b->n_members - 1];
+    const char *what = s->kind == CG_STEP_PACK ? "pack of " : s->kind == CG_STEP_UNPACK ? "unpack of " : "";
+    snprintf(bucket, sizeof bucket, "%sbucket %u of %u nodes: #%u%s .. #%u%s%s%s, ", what, s->bucket, b->n_members,
+             s->node, node_name, last, plan->node_names[last] ? " '" : "",
+             plan->node_names[last] ? plan->node_names[last] : "", plan->node_names[last] ? "'" : "");
+    snprintf(buf, size, "%sstep %u (%s%s%s)", plan_name, index, bucket, cg_node_kind_name(s->op_kind), where);
+    return;
+  }
   snprintf(buf, size, "%sstep %u (node #%u%s, %s%s)", plan_name, index, s->node, node_name,
            cg_node_kind_name(s->op_kind), where);
 }
@@ -37,6 +50,7 @@ static void plan_free(cg_plan_t *p) {
     const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
     if (s->backend_state && b && b->host_step_release) b->host_step_release(s->comm->impl, s->backend_state);
   }
+  cg_plan_free_buckets(p);
   for (uint32_t i = 0; p->node_names && i < p->n_names; i++) free(p->node_names[i]);
   /* in agreed-id order: releasing the last reference may destroy the
    * communicator, which is collective in practice (ncclCommFinalize,
@@ -48,6 +62,8 @@ static void plan_free(cg_plan_t *p) {
   free(p->comm_step_storage);
   free(p->comms);
   free(p->node_names);
+  free(p->fuse_why);
+  free(p->lanes);
   free(p->dep_storage);
   free(p->issue_order);
   free(p->units);
@@ -107,138 +123,11 @@ static cg_status_t check_placement(int *device, const cg_graph_t *g, const char 
   return CG_SUCCESS;
 }
 
-static cg_status_t lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order_t *order, const char *where) {
-  uint32_t n = cg_graph_node_count(g);
-  uint32_t *step_of = malloc((size_t)(n ? n : 1) * sizeof *step_of);
-  uint32_t *topo = malloc((size_t)(n ? n : 1) * sizeof *topo);
-  uint32_t *comm_steps = p->comm_step_storage = malloc((size_t)(n ? n : 1) * sizeof *comm_steps);
-  cg_status_t st = CG_SUCCESS;
-  p->steps = calloc(n ? n : 1, sizeof *p->steps);
-  p->node_names = calloc(n ? n : 1, sizeof *p->node_names);
-  if (p->node_names) p->n_names = n;
-  p->comms = calloc(order->n_sequences ? order->n_sequences : 1, sizeof *p->comms);
-  if (!step_of || !topo || !comm_steps || !p->steps || !p->node_names || !p->comms) {
-    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating %u steps", where, n);
-    goto out;
-  }
-  if ((st = cg_graph_topo_order(g, topo)) != CG_SUCCESS) goto out;
-  for (uint32_t i = 0; i < n; i++) step_of[topo[i]] = i;
-
-  /* communicators: their steps in total order, and which collectives precede
-   * each point-to-point operation */
-  uint32_t used = 0;
-  for (uint32_t c = 0; c < order->n_sequences; c++) {
-    const cg_comm_sequence_t *seq = &order->sequences[c];
-    cg_plan_comm_t *pc = &p->comms[c];
-    pc->comm = seq->comm;
-    cg_comm_retain(seq->comm);
-    p->n_comms = c + 1;
-    pc->steps = comm_steps + used;
-    pc->n_steps = seq->len;
-    used += seq->len;
-    uint32_t collectives = 0;
-    /* last send and receive per peer, for the posting-order links */
-    uint32_t *last = malloc(2 * (size_t)seq->comm->size * sizeof *last);
-    if (!last) {
-      st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the posting order", where);
-      goto out;
-    }
-    for (size_t i = 0; i < 2 * (size_t)seq->comm->size; i++) last[i] = CG_NO_STEP;
-    for (uint32_t k = 0; k < seq->len; k++) {
-      uint32_t s = step_of[seq->nodes[k]];
-      pc->steps[k] = s;
-      p->steps[s].comm_index = c;
-      p->steps[s].comm_position = k;
-      p->steps[s].group = collectives;
-      p->steps[s].lane = c;
-      p->steps[s].post_after = p->steps[s].post_next = CG_NO_STEP;
-      const cg_node_rec_t *node = cg_graph_node(g, seq->nodes[k]);
-      if (!cg_kind_is_p2p(node->kind)) {
-        collectives++;
-        continue;
-      }
-      uint32_t *prev = &last[2 * (size_t)node->root + (node->kind == CG_NODE_RECV)];
-      p->steps[s].post_after = *prev;
-      if (*prev != CG_NO_STEP) p->steps[*prev].post_next = s;
-      *prev = s;
-    }
-    free(last);
-  }
-  p->n_lanes = order->n_sequences;
-
-  size_t n_deps = 0;
-  for (uint32_t i = 0; i < n; i++) n_deps += cg_graph_node(g, i)->preds.len;
-  p->dep_storage = malloc((n_deps ? 2 * n_deps : 1) * sizeof *p->dep_storage);
-  if (!p->dep_storage) {
-    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating %zu dependencies", where, n_deps);
-    goto out;
-  }
-  p->n_deps = n_deps;
-  int has_host = 0;
-  uint32_t *cursor = p->dep_storage;
-  for (uint32_t s = 0; s < n; s++) {
-    const cg_node_rec_t *node = cg_graph_node(g, topo[s]);
-    cg_step_t *step = &p->steps[s];
-    step->kind = node->comm ? CG_STEP_COLLECTIVE : CG_STEP_HOST_FUNC;
-    step->op_kind = node->kind;
-    step->node = topo[s];
-    step->comm = node->comm;
-    step->send = node->send;
-    step->recv = node->recv;
-    step->count = node->count;
-    step->dtype = node->dtype;
-    step->op = node->op;
-    step->root = node->root;
-    step->fn = node->fn;
-    step->arg = node->arg;
-    if (!node->comm) {
-      step->comm_index = CG_NO_LANE;
-      step->comm_position = 0;
-      step->lane = order->n_sequences;
-      has_host = 1;
-    }
-    if (node->name && !(p->node_names[s] = cg_copy_text(node->name, 255))) {
-      st = cg_fail(CG_ERR_NO_MEMORY, "%s: copying node names", where);
-      goto out;
-    }
-    step->deps = cursor;
-    step->n_deps = node->preds.len;
-    for (uint32_t e = 0; e < node->preds.len; e++) step->deps[e] = step_of[node->preds.items[e].node];
-    cursor += node->preds.len;
-    /* ascending, so dumps and DOT are in a fixed order */
-    for (uint32_t a = 1; a < step->n_deps; a++)
-      for (uint32_t b = a; b > 0 && step->deps[b - 1] > step->deps[b]; b--) {
-        uint32_t t = step->deps[b];
-        step->deps[b] = step->deps[b - 1];
-        step->deps[b - 1] = t;
-      }
-  }
-  if (has_host) p->n_lanes++;
-  /* successors: counted, then filled in step order so each list ascends */
-  for (uint32_t s = 0; s < n; s++)
-    for (uint32_t e = 0; e < p->steps[s].n_deps; e++) p->steps[p->steps[s].deps[e]].n_succs++;
-  for (uint32_t s = 0; s < n; s++) {
-    p->steps[s].succs = cursor;
-    cursor += p->steps[s].n_succs;
-    p->steps[s].n_succs = 0;
-  }
-  for (uint32_t s = 0; s < n; s++)
-    for (uint32_t e = 0; e < p->steps[s].n_deps; e++) {
-      cg_step_t *before = &p->steps[p->steps[s].deps[e]];
-      before->succs[before->n_succs++] = s;
-    }
-  p->n_steps = n;
-out:
-  free(topo);
-  free(step_of);
-  return st;
-}
-
 static cg_status_t prepare_backends(cg_plan_t *p, const char *where) {
   for (uint32_t i = 0; i < p->n_steps; i++) {
     cg_step_t *s = &p->steps[i];
     const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
-    if (!b || !b->host_step_prepare) continue;
+    if (!b || !b->host_step_prepare || s->kind != CG_STEP_COLLECTIVE) continue;
     cg_status_t st = b->host_step_prepare(&s->backend_state, s->comm->impl, s);
     if (st != CG_SUCCESS) {
       char step[700], detail[512];
@@ -259,6 +148,7 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   cg_comm_t **joined = NULL;
   uint32_t n_joined = 0;
   cg_participants_t pt = {0};
+  cg_fusion_t fusion = {0};
   char where[320];
   if (!out || !graph) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_compile: NULL %s", out ? "graph" : "out");
   if (!opts) opts = &defaults;
@@ -282,15 +172,25 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
    * levels, warm-up, agreeing on the build): a rank whose local work fails
    * goes through them with its failure, so the others fail too. */
   int is_device = device != CG_DEVICE_HOST;
-  if (is_device && (st = cg_participants_make(&pt, &order, joined, n_joined, where)) != CG_SUCCESS) goto out;
-  p = calloc(1, sizeof *p);
+  /* the participants agree on buckets (any plan) and on the CUDA graph */
+  if ((is_device || opts->check_ranks) &&
+      (st = cg_participants_make(&pt, &order, joined, n_joined, where)) != CG_SUCCESS)
+    goto out;
+  st = cg_fusion_plan(&fusion, graph, &order, opts->fusion, opts->bucket_bytes, where);
+  if (opts->check_ranks) st = cg_fusion_agree(&fusion, graph, &order, &pt, st, where);
+  p = st == CG_SUCCESS ? calloc(1, sizeof *p) : NULL;
   const char *name = opts->name ? opts->name : graph->name;
-  if (!p || (name && !(p->name = cg_copy_text(name, 255)))) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan", where);
+  if (st == CG_SUCCESS && (!p || (name && !(p->name = cg_copy_text(name, 255)))))
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan", where);
   if (st == CG_SUCCESS) {
     p->graph_serial = graph->serial;
     p->device = device;
-    st = lower(p, graph, &order, where);
+    st = cg_plan_lower(p, graph, &order, &fusion, where);
   }
+  if (st == CG_SUCCESS) st = cg_plan_layout_buckets(p, graph, where);
+#if CG_HAVE_CUDA
+  if (st == CG_SUCCESS && is_device) st = cg_cuda_bucket_tables(p, where);
+#endif
   if (st == CG_SUCCESS && !(levels = malloc((p->n_steps ? p->n_steps : 1) * sizeof *levels)))
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating send/receive levels", where);
   /* device plans issue sends and receives in groups, which must match across
@@ -306,6 +206,7 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   p = NULL;
 out:
   free(levels);
+  cg_fusion_free(&fusion);
   plan_free(p);
   cg_participants_free(&pt);
   for (uint32_t i = 0; i < n_joined; i++) cg_comm_release(joined[i]);
@@ -327,7 +228,15 @@ cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan) {
                            .lanes = plan->n_lanes,
                            .dependencies = plan->n_deps,
                            .communicators = plan->n_comms,
-                           .device = plan->device};
+                           .device = plan->device,
+                           .buckets = plan->n_buckets,
+                           .bucket_bytes = plan->bucket_bytes};
+  for (uint32_t b = 0; b < plan->n_buckets; b++) {
+    const cg_bucket_t *bucket = &plan->buckets[b];
+    out->fused_nodes += bucket->n_members;
+    for (uint32_t k = 0; k < bucket->n_pack; k++) out->copy_bytes += bucket->pack[k].bytes;
+    for (uint32_t k = 0; k < bucket->n_unpack; k++) out->copy_bytes += bucket->unpack[k].bytes;
+  }
   if (plan->device == CG_DEVICE_HOST) return CG_SUCCESS;
   for (uint32_t i = 0; i < plan->n_steps; i++)
     for (uint32_t e = 0; e < plan->steps[i].n_deps; e++)

@@ -7,7 +7,8 @@
  * dependencies on other lanes, a unit of several sends and receives is
  * bracketed by the backend's group calls, and a step that a step on another
  * lane depends on records its event afterwards. The lanes join lane 0 again
- * and the captured graph is instantiated once. Events used during capture
+ * and the captured graph is instantiated once. A bucket's pack and unpack are
+ * one launch each of the batched copy kernel (bucket_cuda.c). Events used during capture
  * only become edges of the graph, so they are destroyed right after it. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "commgraph/cuda.h"
 #include "rank_check.h"
 #include "error.h"
+#include "lower.h"
 #include "plan_internal.h"
 
 struct cg_cuda_plan {
@@ -76,6 +78,8 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
     if (s->kind == CG_STEP_HOST_FUNC) {
       if ((err = cudaLaunchHostFunc(lane, s->fn, s->arg)) != cudaSuccess)
         st = cuda_fail(err, where, "cudaLaunchHostFunc");
+    } else if (s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK) {
+      st = cg_cuda_bucket_copy(p, s, lane, where);
     } else {
       st = backend_of(s)->device_step_enqueue(s->comm->impl, s, lane);
     }

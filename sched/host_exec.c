@@ -6,12 +6,14 @@
  * receive once the previous receive from the same peer has, because MPI
  * matches messages in posting order and nothing else; so a receive that waits
  * for a dependency never holds back an unrelated send. Backends post
- * nonblocking operations; cg_plan_test polls the started ones. */
+ * nonblocking operations; cg_plan_test polls the started ones. A bucket's
+ * pack and unpack copy on the calling thread, like host functions. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "backend.h"
 #include "error.h"
+#include "lower.h"
 #include "plan_internal.h"
 
 enum { STEP_WAITING, STEP_READY, STEP_STARTED, STEP_DONE };
@@ -92,8 +94,11 @@ static cg_status_t start_ready(cg_plan_t *plan, const char *caller) {
   while (r->n_work) {
     uint32_t index = r->worklist[--r->n_work];
     cg_step_t *s = &plan->steps[index];
-    if (s->kind == CG_STEP_HOST_FUNC) {
-      s->fn(s->arg);
+    if (s->kind == CG_STEP_HOST_FUNC || s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK) {
+      if (s->kind == CG_STEP_HOST_FUNC)
+        s->fn(s->arg);
+      else
+        cg_bucket_copy_host(plan, s);
       complete(plan, index);
       continue;
     }

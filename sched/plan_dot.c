@@ -4,10 +4,15 @@
 #include "backend.h"
 #include "dot_text.h"
 #include "error.h"
+#include "fusion.h"
 #include "plan_internal.h"
 
 /* "allreduce 1024 x float32 sum", "send 10 x int32 to 3", "host_func" */
 static void put_shape(FILE *f, const cg_step_t *s, const char *newline) {
+  if (s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK) {
+    fprintf(f, "%s bucket %u", s->kind == CG_STEP_PACK ? "pack" : "unpack", s->bucket);
+    return;
+  }
   fputs(cg_node_kind_name(s->op_kind), f);
   if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) return;
   fprintf(f, "%s%zu x %s", newline, s->count, cg_dtype_name(s->dtype));
@@ -37,22 +42,86 @@ static cg_status_t finish(FILE *f, const char *caller) {
   return CG_SUCCESS;
 }
 
+/* "12 copies, 1.5 MB" or "none: already contiguous" */
+static void put_copies(FILE *f, const cg_plan_t *plan, const cg_step_t *s) {
+  const cg_bucket_t *b = &plan->buckets[s->bucket];
+  int pack = s->kind == CG_STEP_PACK;
+  const cg_copy_segment_t *segs = pack ? b->pack : b->unpack;
+  uint32_t n = pack ? b->n_pack : b->n_unpack;
+  size_t bytes = 0;
+  for (uint32_t k = 0; k < n; k++) bytes += segs[k].bytes;
+  if (n)
+    fprintf(f, "%u copies, %zu bytes%s", n, bytes, plan->device != CG_DEVICE_HOST ? " (one kernel)" : "");
+  else
+    fputs(pack && !b->send_direct ? "none: packs in place" : "none: zero-copy", f);
+}
+
+/* A node that could have been fused but was not, and why. */
+static int put_not_fused(FILE *f, const cg_plan_t *plan, const cg_step_t *s, uint32_t next, const char *sep) {
+  uint8_t why = plan->fuse_why[s->node];
+  int said = 0;
+  if (!cg_kind_is_fusible(s->op_kind)) return 0;
+  if (why != CG_FUSE_FIRST && why != CG_FUSE_JOINED) {
+    fprintf(f, "%snot fused with the one before: %s", sep, cg_fuse_why_text((cg_fuse_why_t)why));
+    said = 1;
+  }
+  if (next != CG_NO_STEP) {
+    uint8_t after = plan->fuse_why[plan->steps[next].node];
+    if (after != CG_FUSE_JOINED && after != CG_FUSE_NOT_FUSIBLE && after != CG_FUSE_OFF &&
+        !(after == CG_FUSE_DIFFERS && !said)) {
+      fprintf(f, "%snot fused with the one after: %s", sep, cg_fuse_why_text((cg_fuse_why_t)after));
+      said = 1;
+    }
+  }
+  return said;
+}
+
+static uint32_t next_on_comm(const cg_plan_t *plan, const cg_step_t *s) {
+  if (s->kind != CG_STEP_COLLECTIVE) return CG_NO_STEP;
+  const cg_plan_comm_t *pc = &plan->comms[s->comm_index];
+  return s->comm_position + 1 < pc->n_steps ? pc->steps[s->comm_position + 1] : CG_NO_STEP;
+}
+
 static void put_step(FILE *f, const cg_plan_t *plan, uint32_t i) {
   const cg_step_t *s = &plan->steps[i];
   const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
-  fprintf(f, "    s%u [shape=%s, label=\"step %u", i, s->kind == CG_STEP_HOST_FUNC ? "component" : "box", i);
+  int copy = s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK;
+  fprintf(f, "    s%u [shape=%s, label=\"step %u", i,
+          s->kind == CG_STEP_HOST_FUNC ? "component" : copy ? "cds" : "box", i);
   if (s->kind == CG_STEP_COLLECTIVE) fprintf(f, " (#%u on comm)", s->comm_position);
   fputs("\\n", f);
+  if (copy) {
+    put_shape(f, s, "\\n");
+    fputs("\\n", f);
+    put_copies(f, plan, s);
+    fputs("\"];\n", f);
+    return;
+  }
   if (b && b->step_call) {
     cg_dot_put_escaped(f, b->step_call(s));
     fputs("\\n", f);
   }
   put_shape(f, s, "\\n");
-  fprintf(f, "\\nfrom node #%u", s->node);
-  if (plan->node_names[i]) {
-    fputs(" ", f);
-    cg_dot_put_escaped(f, plan->node_names[i]);
+  if (s->bucket != CG_NO_STEP) {
+    const cg_bucket_t *bucket = &plan->buckets[s->bucket];
+    fprintf(f, "\\nbucket %u: %u nodes, %zu bytes", s->bucket, bucket->n_members, bucket->bytes);
+    for (uint32_t m = 0; m < bucket->n_members; m++) {
+      uint32_t node = bucket->members[m];
+      fprintf(f, "%s#%u", m % 8 ? ", " : "\\n", node);
+      if (plan->node_names[node]) {
+        fputs(" ", f);
+        cg_dot_put_escaped(f, plan->node_names[node]);
+      }
+    }
+    fputs("\", style=bold];\n", f);
+    return;
   }
+  fprintf(f, "\\nfrom node #%u", s->node);
+  if (plan->node_names[s->node]) {
+    fputs(" ", f);
+    cg_dot_put_escaped(f, plan->node_names[s->node]);
+  }
+  put_not_fused(f, plan, s, next_on_comm(plan, s), "\\n");
   fputs("\"];\n", f);
 }
 
@@ -63,7 +132,7 @@ cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
    * fast, as for recorded graphs */
   if (plan->n_steps > 64) fputs("  splines=line;\n  nslimit=1;\n  mclimit=0.1;\n", f);
   int device = plan->device != CG_DEVICE_HOST;
-  if (plan->name || device) {
+  if (plan->name || device || plan->n_buckets) {
     fputs("  label=\"", f);
     if (plan->name) {
       fputs("plan ", f);
@@ -72,16 +141,19 @@ cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
     if (device)
       fprintf(f, "%sone CUDA graph on device %d: a lane is a stream, dashed edges are events between streams",
               plan->name ? "\\n" : "", plan->device);
+    if (plan->n_buckets) fprintf(f, "\\nbold: a bucket (fused nodes, at most %zu bytes)", plan->bucket_bytes);
     fputs("\";\n", f);
   }
   for (uint32_t lane = 0; lane < plan->n_lanes; lane++) {
     fprintf(f, "  subgraph cluster_lane%u {\n    style=rounded; color=gray60;\n", lane);
-    if (lane < plan->n_comms) {
-      const cg_comm_t *c = plan->comms[lane].comm;
-      fprintf(f, "    label=\"lane %u%s: comm %llu (%s, rank %d of %d)\";\n", lane, device ? " (stream)" : "",
-              (unsigned long long)c->serial, c->ops->backend_name, c->rank, c->size);
-    } else {
+    const cg_lane_t *ln = &plan->lanes[lane];
+    if (ln->kind == CG_LANE_HOST) {
       fprintf(f, "    label=\"lane %u%s: host functions\";\n", lane, device ? " (stream, CUDA host nodes)" : "");
+    } else {
+      const cg_comm_t *c = plan->comms[ln->comm_index].comm;
+      fprintf(f, "    label=\"lane %u%s: %scomm %llu (%s, rank %d of %d)\";\n", lane, device ? " (stream)" : "",
+              ln->kind == CG_LANE_PACK ? "bucket packs for " : ln->kind == CG_LANE_UNPACK ? "bucket unpacks for " : "",
+              (unsigned long long)c->serial, c->ops->backend_name, c->rank, c->size);
     }
     /* device plans: steps in issue order, sends and receives issued together
      * in a cluster of their own */
@@ -120,6 +192,7 @@ cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
           plan->n_comms, plan->n_deps);
   int device = plan->device != CG_DEVICE_HOST;
   if (device) fprintf(f, ", device plan: %u issue units", plan->n_units);
+  if (plan->n_buckets) fprintf(f, ", %u buckets of at most %zu bytes", plan->n_buckets, plan->bucket_bytes);
   fputc('\n', f);
   for (uint32_t i = 0; i < plan->n_steps; i++) {
     const cg_step_t *s = &plan->steps[i];
@@ -127,10 +200,20 @@ cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
     if (s->kind == CG_STEP_COLLECTIVE)
       fprintf(f, "comm %u #%u group %u ", s->comm_index, s->comm_position, s->group);
     put_shape(f, s, " ");
-    fprintf(f, " node %u", s->node);
-    if (plan->node_names[i]) {
-      fputc(' ', f);
-      put_name(f, plan->node_names[i]);
+    if (s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK) {
+      fputs(": ", f);
+      put_copies(f, plan, s);
+    } else if (s->bucket != CG_NO_STEP) {
+      const cg_bucket_t *b = &plan->buckets[s->bucket];
+      fprintf(f, " bucket %u nodes", s->bucket);
+      for (uint32_t m = 0; m < b->n_members; m++) fprintf(f, "%s%u", m ? "," : " ", b->members[m]);
+    } else {
+      fprintf(f, " node %u", s->node);
+      if (plan->node_names[s->node]) {
+        fputc(' ', f);
+        put_name(f, plan->node_names[s->node]);
+      }
+      put_not_fused(f, plan, s, next_on_comm(plan, s), "; ");
     }
     fputs(" after", f);
     if (!s->n_deps) fputs(" -", f);

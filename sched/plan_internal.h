@@ -11,8 +11,10 @@
 #include "graph_internal.h"
 
 typedef enum cg_step_kind {
-  CG_STEP_COLLECTIVE, /* one collective, send, receive or barrier on a communicator */
+  CG_STEP_COLLECTIVE, /* one collective, send, receive or barrier on a communicator (a bucket's too) */
   CG_STEP_HOST_FUNC,  /* a user host function */
+  CG_STEP_PACK,       /* a bucket's copies into its staging buffer (none when already contiguous) */
+  CG_STEP_UNPACK,     /* a bucket's copies out of it */
 } cg_step_kind_t;
 
 #define CG_NO_LANE UINT32_MAX
@@ -44,7 +46,40 @@ typedef struct cg_step {
   uint32_t n_succs;
   void *backend_state; /* from the backend's host_step_prepare */
   uint32_t unit;       /* its issue unit (see cg_issue_unit_t) */
+  uint32_t bucket;     /* index into plan->buckets for a bucket's steps; CG_NO_STEP otherwise */
 } cg_step_t;
+
+/* One copy of a bucket's pack or unpack. */
+typedef struct cg_copy_segment {
+  const void *src;
+  void *dst;
+  size_t bytes;
+} cg_copy_segment_t;
+
+/* Several nodes fused into one collective (bucket.c). The collective step's
+ * send, recv and count are the fused buffers: members' memory where it is
+ * already laid out as the fused buffer needs, a part of the plan's staging
+ * memory otherwise. */
+typedef struct cg_bucket {
+  uint32_t *members; /* node indices, in the communicator's order */
+  uint32_t n_members;
+  uint32_t pack_step, collective_step, unpack_step;
+  size_t bytes;               /* what it counts against the bucket size */
+  int send_direct, recv_direct; /* the collective reads (writes) the members' buffers themselves */
+  cg_copy_segment_t *pack, *unpack;
+  uint32_t n_pack, n_unpack;
+  size_t staging_offset, staging_bytes; /* its part of plan->staging */
+  void *device_pack, *device_unpack;    /* device plans: the copies as a kernel's chunk table */
+  uint32_t n_pack_chunks, n_unpack_chunks;
+} cg_bucket_t;
+
+/* What a lane is: a communicator's collectives, its buckets' copies, or host
+ * functions. */
+typedef enum cg_lane_kind { CG_LANE_COMM, CG_LANE_HOST, CG_LANE_PACK, CG_LANE_UNPACK } cg_lane_kind_t;
+typedef struct cg_lane {
+  cg_lane_kind_t kind;
+  uint32_t comm_index; /* CG_NO_LANE for host functions */
+} cg_lane_t;
 
 /* Issue units: the order in which a realizer enqueues steps. A unit is one
  * step, or several sends and receives of one communicator (between the same
@@ -74,8 +109,15 @@ struct cg_plan {
   size_t n_deps;
   cg_plan_comm_t *comms; /* by first use in record order */
   uint32_t n_comms;
-  char **node_names; /* per step, copied from the graph (NULL when unnamed) */
-  uint32_t n_names;
+  char **node_names; /* per node, copied from the graph (NULL when unnamed) */
+  uint32_t n_names;   /* nodes */
+  uint8_t *fuse_why;  /* per node: cg_fuse_why_t (fusion.h) */
+  cg_bucket_t *buckets;
+  uint32_t n_buckets;
+  size_t bucket_bytes; /* the largest bucket allowed on any communicator; 0: fusion off */
+  void *staging;       /* every bucket's staging memory: host memory, or device memory of a device plan */
+  size_t staging_bytes;
+  cg_lane_t *lanes;    /* n_lanes */
   uint32_t *dep_storage;       /* every step's deps and succs */
   uint32_t *comm_step_storage; /* every communicator's steps */
   uint32_t *issue_order; /* every step once, unit by unit */

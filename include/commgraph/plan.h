@@ -31,8 +31,12 @@ typedef struct cg_compile_opts {
   size_t size;      /* sizeof(cg_compile_opts_t) */
   int check_ranks;  /* 1 (default): the cross-rank check below; 0: skip it */
   const char *name; /* plan name for DOT and error details (copied, at most 255 bytes); NULL: the graph's */
+  int fusion;       /* 1 (default): fuse small collectives into buckets (see below); 0: one step per node.
+                       The environment variable CG_FUSION=0 turns it off too */
+  size_t bucket_bytes; /* largest bucket; 0 (default): CG_BUCKET_BYTES from the environment (bytes, or with
+                          a K, M or G suffix), else what the communicator's backend prefers for its topology */
 } cg_compile_opts_t;
-#define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL}
+#define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL, 1, 0}
 
 /* Compiles `graph`; opts may be NULL for defaults. Collective: every rank of
  * every communicator the graph uses must call it (in the same order relative to
@@ -51,7 +55,22 @@ typedef struct cg_compile_opts {
  * or no longer holds the communicator, cannot, and they wait (a later issue adds
  * timeouts). The check is one small allgather per communicator, a second where
  * the summaries differ or point-to-point operations must be paired, and a third
- * only to name the nodes of a mismatch: once per compile, nothing per run. */
+ * only to name the nodes of a mismatch: once per compile, nothing per run.
+ *
+ * Fusion: allreduce, reduce, broadcast, allgather and reduce_scatter nodes that
+ * follow each other on a communicator and share kind, data type, reduction and
+ * root, and that do not depend on each other, run as one collective (a
+ * bucket) of at most bucket_bytes (a member's largest buffer counts: the
+ * receive buffer of an allgather, the send buffer of a reduce_scatter). A
+ * bucket copies its members' buffers into a staging buffer the plan owns and
+ * back (device plans: one batched kernel each way), except where they are
+ * already contiguous and in record order (cg_arena_alloc places them so):
+ * then the collective runs on them directly. Results are those of the
+ * unfused graph. With the cross-rank check on, the ranks agree on the
+ * buckets (one small allgather per communicator): a node is fused only where
+ * every rank can fuse it. With the check off, ranks must record the same
+ * dependencies, or their buckets may differ. cg_plan_write_dot and
+ * cg_plan_dump show the buckets and why a node was not fused. */
 CG_API cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts);
 
 /* Waits for a running plan, then frees it (a device plan that was ever
@@ -92,6 +111,10 @@ typedef struct cg_plan_stats {
   int device;          /* CG_DEVICE_HOST for a host plan, else the CUDA device of a device plan */
   size_t events;       /* device plans: dependencies between lanes, each an event edge in the CUDA graph */
   size_t groups;       /* device plans: group calls that issue several sends and receives together */
+  size_t buckets;      /* collectives that run several fused nodes */
+  size_t fused_nodes;  /* nodes in those buckets */
+  size_t bucket_bytes; /* the largest bucket allowed (0 with fusion off) */
+  size_t copy_bytes;   /* bytes this rank's buckets copy per run, packing and unpacking together */
 } cg_plan_stats_t;
 CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
 

@@ -182,9 +182,12 @@ static void sample_free(sample_t *s) {
   free(s->p.ops);
 }
 
+/* Without fusion: one step per node (test_fusion covers buckets). */
 static cg_plan_t *compile(cg_graph_t *g) {
   cg_plan_t *plan = NULL;
-  ck_assert_cg_ok(cg_compile(&plan, g, NULL));
+  cg_compile_opts_t o = CG_COMPILE_OPTS_INIT;
+  o.fusion = 0;
+  ck_assert_cg_ok(cg_compile(&plan, g, &o));
   ck_assert_ptr_nonnull(plan);
   return plan;
 }
@@ -200,7 +203,7 @@ static void check_step_fields(const cg_plan_t *plan, uint32_t s, const cg_node_r
               st->count == n->count && st->dtype == n->dtype && st->op == n->op && st->root == n->root &&
               st->fn == n->fn && st->arg == n->arg,
           "step %u: fields differ from node #%u", s, st->node);
-  const char *name = plan->node_names[s];
+  const char *name = plan->node_names[plan->steps[s].node];
   REQUIRE((name == NULL) == (n->name == NULL) && (!name || strcmp(name, n->name) == 0),
           "step %u: name '%s', node #%u is named '%s'", s, name ? name : "(none)", st->node,
           n->name ? n->name : "(none)");
