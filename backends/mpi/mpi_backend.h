@@ -16,6 +16,7 @@ typedef struct cg_mpi_comm {
   int thread_level; /* what MPI provides */
   MPI_Datatype half; /* two opaque bytes: float16 and bfloat16 elements */
   MPI_Op own_ops[CG_DTYPE_COUNT][4]; /* [dtype][sum, prod, min, max]; MPI_OP_NULL: MPI's own */
+  int one_node; /* every rank shares one node (MPI_COMM_TYPE_SHARED); the same on every rank */
 } cg_mpi_comm_t;
 
 extern const cg_backend_t cg_mpi_backend;
@@ -37,6 +38,12 @@ const char *cg_mpi_thread_level_name(int level);
 cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
                                            size_t bytes);
 cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request);
+
+/* The bucket size the MPI backend prefers (fusion): small on one node, where
+ * MPI moves data through shared memory at copy speed and a bucket mostly
+ * saves call overhead; DDP's 25 MB across nodes. */
+#define CG_MPI_BUCKET_BYTES_NODE ((size_t)4 << 20)
+#define CG_MPI_BUCKET_BYTES_NETWORK ((size_t)25 << 20)
 
 /* Creates the datatype and operations; frees them. */
 cg_status_t cg_mpi_types_create(cg_mpi_comm_t *m);

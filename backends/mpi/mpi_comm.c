@@ -101,6 +101,26 @@ static cg_status_t host_check_thread(void *comm_impl) {
                  cg_mpi_thread_level_name(m->thread_level));
 }
 
+static size_t bucket_bytes(void *comm_impl) {
+  const cg_mpi_comm_t *m = comm_impl;
+  return m->one_node ? CG_MPI_BUCKET_BYTES_NODE : CG_MPI_BUCKET_BYTES_NETWORK;
+}
+
+/* Whether all ranks share one node, agreed by all. */
+static int on_one_node(MPI_Comm comm) {
+  MPI_Comm local = MPI_COMM_NULL;
+  int size = 0, local_size = 0, mine = 0, all = 0;
+  MPI_Comm_size(comm, &size);
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS &&
+      local != MPI_COMM_NULL) {
+    MPI_Comm_size(local, &local_size);
+    MPI_Comm_free(&local);
+  }
+  mine = local_size == size;
+  if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) return 0;
+  return all;
+}
+
 #define CG_ALL_COMM_KINDS                                                                                 \
   ((1u << CG_NODE_ALLREDUCE) | (1u << CG_NODE_BROADCAST) | (1u << CG_NODE_REDUCE) |                       \
    (1u << CG_NODE_ALLGATHER) | (1u << CG_NODE_REDUCE_SCATTER) | (1u << CG_NODE_ALLTOALL) |                \
@@ -121,6 +141,7 @@ const cg_backend_t cg_mpi_backend = {
     .host_step_start = cg_mpi_step_start,
     .host_step_test = cg_mpi_step_test,
     .step_call = cg_mpi_step_call,
+    .bucket_bytes = bucket_bytes,
 };
 
 static const cg_comm_ops_t mpi_ops = {.backend_name = "mpi", .destroy_impl = cg_mpi_comm_close, .backend = &cg_mpi_backend};
@@ -141,6 +162,7 @@ cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level
   }
   MPI_Comm_set_errhandler(m->data, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(m->control, MPI_ERRORS_RETURN);
+  m->one_node = on_one_node(m->control);
   if ((st = cg_mpi_types_create(m)) != CG_SUCCESS) goto out;
   *out = m;
   m = NULL;

@@ -16,7 +16,16 @@ typedef struct cg_nccl_comm {
   int owns_nccl; /* 0 for cg_comm_from_nccl */
   int device;
   void *barrier_word; /* device memory, one int32 */
+  int peer_links;     /* every rank on one node, each GPU reaching the others directly (NVLink or PCIe
+                         peer access); the same on every rank */
 } cg_nccl_comm_t;
+
+/* The bucket size the NCCL backend prefers (fusion). Between GPUs with direct
+ * links a bucket's collective runs at hundreds of GB/s, so per-call cost
+ * weighs more and buckets are larger; across nodes, DDP's 25 MB. Measured
+ * with tests/perf/cgbench --sweep (docs/results.md). */
+#define CG_NCCL_BUCKET_BYTES_PEER ((size_t)32 << 20)
+#define CG_NCCL_BUCKET_BYTES_NETWORK ((size_t)25 << 20)
 
 extern const cg_backend_t cg_nccl_backend;
 

@@ -40,6 +40,35 @@ static cg_status_t control_test(int *done, void *impl, void *request) {
   return cg_mpi_control_test(done, ((cg_nccl_comm_t *)impl)->control, request);
 }
 
+static size_t bucket_bytes(void *impl) {
+  return ((cg_nccl_comm_t *)impl)->peer_links ? CG_NCCL_BUCKET_BYTES_PEER : CG_NCCL_BUCKET_BYTES_NETWORK;
+}
+
+/* Whether every rank is on one node and its GPU can access the other ranks'
+ * GPUs directly; agreed by all ranks. */
+static int find_peer_links(int device, const cg_mpi_comm_t *control) {
+  int ok = control->one_node, all = 0, local_size = 0;
+  MPI_Comm local = MPI_COMM_NULL;
+  if (ok && MPI_Comm_split_type(control->control, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS &&
+      local != MPI_COMM_NULL) {
+    MPI_Comm_size(local, &local_size);
+    int *devices = malloc((size_t)local_size * sizeof *devices);
+    if (devices && MPI_Allgather(&device, 1, MPI_INT, devices, 1, MPI_INT, local) == MPI_SUCCESS) {
+      for (int r = 0; r < local_size && ok; r++) {
+        int can = 0;
+        if (devices[r] == device) continue;
+        ok = cudaDeviceCanAccessPeer(&can, device, devices[r]) == cudaSuccess && can;
+      }
+    } else {
+      ok = 0;
+    }
+    free(devices);
+    MPI_Comm_free(&local);
+  }
+  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, control->control) != MPI_SUCCESS) return 0;
+  return all;
+}
+
 const cg_backend_t cg_nccl_backend = {
     .interface_version = CG_BACKEND_INTERFACE_VERSION,
     .name = "nccl",
@@ -56,6 +85,7 @@ const cg_backend_t cg_nccl_backend = {
     .device_group_end = cg_nccl_group_end,
     .device_step_enqueue = cg_nccl_step_enqueue,
     .step_call = cg_nccl_step_call,
+    .bucket_bytes = bucket_bytes,
 };
 
 static const cg_comm_ops_t nccl_ops = {.backend_name = "nccl", .destroy_impl = destroy_impl,
@@ -88,6 +118,7 @@ static void alloc_barrier_word(cg_nccl_comm_t *n, char *why, size_t size) {
 static cg_status_t finish(cg_comm_t **out, cg_nccl_comm_t *n, int rank, int size, const char *caller) {
   uint64_t id = 0;
   cg_comm_t *comm = NULL;
+  n->peer_links = find_peer_links(n->device, n->control);
   cg_status_t st = cg_mpi_agree_on_id(&id, n->control->control);
   if (st == CG_SUCCESS && !(comm = cg_comm_alloc(rank, size, &nccl_ops, n)))
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the communicator", caller);
