@@ -16,7 +16,17 @@ __global__ void cg_copy_chunks_kernel(const cg_copy_chunk_t *table) {
   if ((misalign & 15) == 0) {
     const uint4 *s = (const uint4 *)src;
     uint4 *d = (uint4 *)dst;
-    for (uint64_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) d[i] = s[i];
+    uint64_t n = bytes / 16, i = threadIdx.x;
+    // four loads in flight per thread before the stores: a copy is bound by
+    // memory latency, not by instructions
+    for (; i + 3 * blockDim.x < n; i += 4 * blockDim.x) {
+      uint4 a = s[i], b = s[i + blockDim.x], c = s[i + 2 * blockDim.x], e = s[i + 3 * blockDim.x];
+      d[i] = a;
+      d[i + blockDim.x] = b;
+      d[i + 2 * blockDim.x] = c;
+      d[i + 3 * blockDim.x] = e;
+    }
+    for (; i < n; i += blockDim.x) d[i] = s[i];
   } else if ((misalign & 3) == 0) {
     const uint32_t *s = (const uint32_t *)src;
     uint32_t *d = (uint32_t *)dst;
