@@ -154,8 +154,9 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     *why = cg_kind_is_fusible(n->kind) ? CG_FUSE_DIFFERS : CG_FUSE_NOT_FUSIBLE;
     return NEVER;
   }
-  size_t bytes = cg_fusion_node_bytes(n);
-  if (bytes > s->f->bucket_bytes[c] - b->bytes) {
+  size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
+  /* a first member larger than the bucket size fills it alone */
+  if (b->bytes > cap || bytes > cap - b->bytes) {
     *why = CG_FUSE_FULL;
     return NEVER;
   }
