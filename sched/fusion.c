@@ -72,6 +72,7 @@ typedef struct open_bucket {
   int open;
   uint32_t first, last; /* positions in the communicator's sequence */
   size_t bytes;
+  uint32_t n_opened; /* buckets this communicator has opened, this one included */
 } open_bucket_t;
 
 typedef struct sim {
@@ -143,6 +144,37 @@ static void close_bucket(sim_t *s, uint32_t c) {
   for (uint32_t p = b->first; p <= b->last; p++) finish(s, sq->nodes[p]);
 }
 
+/* Whether `next` continues the members before it without a gap on this
+ * rank, on every side this rank uses: then the bucket needs no copies there.
+ * Allgather and reduce_scatter interleave rank blocks, so with several ranks
+ * they always copy. */
+static int continues(const cg_node_rec_t *prev, const cg_node_rec_t *next) {
+  int rank = next->comm->rank, size = next->comm->size;
+  if ((next->kind == CG_NODE_ALLGATHER || next->kind == CG_NODE_REDUCE_SCATTER) && size > 1) return 0;
+  size_t bytes = prev->count * cg_dtype_size(prev->dtype);
+  int uses_send = next->kind != CG_NODE_BROADCAST || rank == next->root;
+  int uses_recv = next->kind != CG_NODE_REDUCE || rank == next->root;
+  if (uses_send && (const char *)next->send != (const char *)prev->send + bytes) return 0;
+  if (uses_recv && (const char *)next->recv != (char *)prev->recv + bytes) return 0;
+  return 1;
+}
+
+static int bucket_copies(const cg_graph_t *g, const cg_comm_sequence_t *sq, uint32_t first, uint32_t last) {
+  const cg_node_rec_t *prev = NULL;
+  for (uint32_t p = first; p <= last; p++) {
+    const cg_node_rec_t *n = cg_graph_node(g, sq->nodes[p]);
+    if (!n->count) continue;
+    if (prev && !continues(prev, n)) return 1;
+    prev = n;
+  }
+  return 0;
+}
+
+/* A communicator's first and last bucket that copies hold at most this: the
+ * first bucket's pack and the last one's unpack cannot overlap a collective,
+ * every other copy can (device plans run them on lanes of their own). */
+static size_t edge_bytes(size_t cap) { return cap / CG_FUSION_EDGE_DIVISOR ? cap / CG_FUSION_EDGE_DIVISOR : 1; }
+
 typedef enum { JOIN, WAIT, NEVER } verdict_t;
 
 static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why_t *why) {
@@ -155,6 +187,13 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     return NEVER;
   }
   size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
+  if (b->n_opened == 1 && cap > edge_bytes(cap) && bucket_copies(s->g, sq, b->first, b->last + 1)) {
+    cap = edge_bytes(cap);
+    if (b->bytes > cap || bytes > cap - b->bytes) {
+      *why = CG_FUSE_EDGE;
+      return NEVER;
+    }
+  }
   /* a first member larger than the bucket size fills it alone */
   if (b->bytes > cap || bytes > cap - b->bytes) {
     *why = CG_FUSE_FULL;
@@ -203,7 +242,8 @@ static void extend(sim_t *s, uint32_t c) {
 
 static void open_bucket(sim_t *s, uint32_t node) {
   uint32_t c = s->seq[node];
-  s->open[c] = (open_bucket_t){1, s->pos[node], s->pos[node], cg_fusion_node_bytes(cg_graph_node(s->g, node))};
+  s->open[c] = (open_bucket_t){1, s->pos[node], s->pos[node], cg_fusion_node_bytes(cg_graph_node(s->g, node)),
+                               s->open[c].n_opened + 1};
   s->state[node] = IN_BUCKET;
   extend(s, c);
 }
@@ -244,6 +284,28 @@ static cg_status_t simulate(sim_t *s, const char *where) {
   if (s->n_done != n)
     return cg_fail(CG_ERR_INTERNAL, "%s: fusion left %u of %u nodes unscheduled", where, n - s->n_done, n);
   return CG_SUCCESS;
+}
+
+/* The last bucket of each communicator, if it copies, keeps at most the edge
+ * size at its end: the members before split off into a bucket of their own
+ * (splitting never creates a cycle). */
+static void split_last_buckets(cg_fusion_t *f, const cg_graph_t *g, const cg_comm_order_t *order) {
+  for (uint32_t c = 0; c < order->n_sequences; c++) {
+    const cg_comm_sequence_t *sq = &order->sequences[c];
+    size_t cap = f->bucket_bytes[c], edge = edge_bytes(cap);
+    uint32_t last = sq->len;
+    while (last > 0 && f->why[sq->nodes[last - 1]] != CG_FUSE_JOINED) last--;
+    if (!last || !cap || edge >= cap) continue;
+    uint32_t end = last - 1, first = end; /* the bucket: first .. end */
+    while (first > 0 && f->why[sq->nodes[first]] == CG_FUSE_JOINED) first--;
+    if (!bucket_copies(g, sq, first, end)) continue;
+    size_t tail = 0;
+    uint32_t start = end + 1;
+    while (start > first && tail + cg_fusion_node_bytes(cg_graph_node(g, sq->nodes[start - 1])) <= edge)
+      tail += cg_fusion_node_bytes(cg_graph_node(g, sq->nodes[--start]));
+    if (start == end + 1) start = end; /* the last member alone is larger than the edge */
+    if (start > first) f->why[sq->nodes[start]] = CG_FUSE_EDGE;
+  }
 }
 
 /* Reasons for nodes that never join: the first on a communicator, kinds that
@@ -310,6 +372,7 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
       s.pos[order->sequences[c].nodes[p]] = p;
     }
   st = simulate(&s, where);
+  if (st == CG_SUCCESS) split_last_buckets(out, g, order);
 out:
   free(topo);
   free(s.rank);

@@ -21,10 +21,12 @@ typedef struct cg_nccl_comm {
 } cg_nccl_comm_t;
 
 /* The bucket size the NCCL backend prefers (fusion). Between GPUs with direct
- * links a bucket's collective runs at hundreds of GB/s, so per-call cost
- * weighs more and buckets are larger; across nodes, DDP's 25 MB. Measured
+ * links NCCL reaches its full bus bandwidth only for collectives of a hundred
+ * MB and more (each extra call of tens of MB costs some 25 us on 4 H200s), so
+ * buckets are large; the first and last buckets that copy stay small anyway
+ * (fusion.c), which hides the copies. Across nodes, DDP's 25 MB. Measured
  * with tests/perf/cgbench --sweep (docs/results.md). */
-#define CG_NCCL_BUCKET_BYTES_PEER ((size_t)32 << 20)
+#define CG_NCCL_BUCKET_BYTES_PEER ((size_t)256 << 20)
 #define CG_NCCL_BUCKET_BYTES_NETWORK ((size_t)25 << 20)
 
 extern const cg_backend_t cg_nccl_backend;
