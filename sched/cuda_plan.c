@@ -151,8 +151,18 @@ static cg_status_t prepare(cg_plan_t *p, cudaEvent_t **events, cudaEvent_t **joi
   cudaError_t err = cudaSetDevice(p->device);
   if (err != cudaSuccess) return cuda_fail(err, where, "cudaSetDevice");
   c->n_lanes = p->n_lanes;
+  /* Collectives get the highest priority and bucket copies the lowest:
+   * captured kernels keep their stream's priority (the graph is instantiated
+   * to use it), so a copy kernel of thousands of blocks that overlaps a
+   * collective does not keep NCCL's blocks from starting. */
+  int least = 0, greatest = 0;
+  if ((err = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess)
+    return cuda_fail(err, where, "cudaDeviceGetStreamPriorityRange");
   for (uint32_t l = 0; l < p->n_lanes; l++)
-    if ((err = cudaStreamCreateWithFlags(&c->lanes[l], cudaStreamNonBlocking)) != cudaSuccess ||
+    if ((err = cudaStreamCreateWithPriority(&c->lanes[l], cudaStreamNonBlocking,
+                                            p->lanes[l].kind == CG_LANE_PACK || p->lanes[l].kind == CG_LANE_UNPACK
+                                                ? least
+                                                : greatest)) != cudaSuccess ||
         (err = cudaEventCreateWithFlags(&(*joins)[l], cudaEventDisableTiming)) != cudaSuccess)
       return cuda_fail(err, where, "creating lane streams");
   if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess)
@@ -199,7 +209,7 @@ cg_status_t cg_cuda_plan_build(cg_plan_t *p, const cg_participants_t *pt, cg_sta
   if (st == CG_SUCCESS) st = agreed;
   if (st == CG_SUCCESS) st = capture(p, events, joins, where);
   struct cg_cuda_plan *c = st == CG_SUCCESS ? p->cuda : NULL;
-  if (st == CG_SUCCESS && (err = cudaGraphInstantiateWithFlags(&c->exec, c->graph, 0)) != cudaSuccess) {
+  if (st == CG_SUCCESS && (err = cudaGraphInstantiateWithFlags(&c->exec, c->graph, cudaGraphInstantiateFlagUseNodePriority)) != cudaSuccess) {
     c->exec = NULL;
     st = cuda_fail(err, where, "cudaGraphInstantiateWithFlags");
   }

@@ -185,6 +185,9 @@ static size_t edge_bytes(const cg_graph_t *g, const cg_comm_sequence_t *sq, size
     if (cg_kind_is_fusible(n->kind) && total < cap) total += cg_fusion_node_bytes(n);
   }
   if (total > cap) total = cap;
+  /* below this, a split costs more (a collective's fixed latency) than the
+   * copies it would hide */
+  if (total / CG_FUSION_EDGE_DIVISOR < CG_FUSION_EDGE_MIN) return 0;
   return total / CG_FUSION_EDGE_DIVISOR;
 }
 
@@ -200,7 +203,7 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     return NEVER;
   }
   size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
-  if (b->n_opened == 1 && b->bytes >= s->edge[c] && bucket_copies(s->g, sq, b->first, b->last + 1)) {
+  if (s->edge[c] && b->n_opened == 1 && b->bytes >= s->edge[c] && bucket_copies(s->g, sq, b->first, b->last + 1)) {
     *why = CG_FUSE_EDGE;
     return NEVER;
   }
@@ -305,7 +308,7 @@ static void split_last_buckets(cg_fusion_t *f, const cg_graph_t *g, const cg_com
     size_t edge = edges[c];
     uint32_t last = sq->len;
     while (last > 0 && f->why[sq->nodes[last - 1]] != CG_FUSE_JOINED) last--;
-    if (!last || !f->bucket_bytes[c]) continue;
+    if (!last || !f->bucket_bytes[c] || !edge) continue;
     uint32_t end = last - 1, first = end; /* the bucket: first .. end */
     while (first > 0 && f->why[sq->nodes[first]] == CG_FUSE_JOINED) first--;
     if (!bucket_copies(g, sq, first, end)) continue;

@@ -33,6 +33,8 @@
 /* A communicator's first and last buckets that need copies stop growing at
  * this fraction of what it fuses (see fusion.c). */
 #define CG_FUSION_EDGE_DIVISOR 16
+/* ... and only where that is at least this many bytes. */
+#define CG_FUSION_EDGE_MIN ((size_t)1 << 20)
 #include "comm_order.h"
 
 /* Why a node is, or is not, in the bucket of the operation before it on its
