@@ -72,7 +72,6 @@ typedef struct open_bucket {
   int open;
   uint32_t first, last; /* positions in the communicator's sequence */
   size_t bytes;
-  uint32_t n_opened; /* buckets this communicator has opened, this one included */
 } open_bucket_t;
 
 typedef struct sim {
@@ -85,7 +84,6 @@ typedef struct sim {
   uint32_t *pending;  /* per node: dependencies not done */
   uint8_t *state;
   open_bucket_t *open; /* per sequence */
-  size_t *edge;        /* per sequence: see edge_bytes */
   uint32_t *heap;      /* ready nodes by rank */
   uint32_t n_heap;
   uint32_t n_done;
@@ -145,52 +143,6 @@ static void close_bucket(sim_t *s, uint32_t c) {
   for (uint32_t p = b->first; p <= b->last; p++) finish(s, sq->nodes[p]);
 }
 
-/* Whether `next` continues the members before it without a gap on this
- * rank, on every side this rank uses: then the bucket needs no copies there.
- * Allgather and reduce_scatter interleave rank blocks, so with several ranks
- * they always copy. */
-static int continues(const cg_node_rec_t *prev, const cg_node_rec_t *next) {
-  int rank = next->comm->rank, size = next->comm->size;
-  if ((next->kind == CG_NODE_ALLGATHER || next->kind == CG_NODE_REDUCE_SCATTER) && size > 1) return 0;
-  size_t bytes = prev->count * cg_dtype_size(prev->dtype);
-  int uses_send = next->kind != CG_NODE_BROADCAST || rank == next->root;
-  int uses_recv = next->kind != CG_NODE_REDUCE || rank == next->root;
-  if (uses_send && (const char *)next->send != (const char *)prev->send + bytes) return 0;
-  if (uses_recv && (const char *)next->recv != (char *)prev->recv + bytes) return 0;
-  return 1;
-}
-
-static int bucket_copies(const cg_graph_t *g, const cg_comm_sequence_t *sq, uint32_t first, uint32_t last) {
-  const cg_node_rec_t *prev = NULL;
-  for (uint32_t p = first; p <= last; p++) {
-    const cg_node_rec_t *n = cg_graph_node(g, sq->nodes[p]);
-    if (!n->count) continue;
-    if (prev && !continues(prev, n)) return 1;
-    prev = n;
-  }
-  return 0;
-}
-
-/* A communicator's first and last buckets that copy stop growing once they
- * hold this much: the first bucket's pack and the last one's unpack cannot
- * overlap a collective, every other copy can (device plans run them on lanes
- * of their own), as long as those two buckets' collectives take about as long
- * as the copies of the large bucket next to them. A sixteenth of what the
- * communicator fuses (or of the bucket size, if smaller) does that at a few
- * hundred GB/s of collective bandwidth against a few TB/s of copies. */
-static size_t edge_bytes(const cg_graph_t *g, const cg_comm_sequence_t *sq, size_t cap) {
-  size_t total = 0;
-  for (uint32_t p = 0; p < sq->len; p++) {
-    const cg_node_rec_t *n = cg_graph_node(g, sq->nodes[p]);
-    if (cg_kind_is_fusible(n->kind) && total < cap) total += cg_fusion_node_bytes(n);
-  }
-  if (total > cap) total = cap;
-  /* below this, a split costs more (a collective's fixed latency) than the
-   * copies it would hide */
-  if (total / CG_FUSION_EDGE_DIVISOR < CG_FUSION_EDGE_MIN) return 0;
-  return total / CG_FUSION_EDGE_DIVISOR;
-}
-
 typedef enum { JOIN, WAIT, NEVER } verdict_t;
 
 static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why_t *why) {
@@ -203,10 +155,6 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     return NEVER;
   }
   size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
-  if (s->edge[c] && b->n_opened == 1 && b->bytes >= s->edge[c] && bucket_copies(s->g, sq, b->first, b->last + 1)) {
-    *why = CG_FUSE_EDGE;
-    return NEVER;
-  }
   /* a first member larger than the bucket size fills it alone */
   if (b->bytes > cap || bytes > cap - b->bytes) {
     *why = CG_FUSE_FULL;
@@ -255,8 +203,7 @@ static void extend(sim_t *s, uint32_t c) {
 
 static void open_bucket(sim_t *s, uint32_t node) {
   uint32_t c = s->seq[node];
-  s->open[c] = (open_bucket_t){1, s->pos[node], s->pos[node], cg_fusion_node_bytes(cg_graph_node(s->g, node)),
-                               s->open[c].n_opened + 1};
+  s->open[c] = (open_bucket_t){1, s->pos[node], s->pos[node], cg_fusion_node_bytes(cg_graph_node(s->g, node))};
   s->state[node] = IN_BUCKET;
   extend(s, c);
 }
@@ -299,26 +246,6 @@ static cg_status_t simulate(sim_t *s, const char *where) {
   return CG_SUCCESS;
 }
 
-/* The last bucket of each communicator, if it copies, keeps at most the edge
- * size at its end: the members before split off into a bucket of their own
- * (splitting never creates a cycle). */
-static void split_last_buckets(cg_fusion_t *f, const cg_graph_t *g, const cg_comm_order_t *order, const size_t *edges) {
-  for (uint32_t c = 0; c < order->n_sequences; c++) {
-    const cg_comm_sequence_t *sq = &order->sequences[c];
-    size_t edge = edges[c];
-    uint32_t last = sq->len;
-    while (last > 0 && f->why[sq->nodes[last - 1]] != CG_FUSE_JOINED) last--;
-    if (!last || !f->bucket_bytes[c] || !edge) continue;
-    uint32_t end = last - 1, first = end; /* the bucket: first .. end */
-    while (first > 0 && f->why[sq->nodes[first]] == CG_FUSE_JOINED) first--;
-    if (!bucket_copies(g, sq, first, end)) continue;
-    size_t tail = 0;
-    uint32_t start = end + 1;
-    while (start > first && tail < edge) tail += cg_fusion_node_bytes(cg_graph_node(g, sq->nodes[--start]));
-    if (start > first) f->why[sq->nodes[start]] = CG_FUSE_EDGE;
-  }
-}
-
 /* Reasons for nodes that never join: the first on a communicator, kinds that
  * do not fuse, differing neighbours. The simulation refines the rest. */
 static void initial_reasons(cg_fusion_t *f, const cg_graph_t *g, const cg_comm_order_t *order) {
@@ -356,10 +283,9 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   s.state = calloc(nn, 1);
   s.heap = malloc(nn * sizeof *s.heap);
   s.open = calloc(n_seq ? n_seq : 1, sizeof *s.open);
-  s.edge = calloc(n_seq ? n_seq : 1, sizeof *s.edge);
   uint32_t *topo = malloc(nn * sizeof *topo);
   if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.heap ||
-      !s.open || !s.edge || !topo) {
+      !s.open || !topo) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
     goto out;
   }
@@ -373,7 +299,6 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   }
   initial_reasons(out, g, order);
   if (!enabled) goto out;
-  for (uint32_t c = 0; c < n_seq; c++) s.edge[c] = edge_bytes(g, &order->sequences[c], out->bucket_bytes[c]);
   if ((st = cg_graph_topo_order(g, topo)) != CG_SUCCESS) goto out;
   for (uint32_t i = 0; i < n; i++) {
     s.rank[topo[i]] = i;
@@ -385,7 +310,6 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
       s.pos[order->sequences[c].nodes[p]] = p;
     }
   st = simulate(&s, where);
-  if (st == CG_SUCCESS) split_last_buckets(out, g, order, s.edge);
 out:
   free(topo);
   free(s.rank);
@@ -395,7 +319,6 @@ out:
   free(s.state);
   free(s.heap);
   free(s.open);
-  free(s.edge);
   if (st != CG_SUCCESS) cg_fusion_free(out);
   return st;
 }

@@ -29,12 +29,6 @@
 #include <stdint.h>
 
 #include "agreement.h"
-
-/* A communicator's first and last buckets that need copies stop growing at
- * this fraction of what it fuses (see fusion.c). */
-#define CG_FUSION_EDGE_DIVISOR 16
-/* ... and only where that is at least this many bytes. */
-#define CG_FUSION_EDGE_MIN ((size_t)1 << 20)
 #include "comm_order.h"
 
 /* Why a node is, or is not, in the bucket of the operation before it on its
@@ -46,7 +40,6 @@
   X(CG_FUSE_NOT_FUSIBLE, "its kind is never fused")                                             \
   X(CG_FUSE_DIFFERS, "the operation before it differs (kind, data type, reduction or root)")    \
   X(CG_FUSE_FULL, "the bucket before it would exceed the bucket size")                          \
-  X(CG_FUSE_EDGE, "the first and last buckets that copy stay small, so their copies overlap")      \
   X(CG_FUSE_DEPENDS, "it depends on a node of the bucket before it")                            \
   X(CG_FUSE_WAITED, "its inputs were not ready when the bucket before it had to run")            \
   X(CG_FUSE_RANKS, "another rank could not fuse it")

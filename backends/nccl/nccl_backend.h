@@ -23,9 +23,8 @@ typedef struct cg_nccl_comm {
 /* The bucket size the NCCL backend prefers (fusion). Between GPUs with direct
  * links NCCL reaches its full bus bandwidth only for collectives of a hundred
  * MB and more (each extra call of tens of MB costs some 25 us on 4 H200s), so
- * buckets are large; the first and last buckets that copy stay small anyway
- * (fusion.c), which hides the copies. Across nodes, DDP's 25 MB. Measured
- * with tests/perf/cgbench --sweep (docs/results.md). */
+ * buckets are large. Across nodes, DDP's 25 MB. Measured with
+ * tests/perf/cgbench --sweep (docs/results.md). */
 #define CG_NCCL_BUCKET_BYTES_PEER ((size_t)256 << 20)
 #define CG_NCCL_BUCKET_BYTES_NETWORK ((size_t)25 << 20)
 
