@@ -4,12 +4,8 @@
  * Each bucket (fusion.h) and each unfused node is an item. Items are ordered
  * by Kahn's algorithm over the contracted graph, earliest first member first,
  * and each becomes one step, or three for a bucket of several nodes: pack,
- * collective, unpack. Edges keep their meaning: a dependency on data (hazard,
- * explicit, fence) runs from the item's last step to the dependent item's
- * first step; a communicator's order (which only keeps its operations in one
- * sequence) runs between the collective steps, so a bucket's pack may run
- * while the collective before it on the communicator still runs, and its
- * unpack while the next one runs. */
+ * collective, unpack. Every edge between items runs from the item's last step
+ * to the dependent item's first step. */
 #include <stdlib.h>
 
 #include "error.h"
@@ -28,7 +24,6 @@ typedef struct item {
 
 typedef struct item_edge {
   uint32_t item;
-  int order_only; /* only the communicator's order */
 } item_edge_t;
 
 typedef struct lowering {
@@ -99,16 +94,13 @@ static cg_status_t connect_items(lowering_t *l, const char *where) {
       for (uint32_t e = 0; e < node->preds.len; e++) {
         uint32_t from = l->item_of[node->preds.items[e].node];
         if (from == i) continue;
-        l->preds[used++] = (item_edge_t){from, node->preds.items[e].causes == CG_EDGE_COMM_ORDER};
+        l->preds[used++] = (item_edge_t){from};
       }
     }
     qsort(l->preds + start, used - start, sizeof *l->preds, cmp_edge);
     uint32_t kept = start;
     for (uint32_t e = start; e < used; e++) {
-      if (kept > start && l->preds[kept - 1].item == l->preds[e].item) {
-        l->preds[kept - 1].order_only &= l->preds[e].order_only;
-        continue;
-      }
+      if (kept > start && l->preds[kept - 1].item == l->preds[e].item) continue;
       l->preds[kept++] = l->preds[e];
     }
     used = kept;
@@ -259,14 +251,12 @@ static cg_status_t emit_steps(lowering_t *l, const char *where) {
         step->deps[step->n_deps++] = it->collective_step;
       } else {
         if (s != it->first_step) step->deps[step->n_deps++] = it->first_step; /* collective after pack */
-        for (uint32_t e = l->pred_start[i]; e < l->pred_start[i + 1]; e++) {
-          const item_t *from = &l->items[l->preds[e].item];
-          int order_only = l->preds[e].order_only;
-          /* data dependencies wait at the first step, the communicator's
-           * order at the collective */
-          if (it->n > 1 && order_only != (s == it->collective_step)) continue;
-          step->deps[step->n_deps++] = order_only ? from->collective_step : from->last_step;
-        }
+        /* Every edge runs from the item's last step to the next one's first,
+         * a communicator's order included: the graph leaves out edges that
+         * paths through that order already imply (a fence's, a hazard's), so
+         * relaxing it to the collectives alone would lose them. */
+        for (uint32_t e = l->pred_start[i]; e < l->pred_start[i + 1] && s == it->first_step; e++)
+          step->deps[step->n_deps++] = l->items[l->preds[e].item].last_step;
       }
       sort_ascending(step->deps, step->n_deps);
       cursor += step->n_deps;
