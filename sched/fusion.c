@@ -83,6 +83,7 @@ typedef struct sim {
   uint32_t *pos;      /* per node: place in that sequence */
   uint32_t *pending;  /* per node: dependencies not done */
   uint8_t *state;
+  uint8_t *after_recv; /* per node: a receive, or something that depends on one */
   open_bucket_t *open; /* per sequence */
   uint32_t *heap;      /* ready nodes by rank */
   uint32_t n_heap;
@@ -123,6 +124,8 @@ static void finish(sim_t *s, uint32_t node) {
   s->state[node] = DONE;
   s->n_done++;
   const cg_node_rec_t *n = cg_graph_node(s->g, node);
+  s->after_recv[node] = n->kind == CG_NODE_RECV;
+  for (uint32_t e = 0; e < n->preds.len; e++) s->after_recv[node] |= s->after_recv[n->preds.items[e].node];
   for (uint32_t e = 0; e < n->succs.len; e++) {
     uint32_t next = n->succs.items[e].node;
     s->pending[next]--;
@@ -163,6 +166,13 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
   verdict_t v = JOIN;
   for (uint32_t e = 0; e < n->preds.len; e++) {
     const cg_edge_t *edge = &n->preds.items[e];
+    /* A receive completes only once its peer's send is posted, which may
+     * depend on this bucket on the peer: a node fed by a receive never joins
+     * (the simulation cannot see the peer, so it stays on the safe side). */
+    if (s->state[edge->node] == DONE && s->after_recv[edge->node]) {
+      *why = CG_FUSE_AFTER_RECV;
+      return NEVER;
+    }
     if (s->state[edge->node] == DONE) continue;
     int member = s->seq[edge->node] == c && s->pos[edge->node] >= b->first && s->pos[edge->node] <= b->last;
     if (member && edge->node == last && edge->causes == CG_EDGE_COMM_ORDER) continue;
@@ -281,10 +291,11 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   s.pos = malloc(nn * sizeof *s.pos);
   s.pending = malloc(nn * sizeof *s.pending);
   s.state = calloc(nn, 1);
+  s.after_recv = calloc(nn, 1);
   s.heap = malloc(nn * sizeof *s.heap);
   s.open = calloc(n_seq ? n_seq : 1, sizeof *s.open);
   uint32_t *topo = malloc(nn * sizeof *topo);
-  if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.heap ||
+  if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.after_recv || !s.heap ||
       !s.open || !topo) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
     goto out;
@@ -317,6 +328,7 @@ out:
   free(s.pos);
   free(s.pending);
   free(s.state);
+  free(s.after_recv);
   free(s.heap);
   free(s.open);
   if (st != CG_SUCCESS) cg_fusion_free(out);

@@ -330,7 +330,6 @@ static void breaker(gen_t *g) {
       s.kind = CG_NODE_HOST_FUNC;
       s.count = 1 + cg_test_below(room < 64 ? room : 64);
       s.root = cg_test_below(6) == 0; /* 1: a fence */
-      if (getenv("TMP_NOFENCE")) s.root = 0;
       g->regions[r].bound += g->host_func_adds;
       g->host_rel[g->p->n_nodes] = rel;
       add_node(g, s, -1, r, 0);
@@ -338,12 +337,10 @@ static void breaker(gen_t *g) {
     }
   }
   if (what >= 7 || what == 6) {
-    if (getenv("TMP_NOFENCE")) return;
     add_node(g, s, -1, -1, 0);
     return;
   }
   s.kind = what < 3 ? CG_NODE_ALLTOALL : CG_NODE_SEND;
-  if (getenv("TMP_NOP2P")) s.kind = CG_NODE_ALLTOALL;
   s.shift = (int)cg_test_below((uint64_t)ranks);
   s.count = 1 + cg_test_below(127);
   size_t span = s.kind == CG_NODE_ALLTOALL ? s.count * (size_t)ranks : s.count;
