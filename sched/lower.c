@@ -22,10 +22,6 @@ typedef struct item {
   uint32_t first_step, collective_step, last_step;
 } item_t;
 
-typedef struct item_edge {
-  uint32_t item;
-} item_edge_t;
-
 typedef struct lowering {
   cg_plan_t *p;
   const cg_graph_t *g;
@@ -33,16 +29,16 @@ typedef struct lowering {
   item_t *items;
   uint32_t n_items;
   uint32_t *item_of;      /* per node */
-  item_edge_t *preds;     /* per item, distinct, ascending by item */
+  uint32_t *preds;        /* per item: predecessor items, distinct, ascending */
   uint32_t *pred_start;   /* n_items + 1 */
   uint32_t *succs;        /* per item */
   uint32_t *succ_start;
   uint32_t *item_order;   /* items in Kahn order */
 } lowering_t;
 
-static int cmp_edge(const void *a, const void *b) {
-  const item_edge_t *x = a, *y = b;
-  return (x->item > y->item) - (x->item < y->item);
+static int cmp_item(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
 }
 
 static cg_status_t make_items(lowering_t *l, const cg_fusion_t *f, const uint32_t *rank, const char *where) {
@@ -94,13 +90,13 @@ static cg_status_t connect_items(lowering_t *l, const char *where) {
       for (uint32_t e = 0; e < node->preds.len; e++) {
         uint32_t from = l->item_of[node->preds.items[e].node];
         if (from == i) continue;
-        l->preds[used++] = (item_edge_t){from};
+        l->preds[used++] = from;
       }
     }
-    qsort(l->preds + start, used - start, sizeof *l->preds, cmp_edge);
+    qsort(l->preds + start, used - start, sizeof *l->preds, cmp_item);
     uint32_t kept = start;
     for (uint32_t e = start; e < used; e++) {
-      if (kept > start && l->preds[kept - 1].item == l->preds[e].item) continue;
+      if (kept > start && l->preds[kept - 1] == l->preds[e]) continue;
       l->preds[kept++] = l->preds[e];
     }
     used = kept;
@@ -108,10 +104,10 @@ static cg_status_t connect_items(lowering_t *l, const char *where) {
   l->pred_start[l->n_items] = used;
   l->succs = malloc((used ? used : 1) * sizeof *l->succs);
   if (!l->succs) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating %u item edges", where, used);
-  for (uint32_t e = 0; e < used; e++) l->succ_start[l->preds[e].item + 2]++;
+  for (uint32_t e = 0; e < used; e++) l->succ_start[l->preds[e] + 2]++;
   for (uint32_t i = 0; i < l->n_items; i++) l->succ_start[i + 2] += l->succ_start[i + 1];
   for (uint32_t i = 0; i < l->n_items; i++)
-    for (uint32_t e = l->pred_start[i]; e < l->pred_start[i + 1]; e++) l->succs[l->succ_start[l->preds[e].item + 1]++] = i;
+    for (uint32_t e = l->pred_start[i]; e < l->pred_start[i + 1]; e++) l->succs[l->succ_start[l->preds[e] + 1]++] = i;
   return CG_SUCCESS;
 }
 
@@ -256,7 +252,7 @@ static cg_status_t emit_steps(lowering_t *l, const char *where) {
          * paths through that order already imply (a fence's, a hazard's), so
          * relaxing it to the collectives alone would lose them. */
         for (uint32_t e = l->pred_start[i]; e < l->pred_start[i + 1] && s == it->first_step; e++)
-          step->deps[step->n_deps++] = l->items[l->preds[e].item].last_step;
+          step->deps[step->n_deps++] = l->items[l->preds[e]].last_step;
       }
       sort_ascending(step->deps, step->n_deps);
       cursor += step->n_deps;

@@ -33,8 +33,9 @@ typedef struct cg_arena_opts {
 /* Allocates `capacity` bytes (aligned to 256); opts may be NULL. */
 CG_API cg_status_t cg_arena_create(cg_arena_t **out, size_t capacity, const cg_arena_opts_t *opts);
 /* The next `count` elements of `dtype`, right after the previous piece;
- * CG_ERR_NO_MEMORY, changing nothing, when they do not fit. count 0 gives a
- * non-NULL pointer to zero bytes. */
+ * CG_ERR_NO_MEMORY when they do not fit, CG_ERR_OVERFLOW when count times the
+ * element size overflows, CG_ERR_INVALID_ENUM for an unknown dtype; a failed
+ * call changes nothing. count 0 gives a non-NULL pointer to zero bytes. */
 CG_API cg_status_t cg_arena_alloc(void **out, cg_arena_t *arena, size_t count, cg_dtype_t dtype);
 /* Bytes handed out so far (gaps included) and the capacity; either may be NULL. */
 CG_API cg_status_t cg_arena_usage(size_t *used, size_t *capacity, const cg_arena_t *arena);

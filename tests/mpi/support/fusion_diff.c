@@ -1,5 +1,7 @@
 #include "fusion_diff.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +21,44 @@ static long env_long(const char *name, long fallback) {
   return v && *v ? strtol(v, NULL, 0) : fallback;
 }
 
+/* ---- a watchdog: a plan that never finishes (a deadlock) would only show as
+ * the suite's time limit; this names the program first */
+
+static atomic_int watch_prog = -1;   /* the program being run, -1 none */
+static atomic_long watch_since;      /* when it started, ms */
+static atomic_int watch_stop;
+static const cg_rp_program_t *watch_p;
+static pthread_t watcher;
+static int watching;
+
+static long now_ms(void) { return (long)(seconds() * 1000); }
+
+static void *watch(void *arg) {
+  (void)arg;
+  int reported = -1;
+  struct timespec nap = {0, 200 * 1000 * 1000};
+  while (!atomic_load(&watch_stop)) {
+    nanosleep(&nap, NULL);
+    int prog = atomic_load(&watch_prog);
+    if (prog < 0 || prog == reported || now_ms() - atomic_load(&watch_since) < 1000L * CG_FD_STUCK_SECONDS) continue;
+    reported = prog;
+    fprintf(stderr, "rank %d: program %d has run for %d s: stuck? Rerun it with CG_TEST_SEED=%llu "
+            "CG_FUSION_TEST_FIRST=%d CG_FUSION_TEST_PROGRAMS=1 CG_FUSION_TEST_VERBOSE=1\n", cg_mpi_rank(), prog,
+            CG_FD_STUCK_SECONDS, (unsigned long long)cg_test_seed(), prog);
+    if (cg_mpi_rank() == 0) cg_rp_dump(watch_p);
+  }
+  return NULL;
+}
+
 void cg_fd_begin(cg_fd_totals_t *t) {
   memset(t, 0, sizeof *t);
   t->first = env_long("CG_FUSION_TEST_FIRST", 0);
   t->fixed = env_long("CG_FUSION_TEST_PROGRAMS", 0);
   t->verbose = env_long("CG_FUSION_TEST_VERBOSE", 0) != 0;
   t->start = seconds();
+  atomic_store(&watch_prog, -1);
+  atomic_store(&watch_stop, 0);
+  watching = pthread_create(&watcher, NULL, watch, NULL) == 0;
 }
 
 int cg_fd_next(const cg_fd_totals_t *t, int prog) {
@@ -43,6 +77,9 @@ void cg_fd_program(cg_rp_program_t *p, size_t *small, int prog, int world, int h
   cg_rp_fusion_opts_t o = {(cg_rp_layout_t)(prog % CG_RP_N_LAYOUTS), host_func_adds, CG_FD_MAX_BYTES,
                            prog % (2 * CG_RP_N_LAYOUTS) == CG_RP_IN_PLACE};
   cg_rp_generate_fusible(p, world, &o);
+  watch_p = p;
+  atomic_store(&watch_since, now_ms());
+  atomic_store(&watch_prog, prog);
   size_t s = (size_t)64 << cg_test_below(11); /* 64 B .. 64 KB */
   s += cg_test_below(s);
   *small = s > 65536 ? 65536 : s;
@@ -107,6 +144,10 @@ void cg_fd_count(cg_fd_totals_t *t, const cg_rp_program_t *p, const cg_plan_stat
 }
 
 void cg_fd_finish(const cg_fd_totals_t *t) {
+  atomic_store(&watch_prog, -1);
+  atomic_store(&watch_stop, 1);
+  if (watching) pthread_join(watcher, NULL);
+  watching = 0;
   if (cg_mpi_rank() == 0) {
     printf("%zu programs (%zu scattered, %zu contiguous, %zu in place), %zu nodes, %zu plan runs in %.1f s; all "
            "matched the reference\n", t->programs, t->by_layout[0], t->by_layout[1], t->by_layout[2], t->nodes,

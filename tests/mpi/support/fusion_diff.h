@@ -14,7 +14,9 @@
  * rank 0, at least CG_FD_MIN_PROGRAMS and at most CG_FD_MAX_PROGRAMS;
  * CG_FUSION_TEST_PROGRAMS=n runs exactly n, CG_FUSION_TEST_FIRST=k starts at
  * program k (a failure repeats with the printed seed and its program number),
- * CG_FUSION_TEST_VERBOSE=1 prints every program, plan and run. */
+ * CG_FUSION_TEST_VERBOSE=1 prints every program, plan and run. A program
+ * still running after CG_FD_STUCK_SECONDS (a plan that deadlocks) is named on
+ * stderr, with how to rerun it, before the suite's time limit ends the run. */
 #ifndef CG_FUSION_DIFF_H
 #define CG_FUSION_DIFF_H
 
@@ -27,6 +29,7 @@
 #define CG_FD_MIN_PROGRAMS 12
 #define CG_FD_MAX_PROGRAMS 600
 #define CG_FD_MAX_BYTES (100 * 1024)
+#define CG_FD_STUCK_SECONDS 30
 
 extern const char *const cg_fd_variant_names[CG_FD_VARIANTS];
 
@@ -40,11 +43,12 @@ typedef struct cg_fd_totals {
   int verbose;
 } cg_fd_totals_t;
 
-/* Reads the environment (every rank) and starts the clock. */
+/* Reads the environment (every rank), starts the clock and the watchdog. */
 void cg_fd_begin(cg_fd_totals_t *t);
 /* Whether to run program `prog`; rank 0 decides for all (collective). */
 int cg_fd_next(const cg_fd_totals_t *t, int prog);
-/* Program `prog` for `world` ranks, and its small bucket size. */
+/* Program `prog` for `world` ranks, and its small bucket size; the watchdog
+ * now watches it. */
 void cg_fd_program(cg_rp_program_t *p, size_t *small, int prog, int world, int host_func_adds);
 /* Compile options of variant v. */
 cg_compile_opts_t cg_fd_opts(int v, size_t small);
@@ -61,7 +65,7 @@ int cg_fd_first_failure(int mine);
 void cg_fd_count(cg_fd_totals_t *t, const cg_rp_program_t *p, const cg_plan_stats_t *stats);
 /* Prints the totals (rank 0) and asserts on all ranks that fusion happened:
  * some bucket, some program fused without copies, some scattered bucket
- * copied. */
+ * copied. Stops the watchdog. */
 void cg_fd_finish(const cg_fd_totals_t *t);
 
 #endif

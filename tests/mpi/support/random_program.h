@@ -9,7 +9,12 @@
  * bits (avg over 2 or 4 ranks halves or quarters), and an operation that could
  * leave the type's exact range is replaced by min or max, so no result depends
  * on the order in which contributions are combined (float avg in NCCL
- * multiplies each input by 1/ranks first: exact too with 1, 2 or 4 ranks). */
+ * multiplies each input by 1/ranks first: exact too with 1, 2 or 4 ranks).
+ *
+ * cg_rp_generate_fusible draws the programs of the fusion suites
+ * (tests/mpi/test_mpi_fusion.c, with
+ * tests/mpi/support/fusion_diff.h): runs of fusible collectives in a chosen
+ * buffer layout; there a bound is kept per buffer rather than per arena. */
 #ifndef CG_RANDOM_PROGRAM_H
 #define CG_RANDOM_PROGRAM_H
 
