@@ -83,7 +83,7 @@ typedef struct sim {
   uint32_t *pos;      /* per node: place in that sequence */
   uint32_t *pending;  /* per node: dependencies not done */
   uint8_t *state;
-  uint8_t *after_recv; /* per node: a receive, or something that depends on one */
+  uint8_t *feeds_other; /* per node: a successor leads to communication off its communicator */
   open_bucket_t *open; /* per sequence */
   uint32_t *heap;      /* ready nodes by rank */
   uint32_t n_heap;
@@ -124,8 +124,6 @@ static void finish(sim_t *s, uint32_t node) {
   s->state[node] = DONE;
   s->n_done++;
   const cg_node_rec_t *n = cg_graph_node(s->g, node);
-  s->after_recv[node] = n->kind == CG_NODE_RECV;
-  for (uint32_t e = 0; e < n->preds.len; e++) s->after_recv[node] |= s->after_recv[n->preds.items[e].node];
   for (uint32_t e = 0; e < n->succs.len; e++) {
     uint32_t next = n->succs.items[e].node;
     s->pending[next]--;
@@ -163,16 +161,13 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     *why = CG_FUSE_FULL;
     return NEVER;
   }
+  if (s->feeds_other[last]) {
+    *why = CG_FUSE_FEEDS;
+    return NEVER;
+  }
   verdict_t v = JOIN;
   for (uint32_t e = 0; e < n->preds.len; e++) {
     const cg_edge_t *edge = &n->preds.items[e];
-    /* A receive completes only once its peer's send is posted, which may
-     * depend on this bucket on the peer: a node fed by a receive never joins
-     * (the simulation cannot see the peer, so it stays on the safe side). */
-    if (s->state[edge->node] == DONE && s->after_recv[edge->node]) {
-      *why = CG_FUSE_AFTER_RECV;
-      return NEVER;
-    }
     if (s->state[edge->node] == DONE) continue;
     int member = s->seq[edge->node] == c && s->pos[edge->node] >= b->first && s->pos[edge->node] <= b->last;
     if (member && edge->node == last && edge->causes == CG_EDGE_COMM_ORDER) continue;
@@ -256,6 +251,86 @@ static cg_status_t simulate(sim_t *s, const char *where) {
   return CG_SUCCESS;
 }
 
+/* What communication a node's successors lead to, as a sequence index, or
+ * one of these. */
+#define REACH_NONE UINT32_MAX
+#define REACH_MANY (UINT32_MAX - 1)
+
+static uint32_t reach_merge(uint32_t a, uint32_t b) {
+  if (a == REACH_NONE) return b;
+  if (b == REACH_NONE || a == b) return a;
+  return REACH_MANY;
+}
+
+/* Nodes a search from one node may visit before it gives up (and the caller
+ * takes the safe answer): keeps the pass linear on large graphs. */
+#define SEARCH_BUDGET 256
+
+typedef struct search {
+  uint32_t *stamp, *stack, round;
+} search_t;
+
+/* Whether `to` depends on `from`, found within the budget. */
+static int depends_on(const cg_graph_t *g, search_t *sr, uint32_t from, uint32_t to) {
+  uint32_t top = 0, visited = 0;
+  sr->round++;
+  sr->stack[top++] = from;
+  sr->stamp[from] = sr->round;
+  while (top && visited++ < SEARCH_BUDGET) {
+    const cg_node_rec_t *x = cg_graph_node(g, sr->stack[--top]);
+    for (uint32_t e = 0; e < x->succs.len; e++) {
+      uint32_t w = x->succs.items[e].node;
+      if (w == to) return 1;
+      if (sr->stamp[w] == sr->round || top >= SEARCH_BUDGET) continue;
+      sr->stamp[w] = sr->round;
+      sr->stack[top++] = w;
+    }
+  }
+  return 0;
+}
+
+/* A bucket holds back what its members feed until its last member is done.
+ * Another rank may need that work (a collective on another communicator, a
+ * send, work before either) before it can reach a later member of the same
+ * bucket: every rank would then wait for the others. No rank sees that from
+ * its own graph, so a member may have the next operation joined after it only
+ * when everything else it feeds either leads to no communication off its
+ * communicator (later operations of the same communicator come after the
+ * bucket anyway) or depends on that next operation too (and so waits for the
+ * bucket's last member without fusion as well). */
+static cg_status_t find_feeds_other(sim_t *s, const uint32_t *topo, const char *where) {
+  uint32_t n = cg_graph_node_count(s->g);
+  uint32_t *reach = malloc((n ? n : 1) * sizeof *reach);
+  search_t sr = {calloc(n ? n : 1, sizeof *sr.stamp), malloc((SEARCH_BUDGET + 1) * sizeof *sr.stack), 0};
+  if (!reach || !sr.stamp || !sr.stack) {
+    free(reach), free(sr.stamp), free(sr.stack);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
+  }
+  for (uint32_t i = n; i-- > 0;) {
+    uint32_t v = topo[i], c = s->seq[v];
+    const cg_node_rec_t *node = cg_graph_node(s->g, v);
+    uint32_t next = c != REACH_NONE && s->pos[v] + 1 < s->order->sequences[c].len
+                        ? s->order->sequences[c].nodes[s->pos[v] + 1]
+                        : REACH_NONE;
+    uint32_t all = REACH_NONE;
+    for (uint32_t e = 0; e < node->succs.len; e++) {
+      uint32_t to = node->succs.items[e].node, to_seq = s->seq[to];
+      uint32_t self = to_seq == REACH_NONE ? REACH_NONE
+                      : cg_kind_is_p2p(cg_graph_node(s->g, to)->kind) ? REACH_MANY
+                                                                       : to_seq;
+      uint32_t r = reach_merge(self, reach[to]);
+      all = reach_merge(all, r);
+      if (to != next && r != REACH_NONE && r != c && !s->feeds_other[v])
+        s->feeds_other[v] = next == REACH_NONE || !depends_on(s->g, &sr, next, to);
+    }
+    reach[v] = all;
+  }
+  free(reach);
+  free(sr.stamp);
+  free(sr.stack);
+  return CG_SUCCESS;
+}
+
 /* Reasons for nodes that never join: the first on a communicator, kinds that
  * do not fuse, differing neighbours. The simulation refines the rest. */
 static void initial_reasons(cg_fusion_t *f, const cg_graph_t *g, const cg_comm_order_t *order) {
@@ -291,11 +366,11 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   s.pos = malloc(nn * sizeof *s.pos);
   s.pending = malloc(nn * sizeof *s.pending);
   s.state = calloc(nn, 1);
-  s.after_recv = calloc(nn, 1);
+  s.feeds_other = calloc(nn, 1);
   s.heap = malloc(nn * sizeof *s.heap);
   s.open = calloc(n_seq ? n_seq : 1, sizeof *s.open);
   uint32_t *topo = malloc(nn * sizeof *topo);
-  if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.after_recv || !s.heap ||
+  if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.feeds_other || !s.heap ||
       !s.open || !topo) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
     goto out;
@@ -320,6 +395,7 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
       s.seq[order->sequences[c].nodes[p]] = c;
       s.pos[order->sequences[c].nodes[p]] = p;
     }
+  if ((st = find_feeds_other(&s, topo, where)) != CG_SUCCESS) goto out;
   st = simulate(&s, where);
 out:
   free(topo);
@@ -328,7 +404,7 @@ out:
   free(s.pos);
   free(s.pending);
   free(s.state);
-  free(s.after_recv);
+  free(s.feeds_other);
   free(s.heap);
   free(s.open);
   if (st != CG_SUCCESS) cg_fusion_free(out);

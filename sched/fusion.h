@@ -41,7 +41,7 @@
   X(CG_FUSE_DIFFERS, "the operation before it differs (kind, data type, reduction or root)")    \
   X(CG_FUSE_FULL, "the bucket before it would exceed the bucket size")                          \
   X(CG_FUSE_DEPENDS, "it depends on a node of the bucket before it")                            \
-  X(CG_FUSE_AFTER_RECV, "it depends on a receive, whose send may wait for the bucket on its peer") \
+  X(CG_FUSE_FEEDS, "the operation before it feeds communication on another communicator")     \
   X(CG_FUSE_WAITED, "its inputs were not ready when the bucket before it had to run")            \
   X(CG_FUSE_RANKS, "another rank could not fuse it")
 

@@ -97,6 +97,48 @@ static acc_t comm_acc(const cg_node_rec_t *n) {
                  n->kind == CG_NODE_BARRIER};
 }
 
+/* Nodes reachable from `from` (itself included when `self`), as flags. */
+static uint8_t *reachable(const cg_graph_t *g, uint32_t from, int self) {
+  uint32_t n = cg_graph_node_count(g), top = 0;
+  uint32_t *stack = malloc((n + 1) * 4);
+  uint8_t *seen = calloc(n + 1, 1);
+  REQUIRE(stack && seen, "out of memory");
+  stack[top++] = from;
+  while (top) {
+    const cg_node_rec_t *x = cg_graph_node(g, stack[--top]);
+    for (uint32_t e = 0; e < x->succs.len; e++) {
+      uint32_t w = x->succs.items[e].node;
+      if (!seen[w]) seen[w] = 1, stack[top++] = w;
+    }
+  }
+  seen[from] |= (uint8_t)self;
+  free(stack);
+  return seen;
+}
+
+/* Whether something `u` feeds directly, other than `next` and not waiting for
+ * `next` anyway, is or leads (through any path) to a send, a receive or a
+ * collective of another communicator: work another rank may need before it
+ * reaches `next`, so `u` and `next` must not share a bucket. Plain
+ * reachability, independent of the library's pass. */
+static int feeds_elsewhere(const cg_graph_t *g, uint32_t u, uint32_t next) {
+  const cg_node_rec_t *from = cg_graph_node(g, u);
+  uint8_t *after_next = reachable(g, next, 1);
+  int found = 0;
+  for (uint32_t e = 0; e < from->succs.len && !found; e++) {
+    uint32_t w = from->succs.items[e].node;
+    if (after_next[w]) continue;
+    uint8_t *down = reachable(g, w, 1);
+    for (uint32_t x = 0; x < cg_graph_node_count(g) && !found; x++) {
+      const cg_node_rec_t *xn = cg_graph_node(g, x);
+      found = down[x] && xn->comm && (xn->comm != from->comm || xn->kind == CG_NODE_SEND || xn->kind == CG_NODE_RECV);
+    }
+    free(down);
+  }
+  free(after_next);
+  return found;
+}
+
 /* ---- random programs over `arena` */
 
 typedef struct sample {
@@ -421,6 +463,11 @@ static void check_fused(const cg_graph_t *g, const cg_plan_t *plan, const acc_t 
         direct |= item[u] == item[prev] && !(u == prev && node->preds.items[e].causes == CG_EDGE_COMM_ORDER);
       }
       REQUIRE(why != CG_FUSE_DEPENDS || direct, "#%u: 'depends' without an edge from the bucket before (#%u)", v, prev);
+      if (joined || why == CG_FUSE_FEEDS) {
+        int feeds = feeds_elsewhere(g, prev, v);
+        REQUIRE(!joined || !feeds, "#%u joined #%u, which feeds communication elsewhere", v, prev);
+        REQUIRE(why != CG_FUSE_FEEDS || feeds, "#%u: 'feeds' but #%u feeds no communication elsewhere", v, prev);
+      }
       run = joined ? run + node_bytes(node) : node_bytes(node);
       prev = v;
       p++;
@@ -448,12 +495,14 @@ static int precedes(const cg_plan_t *plan, uint32_t a, uint32_t b) {
 START_TEST(fusion__random_graphs_keep_invariants) {
   cg_test_reseed(301);
   static const size_t limits[] = {1, 16, 64, 256, 1024, (size_t)1 << 20};
+  size_t seen[CG_FUSE_RANKS + 1] = {0};
   for (int round = 0; round < 400; round++) {
     sample_t s;
     sample_make(&s, 1 + (uint32_t)cg_test_below(MAX_NODES), round % 2);
     size_t limit = cg_test_below(3) ? limits[cg_test_below(6)] : 1 + (size_t)cg_test_below(512);
     cg_plan_t *plan = compile_with(s.g, 1, limit), *off = compile_with(s.g, 0, limit);
     check_fused(s.g, plan, s.acc, limit, 1);
+    for (uint32_t v = 0; v < s.n; v++) seen[plan->fuse_why[v] <= CG_FUSE_RANKS ? plan->fuse_why[v] : 0]++;
     setenv("CG_FUSION", "0", 1);
     cg_plan_t *env_off = compile_with(s.g, 1, limit);
     unsetenv("CG_FUSION");
@@ -467,6 +516,12 @@ START_TEST(fusion__random_graphs_keep_invariants) {
     cg_plan_destroy(plan), cg_plan_destroy(off), cg_plan_destroy(env_off);
     sample_free(&s);
   }
+  /* the programs reach the reasons a single rank can give ('waited' is rare
+   * here: fusion__dependent_allreduces_do_not_fuse builds it) */
+  static const cg_fuse_why_t must_see[] = {CG_FUSE_JOINED, CG_FUSE_DIFFERS, CG_FUSE_FULL, CG_FUSE_DEPENDS,
+                                           CG_FUSE_FEEDS};
+  for (size_t k = 0; k < sizeof must_see / sizeof *must_see; k++)
+    REQUIRE(seen[must_see[k]] > 0, "no node of 400 random programs got the reason '%s'", cg_fuse_why_text(must_see[k]));
 }
 END_TEST
 
@@ -593,6 +648,62 @@ START_TEST(fusion__dependent_allreduces_do_not_fuse) {
     cg_graph_destroy(g);
   }
   cg_comm_destroy(comm);
+}
+END_TEST
+
+/* The hang CI once found on two ranks: a bucket {a0, a1} holds back what a0
+ * feeds until a1 is done; when another rank needs that (a collective of
+ * another communicator, a send) before it reaches a1, every rank waits. So
+ * a1 never joins a0 then, whatever the path; work that leads nowhere, only
+ * to later operations of the same communicator, or that waits for a1 anyway
+ * (a fence), and receives before the bucket do not stop it. Buffers
+ * disjoint: only the edges below matter. */
+START_TEST(fusion__bucket_never_holds_back_other_communication) {
+  cg_comm_t *a = offline(0, 2), *b = offline(0, 2);
+  float *x = big;
+  enum { TO_COLLECTIVE, THROUGH_HOST_TO_SEND, TO_DEAD_END, TO_LATER_SAME_COMM, AFTER_RECEIVE, FENCE_AFTER_BOTH,
+         N_VARIANTS };
+  for (int variant = 0; variant < N_VARIANTS; variant++) {
+    cg_graph_t *g = new_graph();
+    cg_node_t a0, a1, h, other, later;
+    if (variant == AFTER_RECEIVE) {
+      ck_assert_cg_ok(cg_recv(&other, g, b, x + 8 * T, T, CG_FLOAT32, 1));
+    }
+    ck_assert_cg_ok(cg_allreduce(&a0, g, a, x, x + T, T, CG_FLOAT32, CG_SUM));
+    cg_access_t none = CG_ACCESS_INIT;
+    none.everything = 0;
+    if (variant == THROUGH_HOST_TO_SEND || variant == TO_DEAD_END) {
+      ck_assert_cg_ok(cg_host_func(&h, g, cg_test_noop, NULL, &none));
+      ck_assert_cg_ok(cg_depend(g, a0, h));
+    }
+    if (variant == TO_COLLECTIVE) ck_assert_cg_ok(cg_allreduce(&other, g, b, x + 6 * T, x + 7 * T, T, CG_FLOAT32, CG_SUM));
+    if (variant == THROUGH_HOST_TO_SEND) ck_assert_cg_ok(cg_send(&other, g, b, x + 6 * T, T, CG_FLOAT32, 1));
+    if (variant == TO_COLLECTIVE) ck_assert_cg_ok(cg_depend(g, a0, other));
+    if (variant == THROUGH_HOST_TO_SEND) ck_assert_cg_ok(cg_depend(g, h, other));
+    ck_assert_cg_ok(cg_allreduce(&a1, g, a, x + 2 * T, x + 3 * T, T, CG_FLOAT32, CG_SUM));
+    if (variant == AFTER_RECEIVE) ck_assert_cg_ok(cg_depend(g, other, a1));
+    if (variant == TO_LATER_SAME_COMM) {
+      ck_assert_cg_ok(cg_broadcast(&later, g, a, x + 4 * T, x + 5 * T, T, CG_FLOAT32, 0));
+      ck_assert_cg_ok(cg_depend(g, a0, later));
+    }
+    if (variant == FENCE_AFTER_BOTH) { /* waits for a1 anyway */
+      ck_assert_cg_ok(cg_host_func(&h, g, cg_test_noop, NULL, NULL));
+      ck_assert_cg_ok(cg_allreduce(&later, g, b, x + 6 * T, x + 7 * T, T, CG_FLOAT32, CG_SUM));
+    }
+    cg_plan_t *plan = fused(g, 0);
+    int apart = variant == TO_COLLECTIVE || variant == THROUGH_HOST_TO_SEND;
+    ck_assert_msg(plan->fuse_why[a1.index] == (apart ? CG_FUSE_FEEDS : CG_FUSE_JOINED), "variant %d: reason '%s'",
+                  variant, cg_fuse_why_text(plan->fuse_why[a1.index]));
+    ck_assert_uint_eq(plan->n_buckets, !apart);
+    char *text = text_of(plan, 0);
+    const char *feeds = "not fused with the one before: the operation before it feeds communication on another";
+    ck_assert_msg(!apart || strstr(text, feeds), "variant %d:\n%s", variant, text);
+    free(text);
+    cg_plan_destroy(plan);
+    cg_graph_destroy(g);
+  }
+  cg_comm_destroy(b);
+  cg_comm_destroy(a);
 }
 END_TEST
 
@@ -819,7 +930,8 @@ static Suite *suite(void) {
   const TTest *tests[][9] = {
       {fusion__random_graphs_keep_invariants, fusion__ten_allreduces_fuse_into_one_bucket,
        fusion__bucket_size_splits_buckets, fusion__dependent_allreduces_do_not_fuse, fusion__different_keys_do_not_fuse,
-       fusion__bucket_bytes_from_the_environment, fusion__stats_count_copies},
+       fusion__bucket_bytes_from_the_environment, fusion__stats_count_copies,
+       fusion__bucket_never_holds_back_other_communication},
       {fusion__fence_waits_for_bucket_unpack, fusion__bucket_pack_waits_for_fence},
       {arena__pieces_touch_and_align_to_their_elements, arena__random_allocations_follow_the_model}};
   const char *names[] = {"fusion", "bugs", "arena"};
