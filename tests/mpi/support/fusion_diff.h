@@ -65,7 +65,8 @@ int cg_fd_first_failure(int mine);
 void cg_fd_count(cg_fd_totals_t *t, const cg_rp_program_t *p, const cg_plan_stats_t *stats);
 /* Prints the totals (rank 0) and asserts on all ranks that fusion happened:
  * some bucket, some program fused without copies, some scattered bucket
- * copied. Stops the watchdog. */
+ * copied (not when CG_FUSION_TEST_PROGRAMS fixes the programs). Stops the
+ * watchdog. */
 void cg_fd_finish(const cg_fd_totals_t *t);
 
 #endif
