@@ -6,6 +6,9 @@
 #if CG_HAVE_NCCL
 #include "nccl/nccl_backend.h"
 #endif
+#if CG_HAVE_CUDA
+#include "staged/staged_backend.h"
+#endif
 
 /* Refuses what this build cannot do, before any collective call, so every rank
  * fails alike (given the same options). */
@@ -16,7 +19,13 @@ static cg_status_t resolve_backend(cg_backend_kind_t *out, const cg_comm_opts_t 
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: opts.device %d: use CG_DEVICE_HOST (-1) or a CUDA "
                    "device ordinal", o->device);
   cg_backend_kind_t backend = o->backend;
-  if (backend == CG_BACKEND_AUTO) backend = o->device == CG_DEVICE_HOST ? CG_BACKEND_MPI : CG_BACKEND_NCCL;
+  if (o->staging < 0 || o->staging >= CG_STAGING_COUNT)
+    return cg_fail(CG_ERR_INVALID_ENUM, "cg_comm_create: opts.staging %d is not a cg_staging_t", (int)o->staging);
+  if (backend == CG_BACKEND_AUTO)
+    backend = o->device == CG_DEVICE_HOST || !CG_HAVE_NCCL ? CG_BACKEND_MPI : CG_BACKEND_NCCL;
+  if (backend == CG_BACKEND_MPI && o->device != CG_DEVICE_HOST && !CG_HAVE_CUDA)
+    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: device %d: this commgraph was built without CUDA "
+                   "(CG_WITH_CUDA)", o->device);
   if (backend == CG_BACKEND_NCCL && o->device == CG_DEVICE_HOST)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: the nccl backend needs a CUDA device (opts.device)");
   if (backend == CG_BACKEND_NCCL && !CG_HAVE_NCCL)
@@ -46,6 +55,9 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
 #if CG_HAVE_NCCL
   if (backend == CG_BACKEND_NCCL) return cg_nccl_comm_create(out, mpi, opts->device, level);
 #endif
+#if CG_HAVE_CUDA
+  if (backend == CG_BACKEND_MPI && opts->device != CG_DEVICE_HOST) return cg_staged_comm_create(out, mpi, opts, level);
+#endif
   return cg_mpi_comm_create(out, mpi, opts, level);
 }
 
@@ -54,6 +66,10 @@ cg_status_t cg_comm_mpi(MPI_Comm *out, const cg_comm_t *comm) {
   const cg_mpi_comm_t *m = cg_mpi_comm_of(comm);
 #if CG_HAVE_NCCL
   if (!m) m = cg_nccl_comm_control(comm);
+#endif
+#if CG_HAVE_CUDA
+  const cg_staged_comm_t *staged = cg_staged_comm_of(comm);
+  if (!m && staged) m = staged->mpi;
 #endif
   if (!m)
     return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_mpi: the communicator's backend (%s) has no MPI_Comm",

@@ -21,6 +21,13 @@ typedef struct cg_mpi_comm {
 
 extern const cg_backend_t cg_mpi_backend;
 
+/* Every kind MPI runs. */
+#define CG_ALL_COMM_KINDS                                                                                 \
+  ((1u << CG_NODE_ALLREDUCE) | (1u << CG_NODE_BROADCAST) | (1u << CG_NODE_REDUCE) |                       \
+   (1u << CG_NODE_ALLGATHER) | (1u << CG_NODE_REDUCE_SCATTER) | (1u << CG_NODE_ALLTOALL) |                \
+   (1u << CG_NODE_GATHER) | (1u << CG_NODE_SCATTER) | (1u << CG_NODE_SEND) | (1u << CG_NODE_RECV) |       \
+   (1u << CG_NODE_BARRIER))
+
 /* Duplicates `mpi` twice (data, control) with MPI_ERRORS_RETURN and creates
  * the own types; cg_mpi_comm_close frees them (NULL is fine). Other MPI-based
  * backends keep one of these for their control traffic. */

@@ -121,12 +121,6 @@ static int on_one_node(MPI_Comm comm) {
   return all;
 }
 
-#define CG_ALL_COMM_KINDS                                                                                 \
-  ((1u << CG_NODE_ALLREDUCE) | (1u << CG_NODE_BROADCAST) | (1u << CG_NODE_REDUCE) |                       \
-   (1u << CG_NODE_ALLGATHER) | (1u << CG_NODE_REDUCE_SCATTER) | (1u << CG_NODE_ALLTOALL) |                \
-   (1u << CG_NODE_GATHER) | (1u << CG_NODE_SCATTER) | (1u << CG_NODE_SEND) | (1u << CG_NODE_RECV) |       \
-   (1u << CG_NODE_BARRIER))
-
 const cg_backend_t cg_mpi_backend = {
     .interface_version = CG_BACKEND_INTERFACE_VERSION,
     .name = "mpi",
@@ -176,14 +170,8 @@ cg_status_t cg_mpi_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts
   cg_mpi_comm_t *m = NULL;
   int rank = 0, size = 0;
   uint64_t id = 0;
-  if (opts->device != CG_DEVICE_HOST) {
-    if (thread_level < MPI_THREAD_MULTIPLE)
-      return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: device buffers over MPI need MPI_THREAD_MULTIPLE (host "
-                     "nodes call MPI from CUDA's callback thread), but MPI provides %s",
-                     cg_mpi_thread_level_name(thread_level));
-    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: device %d: the MPI backend runs host buffers only in "
-                   "this build (staged device buffers are not built yet; use the nccl backend)", opts->device);
-  }
+  if (opts->device != CG_DEVICE_HOST)
+    return cg_fail(CG_ERR_INTERNAL, "cg_comm_create: the host MPI backend got device %d", opts->device);
   if ((st = cg_mpi_comm_open(&m, mpi, thread_level)) != CG_SUCCESS) goto out;
   MPI_Comm_rank(m->data, &rank);
   MPI_Comm_size(m->data, &size);

@@ -35,12 +35,34 @@ CG_API const char *cg_backend_kind_name(cg_backend_kind_t kind);
  * ordinal. */
 #define CG_DEVICE_HOST (-1)
 
+/* X(name, text): how an MPI communicator on a device moves device buffers.
+ * HOST: through pinned host staging buffers (a device-to-host copy, MPI on the
+ * copy, a host-to-device copy, all inside the plan's CUDA graph); works with
+ * any MPI. DIRECT: device pointers handed to a CUDA-aware MPI. AUTO: DIRECT
+ * where the MPI says it is CUDA-aware and this build can use it, else HOST. */
+#define CG_STAGING_LIST(X)        \
+  X(CG_STAGING_AUTO, "auto")      \
+  X(CG_STAGING_HOST, "host")      \
+  X(CG_STAGING_DIRECT, "direct")
+#define CG_STAGING_ENUMERATOR(name, text) name,
+typedef enum cg_staging { CG_STAGING_LIST(CG_STAGING_ENUMERATOR) CG_STAGING_COUNT } cg_staging_t;
+#undef CG_STAGING_ENUMERATOR
+
+/* chunk_bytes: CG_CHUNK_DEFAULT takes the environment variable CG_CHUNK_BYTES
+ * ("4M", "65536"), else 4 MiB; CG_CHUNK_NONE never cuts a message. */
+#define CG_CHUNK_DEFAULT ((size_t)0)
+#define CG_CHUNK_NONE ((size_t)-1)
+
 typedef struct cg_comm_opts {
   size_t size;               /* sizeof(cg_comm_opts_t) */
   cg_backend_kind_t backend; /* AUTO: mpi for host buffers, nccl for a device */
   int device;                /* CG_DEVICE_HOST or a CUDA device ordinal */
+  /* MPI on a device only: */
+  cg_staging_t staging;      /* AUTO */
+  size_t chunk_bytes;        /* messages above this are cut into chunks whose copies overlap MPI's transfer of
+                                the chunk before; CG_CHUNK_DEFAULT */
 } cg_comm_opts_t;
-#define CG_COMM_OPTS_INIT {sizeof(cg_comm_opts_t), CG_BACKEND_AUTO, CG_DEVICE_HOST}
+#define CG_COMM_OPTS_INIT {sizeof(cg_comm_opts_t), CG_BACKEND_AUTO, CG_DEVICE_HOST, CG_STAGING_AUTO, CG_CHUNK_DEFAULT}
 
 /* A communicator of `size` ranks seen from `rank`, with no transport.
  * CG_ERR_INVALID_ARGUMENT for size < 1, CG_ERR_OUT_OF_RANGE for rank outside

@@ -36,7 +36,11 @@ extern "C" {
 
 /* A communicator over the ranks of `mpi`. opts may be NULL for defaults (MPI
  * backend, host buffers). opts.device = a CUDA ordinal with backend AUTO or
- * NCCL gives an NCCL communicator on that device (commgraph/nccl.h). Collective over `mpi`. Fails with
+ * NCCL gives an NCCL communicator on that device (commgraph/nccl.h); with
+ * backend MPI, the MPI backend on that device ("mpi-staged"): each step copies
+ * device buffers into pinned host staging memory, runs MPI from a host node
+ * and copies back, inside the plan's CUDA graph, messages above
+ * opts.chunk_bytes pipelined in chunks (docs/staged.md). Collective over `mpi`. Fails with
  * CG_ERR_INVALID_ARGUMENT for MPI_COMM_NULL or MPI not initialized,
  * CG_ERR_INVALID_ENUM for an unknown backend, CG_ERR_UNSUPPORTED for a backend
  * or device this build cannot use (the detail says which and why). */

@@ -92,12 +92,14 @@ int cg_gpu_test_main(Suite *suite, const char *name) {
 cg_comm_t *cg_gpu_nccl_comm(MPI_Comm mpi) {
   cg_comm_t *c = NULL;
   cg_comm_opts_t o = CG_COMM_OPTS_INIT;
-  o.backend = CG_BACKEND_NCCL;
+  const char *backend = getenv("CG_GPU_TEST_BACKEND");
+  int staged = backend && strcmp(backend, "mpi") == 0;
+  o.backend = staged ? CG_BACKEND_MPI : CG_BACKEND_NCCL;
   o.device = device;
   cg_status_t st = cg_comm_create(&c, mpi, &o);
   char what[400];
-  snprintf(what, sizeof what, "cg_comm_create (nccl, device %d): %s: %s", device, cg_status_string(st),
-           st == CG_SUCCESS ? "" : cg_error_last());
+  snprintf(what, sizeof what, "cg_comm_create (%s, device %d): %s: %s", staged ? "mpi, staged" : "nccl", device,
+           cg_status_string(st), st == CG_SUCCESS ? "" : cg_error_last());
   ck_assert_all_ranks(st == CG_SUCCESS, what);
   return c;
 }

@@ -46,8 +46,9 @@ int cg_gpu_device(void); /* this rank's CUDA device (current on the main thread)
                   ncclGetErrorString(nccl_res_));                                                    \
   } while (0)
 
-/* A new NCCL communicator over `mpi` on this rank's GPU (cg_comm_create with
- * backend NCCL); asserts on every rank that it worked everywhere. */
+/* A new device communicator over `mpi` on this rank's GPU: NCCL, or the MPI
+ * backend staged through host memory when CG_GPU_TEST_BACKEND=mpi (the
+ * gpu.staged.* runs); asserts on every rank that it worked everywhere. */
 cg_comm_t *cg_gpu_nccl_comm(MPI_Comm mpi);
 /* NCCL communicators over MPI_COMM_WORLD kept for the whole suite (creating
  * one costs a noticeable fraction of a second): the first call creates all of

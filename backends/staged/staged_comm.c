@@ -1,0 +1,185 @@
+/* Communicators of the MPI backend on a CUDA device (staged through host
+ * memory), and their backend table. */
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "graph_internal.h"
+#include "staged_backend.h"
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
+
+int cg_mpi_cuda_aware(void) {
+#if defined(MPIX_GPU_SUPPORT_CUDA)
+  int yes = 0;
+  if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) == MPI_SUCCESS) return yes != 0;
+  return -1;
+#elif defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() != 0;
+#else
+  return -1;
+#endif
+}
+
+/* "4M", "65536", "1g": bytes; 0 when unset or unreadable. */
+static size_t env_bytes(const char *name) {
+  const char *text = getenv(name);
+  if (!text || !*text) return 0;
+  char *end = NULL;
+  unsigned long long value = strtoull(text, &end, 10);
+  if (end == text) return 0;
+  int shift = 0;
+  switch (tolower((unsigned char)*end)) {
+    case 'k': shift = 10; break;
+    case 'm': shift = 20; break;
+    case 'g': shift = 30; break;
+    default: break;
+  }
+  if (value > (SIZE_MAX >> shift)) return SIZE_MAX;
+  return (size_t)value << shift;
+}
+
+static void destroy_impl(void *impl) {
+  cg_staged_comm_t *s = impl;
+  if (!s) return;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(s->device);
+  if (s->copy_in) cudaStreamDestroy(s->copy_in);
+  if (s->calls) cudaStreamDestroy(s->calls);
+  if (s->copy_out) cudaStreamDestroy(s->copy_out);
+  if (s->fork) cudaEventDestroy(s->fork);
+  if (s->joined) cudaEventDestroy(s->joined);
+  cudaSetDevice(previous);
+  free(s->group);
+  cg_mpi_comm_close(s->mpi);
+  free(s);
+}
+
+static cg_status_t control_allgather_start(void **request, void *impl, const void *mine, void *all, size_t bytes) {
+  return cg_mpi_control_allgather_start(request, ((cg_staged_comm_t *)impl)->mpi, mine, all, bytes);
+}
+
+static cg_status_t control_test(int *done, void *impl, void *request) {
+  return cg_mpi_control_test(done, ((cg_staged_comm_t *)impl)->mpi, request);
+}
+
+static size_t bucket_bytes(void *impl) {
+  return ((cg_staged_comm_t *)impl)->mpi->one_node ? CG_MPI_BUCKET_BYTES_NODE : CG_MPI_BUCKET_BYTES_NETWORK;
+}
+
+/* Nothing is set up lazily: staging memory is allocated when the plan is
+ * compiled (cg_staged_step_prepare), and MPI needs no warm-up to be captured
+ * (its calls run from host nodes at replay time). Every communicator is warmed
+ * up before the plan is captured, so this starts the capture's chain of host
+ * nodes afresh. */
+static cg_status_t warmup(void *impl, const cg_plan_t *plan, uint32_t comm_index, void *stream) {
+  (void)plan, (void)comm_index, (void)stream;
+  return cg_staged_chain_reset(((cg_staged_comm_t *)impl)->device);
+}
+
+const cg_backend_t cg_staged_backend = {
+    .interface_version = CG_BACKEND_INTERFACE_VERSION,
+    .name = "mpi-staged",
+    .memory = CG_BACKEND_DEVICE_MEMORY,
+    .node_kinds = CG_ALL_COMM_KINDS,
+    .dtypes = (1u << CG_DTYPE_COUNT) - 1u,
+    .control_allgather_start = control_allgather_start,
+    .control_test = control_test,
+    .host_step_prepare = cg_staged_step_prepare,
+    .host_step_release = cg_staged_step_release,
+    .device_warmup = warmup,
+    .device_group_start = cg_staged_group_start,
+    .device_group_end = cg_staged_group_end,
+    .device_step_enqueue = cg_staged_step_enqueue,
+    .step_call = cg_staged_step_call,
+    .bucket_bytes = bucket_bytes,
+};
+
+static const cg_comm_ops_t staged_ops = {
+    .backend_name = "mpi-staged", .destroy_impl = destroy_impl, .backend = &cg_staged_backend};
+
+const cg_staged_comm_t *cg_staged_comm_of(const cg_comm_t *comm) {
+  return comm->ops == &staged_ops ? comm->impl : NULL;
+}
+
+/* This rank's device set-up; "" or why not. */
+static void open_device(cg_staged_comm_t *s, char *why, size_t size) {
+  int devices = 0, previous = 0;
+  cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess) {
+    snprintf(why, size, "no usable CUDA device (%s)", cudaGetErrorString(err));
+    return;
+  }
+  if (s->device >= devices) {
+    snprintf(why, size, "device %d does not exist (this process sees %d)", s->device, devices);
+    return;
+  }
+  cudaGetDevice(&previous);
+  err = cudaSetDevice(s->device);
+  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s->copy_in, cudaStreamNonBlocking);
+  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s->calls, cudaStreamNonBlocking);
+  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s->copy_out, cudaStreamNonBlocking);
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming);
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s->joined, cudaEventDisableTiming);
+  cudaSetDevice(previous);
+  if (err != cudaSuccess) snprintf(why, size, "device %d: %s", s->device, cudaGetErrorString(err));
+}
+
+cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level) {
+  cg_status_t st = CG_SUCCESS;
+  cg_comm_t *comm = NULL;
+  char why[300] = "";
+  int rank = 0, size = 0, ok = 0, all = 0;
+  uint64_t id = 0;
+  cg_staged_comm_t *s = calloc(1, sizeof *s);
+  if (!s) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
+  s->device = opts->device;
+  s->cuda_aware = cg_mpi_cuda_aware();
+  s->staging = CG_STAGING_HOST;
+  size_t chunk = opts->chunk_bytes ? opts->chunk_bytes : env_bytes("CG_CHUNK_BYTES");
+  s->chunk_bytes = chunk == CG_CHUNK_NONE ? SIZE_MAX : chunk ? chunk : CG_STAGED_CHUNK_BYTES;
+  if (opts->staging == CG_STAGING_DIRECT)
+    snprintf(why, sizeof why, "staging DIRECT (device pointers to a CUDA-aware MPI%s) is not built yet: host nodes "
+             "may not make CUDA calls, which a CUDA-aware MPI does, so it needs the progress thread of the "
+             "hosttransfer backend; use CG_STAGING_HOST or AUTO",
+             s->cuda_aware == 1 ? ", which this MPI is" : "");
+  else if (thread_level < MPI_THREAD_MULTIPLE)
+    snprintf(why, sizeof why, "device buffers over MPI need MPI_THREAD_MULTIPLE (host nodes call MPI from CUDA's "
+             "callback thread), but MPI provides %s", cg_mpi_thread_level_name(thread_level));
+  else
+    open_device(s, why, sizeof why);
+  /* every rank learns whether all can go on, so none waits in a collective
+   * the others skipped */
+  ok = !why[0];
+  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mpi) != MPI_SUCCESS) all = 0;
+  if (!all) {
+    st = cg_fail(why[0] ? CG_ERR_UNSUPPORTED : CG_ERR_BACKEND, "cg_comm_create: mpi backend on device %d: %s",
+                 opts->device, why[0] ? why : "another rank cannot use its device");
+    goto out;
+  }
+  if ((st = cg_mpi_comm_open(&s->mpi, mpi, thread_level)) != CG_SUCCESS) goto out;
+  MPI_Comm_rank(s->mpi->data, &rank);
+  MPI_Comm_size(s->mpi->data, &size);
+  if ((st = cg_mpi_agree_on_id(&id, s->mpi->control)) != CG_SUCCESS) goto out;
+  if (!(comm = cg_comm_alloc(rank, size, &staged_ops, s))) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
+    goto out;
+  }
+  comm->device = s->device;
+  comm->id = id;
+  s = NULL;
+  if (!cg_comm_register(comm)) {
+    cg_comm_destroy(comm);
+    st = cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: listing the communicator");
+    goto out;
+  }
+  *out = comm;
+out:
+  destroy_impl(s);
+  return st;
+}
