@@ -1,4 +1,6 @@
+#include <ctype.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +13,23 @@ cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *where,
   if (given == expected) return CG_SUCCESS;
   return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: %s.size is %zu, expected %zu: initialize it with its *_INIT macro",
                  where, what, given, expected);
+}
+
+size_t cg_env_bytes(const char *name) {
+  const char *text = getenv(name);
+  if (!text || !*text) return 0;
+  char *end = NULL;
+  unsigned long long value = strtoull(text, &end, 10);
+  if (end == text) return 0;
+  int shift = 0;
+  switch (tolower((unsigned char)*end)) {
+    case 'k': shift = 10; break;
+    case 'm': shift = 20; break;
+    case 'g': shift = 30; break;
+    default: break;
+  }
+  if (value > (SIZE_MAX >> shift)) return SIZE_MAX;
+  return (size_t)value << shift;
 }
 
 char *cg_copy_text(const char *text, size_t max) {

@@ -69,6 +69,10 @@ static inline int cg_kind_has_root(cg_node_kind_t k) {
  * UTF-8 sequence; NULL when out of memory. */
 char *cg_copy_text(const char *text, size_t max);
 
+/* The byte count in environment variable `name`: "64M", "1048576", "2g" (K, M,
+ * G: powers of 1024); 0 when unset or unreadable, SIZE_MAX when too large. */
+size_t cg_env_bytes(const char *name);
+
 /* Adds `proto` (kind, comm, buffers, ...; edges and name ignored) as the next
  * node, with hazard edges for `access` (ignored for a fence). The caller has
  * validated everything; this only fails for lack of memory and then changes

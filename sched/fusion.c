@@ -1,6 +1,5 @@
 #include "fusion.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,24 +38,6 @@ size_t cg_fusion_node_bytes(const cg_node_rec_t *node) {
 static int same_key(const cg_node_rec_t *a, const cg_node_rec_t *b) {
   return a->kind == b->kind && a->comm == b->comm && a->dtype == b->dtype &&
          (!cg_kind_has_op(a->kind) || a->op == b->op) && (!cg_kind_has_root(a->kind) || a->root == b->root);
-}
-
-/* "64M", "1048576", "2g": bytes; 0 when unset or unreadable. */
-static size_t env_bytes(const char *name) {
-  const char *text = getenv(name);
-  if (!text || !*text) return 0;
-  char *end = NULL;
-  unsigned long long value = strtoull(text, &end, 10);
-  if (end == text) return 0;
-  int shift = 0;
-  switch (tolower((unsigned char)*end)) {
-    case 'k': shift = 10; break;
-    case 'm': shift = 20; break;
-    case 'g': shift = 30; break;
-    default: break;
-  }
-  if (value > (SIZE_MAX >> shift)) return SIZE_MAX;
-  return (size_t)value << shift;
 }
 
 static int env_fusion_off(void) {
@@ -376,7 +357,7 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
     goto out;
   }
   if (enabled && env_fusion_off()) enabled = 0;
-  if (enabled && !bucket_bytes) bucket_bytes = env_bytes("CG_BUCKET_BYTES");
+  if (enabled && !bucket_bytes) bucket_bytes = cg_env_bytes("CG_BUCKET_BYTES");
   for (uint32_t c = 0; c < n_seq && enabled; c++) {
     const cg_comm_t *comm = order->sequences[c].comm;
     const cg_backend_t *b = comm->ops->backend;

@@ -39,8 +39,13 @@ static ncclRedOp_t nccl_op(cg_redop_t op) {
   }
 }
 
+/* A collective of one rank: a copy instead of NCCL (one_rank_copy). */
+static int is_one_rank_copy(const cg_step_t *s) {
+  return s->comm->size == 1 && s->op_kind != CG_NODE_BARRIER && !cg_kind_is_p2p(s->op_kind);
+}
+
 const char *cg_nccl_step_call(const cg_step_t *s) {
-  if (s->comm->size == 1 && s->op_kind != CG_NODE_BARRIER && !cg_kind_is_p2p(s->op_kind))
+  if (is_one_rank_copy(s))
     return "cudaMemcpyAsync (one rank)";
   switch (s->op_kind) {
     case CG_NODE_ALLREDUCE: return "ncclAllReduce";
@@ -102,8 +107,7 @@ static ncclResult_t exchange_blocks(cg_nccl_comm_t *n, const cg_step_t *s, cudaS
 
 /* A collective of one rank leaves its input as its output: a copy, or
  * nothing in place. NCCL 2.28.9 gets this wrong for ncclAvg on float64 (the
- * last 4 of 12800 elements stay unwritten, on H200), and a copy is cheaper
- * than a kernel launch through NCCL anyway. */
+ * last 4 of 12800 elements stay unwritten, on H200). */
 static cg_status_t one_rank_copy(const cg_step_t *s, cudaStream_t stream) {
   if (s->send == s->recv) return CG_SUCCESS;
   size_t bytes = s->count * cg_dtype_size(s->dtype);
@@ -120,8 +124,7 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
   ncclRedOp_t op = nccl_op(s->op);
   ncclResult_t r = ncclSuccess;
   if (s->count == 0 && s->op_kind != CG_NODE_BARRIER) return CG_SUCCESS;
-  if (s->comm->size == 1 && s->op_kind != CG_NODE_BARRIER && !cg_kind_is_p2p(s->op_kind))
-    return one_rank_copy(s, stream);
+  if (is_one_rank_copy(s)) return one_rank_copy(s, stream);
   switch (s->op_kind) {
     case CG_NODE_ALLREDUCE: r = ncclAllReduce(s->send, s->recv, s->count, t, op, n->nccl, stream); break;
     case CG_NODE_BROADCAST: r = ncclBroadcast(s->send, s->recv, s->count, t, s->root, n->nccl, stream); break;

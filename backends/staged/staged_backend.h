@@ -22,9 +22,7 @@ typedef struct cg_staged_step cg_staged_step_t;
 typedef struct cg_staged_comm {
   cg_mpi_comm_t *mpi; /* the MPI part: data and control duplicates, own types and operations */
   int device;
-  cg_staging_t staging; /* resolved: HOST */
-  int cuda_aware;       /* what the MPI library says (MPIX_Query_cuda_support), -1 when it cannot say */
-  size_t chunk_bytes;   /* SIZE_MAX: no chunks */
+  size_t chunk_bytes; /* SIZE_MAX: no chunks */
   /* streams a chunked step forks onto during capture (copies in, MPI, copies
    * out) and the events that join them; used only while a plan is captured */
   cudaStream_t copy_in, calls, copy_out;

@@ -1,6 +1,5 @@
 /* Communicators of the MPI backend on a CUDA device (staged through host
  * memory), and their backend table. */
-#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,24 +22,6 @@ int cg_mpi_cuda_aware(void) {
 #else
   return -1;
 #endif
-}
-
-/* "4M", "65536", "1g": bytes; 0 when unset or unreadable. */
-static size_t env_bytes(const char *name) {
-  const char *text = getenv(name);
-  if (!text || !*text) return 0;
-  char *end = NULL;
-  unsigned long long value = strtoull(text, &end, 10);
-  if (end == text) return 0;
-  int shift = 0;
-  switch (tolower((unsigned char)*end)) {
-    case 'k': shift = 10; break;
-    case 'm': shift = 20; break;
-    case 'g': shift = 30; break;
-    default: break;
-  }
-  if (value > (SIZE_MAX >> shift)) return SIZE_MAX;
-  return (size_t)value << shift;
 }
 
 static void destroy_impl(void *impl) {
@@ -139,15 +120,13 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
   cg_staged_comm_t *s = calloc(1, sizeof *s);
   if (!s) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
   s->device = opts->device;
-  s->cuda_aware = cg_mpi_cuda_aware();
-  s->staging = CG_STAGING_HOST;
-  size_t chunk = opts->chunk_bytes ? opts->chunk_bytes : env_bytes("CG_CHUNK_BYTES");
+  size_t chunk = opts->chunk_bytes ? opts->chunk_bytes : cg_env_bytes("CG_CHUNK_BYTES");
   s->chunk_bytes = chunk == CG_CHUNK_NONE ? SIZE_MAX : chunk ? chunk : CG_STAGED_CHUNK_BYTES;
   if (opts->staging == CG_STAGING_DIRECT)
     snprintf(why, sizeof why, "staging DIRECT (device pointers to a CUDA-aware MPI%s) is not built yet: host nodes "
              "may not make CUDA calls, which a CUDA-aware MPI does, so it needs the progress thread of the "
              "hosttransfer backend; use CG_STAGING_HOST or AUTO",
-             s->cuda_aware == 1 ? ", which this MPI is" : "");
+             cg_mpi_cuda_aware() == 1 ? ", which this MPI is" : "");
   else if (thread_level < MPI_THREAD_MULTIPLE)
     snprintf(why, sizeof why, "device buffers over MPI need MPI_THREAD_MULTIPLE (host nodes call MPI from CUDA's "
              "callback thread), but MPI provides %s", cg_mpi_thread_level_name(thread_level));

@@ -39,6 +39,7 @@ struct cg_staged_step {
   chunk_t *chunks;
   uint32_t n_chunks;
   cg_staged_step_t **group; /* a group's first step: every member (itself first) */
+  uint8_t *group_done;      /* per member, during a replay */
   uint32_t n_group;
 };
 
@@ -153,6 +154,7 @@ void cg_staged_step_release(void *comm_impl, void *state) {
     if (st->chunks[k].mpi_state) cg_mpi_step_release(sc->mpi, st->chunks[k].mpi_state);
   free(st->chunks);
   free(st->group);
+  free(st->group_done);
   if (st->staging) cudaFreeHost(st->staging);
   free(st);
 }
@@ -216,11 +218,8 @@ static void run_chunk(void *arg) {
 static void run_group(void *arg) {
   cg_staged_step_t *lead = arg;
   uint32_t pending = 0;
-  uint8_t *done = calloc(lead->n_group, 1);
-  if (!done) {
-    report(&lead->chunks[0], "allocating a group");
-    return;
-  }
+  uint8_t *done = lead->group_done;
+  memset(done, 0, lead->n_group);
   for (uint32_t i = 0; i < lead->n_group; i++) {
     chunk_t *ch = &lead->group[i]->chunks[0];
     if (cg_mpi_step_start(ch->mpi, &ch->step, ch->mpi_state) == CG_SUCCESS)
@@ -237,7 +236,6 @@ static void run_group(void *arg) {
       if (st != CG_SUCCESS) report(ch, "MPI_Test");
       if (finished || st != CG_SUCCESS) done[i] = 1, pending--;
     }
-  free(done);
 }
 
 /* ---- capture */
@@ -360,7 +358,10 @@ cg_status_t cg_staged_group_end(void *comm_impl) {
   if (!sc->n_group) return CG_SUCCESS;
   cg_staged_step_t *lead = sc->group[0];
   free(lead->group);
-  if (!(lead->group = malloc(sc->n_group * sizeof *lead->group)))
+  free(lead->group_done);
+  lead->group = malloc(sc->n_group * sizeof *lead->group);
+  lead->group_done = malloc(sc->n_group);
+  if (!lead->group || !lead->group_done)
     return cg_fail(CG_ERR_NO_MEMORY, "allocating a group of %u staged steps", sc->n_group);
   memcpy(lead->group, sc->group, sc->n_group * sizeof *lead->group);
   lead->n_group = sc->n_group;
