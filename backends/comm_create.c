@@ -1,8 +1,10 @@
 /* cg_comm_create: checks the options and MPI's state, then hands over to the
- * backend that runs them (MPI for host buffers, NCCL for a device). */
+ * backend that runs them (MPI for host buffers; NCCL, staged MPI or
+ * hosttransfer for a device). */
 #include "commgraph/mpi.h"
 #include "error.h"
 #include "mpi/mpi_backend.h"
+#include "topo/topo.h"
 #if CG_HAVE_NCCL
 #include "nccl/nccl_backend.h"
 #endif
@@ -15,9 +17,9 @@
 static cg_status_t resolve_backend(cg_backend_kind_t *out, const cg_comm_opts_t *o) {
   if (o->backend < 0 || o->backend >= CG_BACKEND_COUNT)
     return cg_fail(CG_ERR_INVALID_ENUM, "cg_comm_create: opts.backend %d is not a cg_backend_kind_t", (int)o->backend);
-  if (o->device < CG_DEVICE_HOST)
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: opts.device %d: use CG_DEVICE_HOST (-1) or a CUDA "
-                   "device ordinal", o->device);
+  if (o->device < CG_DEVICE_LOCAL_RANK)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: opts.device %d: use CG_DEVICE_HOST (-1), "
+                   "CG_DEVICE_LOCAL_RANK (-2) or a CUDA device ordinal", o->device);
   cg_backend_kind_t backend = o->backend;
   if (o->staging < 0 || o->staging >= CG_STAGING_COUNT)
     return cg_fail(CG_ERR_INVALID_ENUM, "cg_comm_create: opts.staging %d is not a cg_staging_t", (int)o->staging);
@@ -30,8 +32,12 @@ static cg_status_t resolve_backend(cg_backend_kind_t *out, const cg_comm_opts_t 
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: the nccl backend needs a CUDA device (opts.device)");
   if (backend == CG_BACKEND_NCCL && !CG_HAVE_NCCL)
     return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: this commgraph was built without NCCL (CG_WITH_NCCL)");
-  if (backend == CG_BACKEND_HOSTTRANSFER)
-    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: the hosttransfer backend is not part of this build yet");
+  if (backend == CG_BACKEND_HOSTTRANSFER && o->device == CG_DEVICE_HOST)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: the hosttransfer backend needs a CUDA device "
+                   "(opts.device); host buffers use the mpi backend");
+  if (backend == CG_BACKEND_HOSTTRANSFER && !CG_HAVE_CUDA)
+    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: the hosttransfer backend needs CUDA, which this commgraph "
+                   "was built without (CG_WITH_CUDA)");
   *out = backend;
   return CG_SUCCESS;
 }
@@ -52,11 +58,17 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
   if (mpi == MPI_COMM_NULL) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: MPI_COMM_NULL");
   MPI_Query_thread(&level);
   if ((st = resolve_backend(&backend, opts)) != CG_SUCCESS) return st;
+  cg_comm_opts_t chosen = *opts;
+  if (chosen.device == CG_DEVICE_LOCAL_RANK &&
+      (st = cg_topo_device_for_local_rank(&chosen.device, mpi)) != CG_SUCCESS)
+    return st;
+  opts = &chosen;
 #if CG_HAVE_NCCL
   if (backend == CG_BACKEND_NCCL) return cg_nccl_comm_create(out, mpi, opts->device, level);
 #endif
 #if CG_HAVE_CUDA
-  if (backend == CG_BACKEND_MPI && opts->device != CG_DEVICE_HOST) return cg_staged_comm_create(out, mpi, opts, level);
+  if (backend != CG_BACKEND_NCCL && opts->device != CG_DEVICE_HOST)
+    return cg_staged_comm_create(out, mpi, opts, level);
 #endif
   return cg_mpi_comm_create(out, mpi, opts, level);
 }

@@ -38,6 +38,7 @@ typedef struct cg_step {
   cg_dtype_t dtype;
   cg_redop_t op;
   int root; /* root or peer, -1 if none */
+  int tag;  /* send/recv message tag: 0 for the plan's own; a backend that cuts a step into messages uses others */
   cg_host_fn_t fn;
   void *arg;
   uint32_t *deps; /* steps that must complete first, ascending */

@@ -127,10 +127,10 @@ cg_status_t cg_mpi_step_start(void *comm_impl, const cg_step_t *s, void *state) 
                          count, type, s->root, comm, &m->request);
       break;
     case CG_NODE_SEND:
-      err = MPI_Isend(send, count, type, s->root, 0, comm, &m->request);
+      err = MPI_Isend(send, count, type, s->root, s->tag, comm, &m->request);
       break;
     case CG_NODE_RECV:
-      err = MPI_Irecv(recv, count, type, s->root, 0, comm, &m->request);
+      err = MPI_Irecv(recv, count, type, s->root, s->tag, comm, &m->request);
       break;
     case CG_NODE_BARRIER:
       err = MPI_Ibarrier(comm, &m->request);

@@ -1,5 +1,5 @@
 /* Communicators of the MPI backend on a CUDA device (staged through host
- * memory), and their backend table. */
+ * memory) and of the hosttransfer backend, and their backend tables. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,12 +31,12 @@ static void destroy_impl(void *impl) {
   cudaGetDevice(&previous);
   cudaSetDevice(s->device);
   if (s->copy_in) cudaStreamDestroy(s->copy_in);
-  if (s->calls) cudaStreamDestroy(s->calls);
   if (s->copy_out) cudaStreamDestroy(s->copy_out);
   if (s->fork) cudaEventDestroy(s->fork);
   if (s->joined) cudaEventDestroy(s->joined);
   cudaSetDevice(previous);
   free(s->group);
+  if (s->engine_held) cg_ht_engine_release();
   cg_mpi_comm_close(s->mpi);
   free(s);
 }
@@ -53,39 +53,43 @@ static size_t bucket_bytes(void *impl) {
   return ((cg_staged_comm_t *)impl)->mpi->one_node ? CG_MPI_BUCKET_BYTES_NODE : CG_MPI_BUCKET_BYTES_NETWORK;
 }
 
-/* Nothing is set up lazily: staging memory is allocated when the plan is
- * compiled (cg_staged_step_prepare), and MPI needs no warm-up to be captured
- * (its calls run from host nodes at replay time). Every communicator is warmed
- * up before the plan is captured, so this starts the capture's chain of host
- * nodes afresh. */
+/* Nothing is set up lazily: staging memory and flags are allocated when the
+ * plan is compiled (cg_staged_step_prepare), and MPI needs no warm-up to be
+ * captured (its calls are posted at replay time). */
 static cg_status_t warmup(void *impl, const cg_plan_t *plan, uint32_t comm_index, void *stream) {
-  (void)plan, (void)comm_index, (void)stream;
-  return cg_staged_chain_reset(((cg_staged_comm_t *)impl)->device);
+  (void)impl, (void)plan, (void)comm_index, (void)stream;
+  return CG_SUCCESS;
 }
 
-const cg_backend_t cg_staged_backend = {
-    .interface_version = CG_BACKEND_INTERFACE_VERSION,
-    .name = "mpi-staged",
-    .memory = CG_BACKEND_DEVICE_MEMORY,
-    .node_kinds = CG_ALL_COMM_KINDS,
-    .dtypes = (1u << CG_DTYPE_COUNT) - 1u,
-    .control_allgather_start = control_allgather_start,
-    .control_test = control_test,
-    .host_step_prepare = cg_staged_step_prepare,
-    .host_step_release = cg_staged_step_release,
-    .device_warmup = warmup,
-    .device_group_start = cg_staged_group_start,
-    .device_group_end = cg_staged_group_end,
-    .device_step_enqueue = cg_staged_step_enqueue,
-    .step_call = cg_staged_step_call,
-    .bucket_bytes = bucket_bytes,
-};
+#define STAGED_BACKEND_TABLE(backend_name)              \
+  {                                                     \
+    .interface_version = CG_BACKEND_INTERFACE_VERSION,  \
+    .name = backend_name,                               \
+    .memory = CG_BACKEND_DEVICE_MEMORY,                 \
+    .node_kinds = CG_ALL_COMM_KINDS,                    \
+    .dtypes = (1u << CG_DTYPE_COUNT) - 1u,              \
+    .control_allgather_start = control_allgather_start, \
+    .control_test = control_test,                       \
+    .host_step_prepare = cg_staged_step_prepare,        \
+    .host_step_release = cg_staged_step_release,        \
+    .device_warmup = warmup,                            \
+    .device_group_start = cg_staged_group_start,        \
+    .device_group_end = cg_staged_group_end,            \
+    .device_step_enqueue = cg_staged_step_enqueue,      \
+    .step_call = cg_staged_step_call,                   \
+    .bucket_bytes = bucket_bytes,                       \
+  }
+
+const cg_backend_t cg_staged_backend = STAGED_BACKEND_TABLE("mpi-staged");
+const cg_backend_t cg_hosttransfer_backend = STAGED_BACKEND_TABLE("hosttransfer");
 
 static const cg_comm_ops_t staged_ops = {
     .backend_name = "mpi-staged", .destroy_impl = destroy_impl, .backend = &cg_staged_backend};
+static const cg_comm_ops_t hosttransfer_ops = {
+    .backend_name = "hosttransfer", .destroy_impl = destroy_impl, .backend = &cg_hosttransfer_backend};
 
 const cg_staged_comm_t *cg_staged_comm_of(const cg_comm_t *comm) {
-  return comm->ops == &staged_ops ? comm->impl : NULL;
+  return comm->ops == &staged_ops || comm->ops == &hosttransfer_ops ? comm->impl : NULL;
 }
 
 /* This rank's device set-up; "" or why not. */
@@ -103,12 +107,15 @@ static void open_device(cg_staged_comm_t *s, char *why, size_t size) {
   cudaGetDevice(&previous);
   err = cudaSetDevice(s->device);
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s->copy_in, cudaStreamNonBlocking);
-  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s->calls, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s->copy_out, cudaStreamNonBlocking);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming);
   if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s->joined, cudaEventDisableTiming);
   cudaSetDevice(previous);
-  if (err != cudaSuccess) snprintf(why, size, "device %d: %s", s->device, cudaGetErrorString(err));
+  if (err != cudaSuccess)
+    snprintf(why, size, "device %d: %s", s->device, cudaGetErrorString(err));
+  else if (!cg_ht_memops_supported())
+    snprintf(why, size, "the CUDA driver offers no stream memory operations (cuStreamWaitValue32), which the GPU "
+             "waits on");
 }
 
 cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level) {
@@ -120,16 +127,23 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
   cg_staged_comm_t *s = calloc(1, sizeof *s);
   if (!s) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
   s->device = opts->device;
+  s->post_by_flag = opts->backend == CG_BACKEND_HOSTTRANSFER;
+  const char *name = s->post_by_flag ? "hosttransfer" : "mpi";
   size_t chunk = opts->chunk_bytes ? opts->chunk_bytes : cg_env_bytes("CG_CHUNK_BYTES");
   s->chunk_bytes = chunk == CG_CHUNK_NONE ? SIZE_MAX : chunk ? chunk : CG_STAGED_CHUNK_BYTES;
+  const char *chain_env = getenv("CG_BCAST_CHAIN_BYTES");
+  size_t chain = cg_env_bytes("CG_BCAST_CHAIN_BYTES");
+  s->bcast_chain_bytes = chain_env && strcmp(chain_env, "never") == 0 ? SIZE_MAX
+                         : chain                                      ? chain
+                                                                      : CG_STAGED_BCAST_CHAIN_BYTES;
   if (opts->staging == CG_STAGING_DIRECT)
-    snprintf(why, sizeof why, "staging DIRECT (device pointers to a CUDA-aware MPI%s) is not built yet: host nodes "
-             "may not make CUDA calls, which a CUDA-aware MPI does, so it needs the progress thread of the "
-             "hosttransfer backend; use CG_STAGING_HOST or AUTO",
+    snprintf(why, sizeof why, "staging DIRECT (device pointers to a CUDA-aware MPI%s) is not built yet: the MPI "
+             "backend finishes some calls on host memory (avg, reduce_scatter scratch); use CG_STAGING_HOST or AUTO",
              cg_mpi_cuda_aware() == 1 ? ", which this MPI is" : "");
   else if (thread_level < MPI_THREAD_MULTIPLE)
-    snprintf(why, sizeof why, "device buffers over MPI need MPI_THREAD_MULTIPLE (host nodes call MPI from CUDA's "
-             "callback thread), but MPI provides %s", cg_mpi_thread_level_name(thread_level));
+    snprintf(why, sizeof why, "device buffers over MPI need MPI_THREAD_MULTIPLE (a progress thread completes MPI "
+             "calls while the application may call MPI too), but MPI provides %s",
+             cg_mpi_thread_level_name(thread_level));
   else
     open_device(s, why, sizeof why);
   /* every rank learns whether all can go on, so none waits in a collective
@@ -137,15 +151,17 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
   ok = !why[0];
   if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mpi) != MPI_SUCCESS) all = 0;
   if (!all) {
-    st = cg_fail(why[0] ? CG_ERR_UNSUPPORTED : CG_ERR_BACKEND, "cg_comm_create: mpi backend on device %d: %s",
-                 opts->device, why[0] ? why : "another rank cannot use its device");
+    st = cg_fail(why[0] ? CG_ERR_UNSUPPORTED : CG_ERR_BACKEND, "cg_comm_create: %s backend on device %d: %s",
+                 name, opts->device, why[0] ? why : "another rank cannot use its device");
     goto out;
   }
+  if ((st = cg_ht_engine_acquire(s->device)) != CG_SUCCESS) goto out;
+  s->engine_held = 1;
   if ((st = cg_mpi_comm_open(&s->mpi, mpi, thread_level)) != CG_SUCCESS) goto out;
   MPI_Comm_rank(s->mpi->data, &rank);
   MPI_Comm_size(s->mpi->data, &size);
   if ((st = cg_mpi_agree_on_id(&id, s->mpi->control)) != CG_SUCCESS) goto out;
-  if (!(comm = cg_comm_alloc(rank, size, &staged_ops, s))) {
+  if (!(comm = cg_comm_alloc(rank, size, s->post_by_flag ? &hosttransfer_ops : &staged_ops, s))) {
     st = cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
     goto out;
   }

@@ -1,5 +1,9 @@
 /* One plan step of an MPI communicator on a device: copies into pinned
- * staging memory, MPI on the staging memory from a host node, copies back.
+ * staging memory (on the GPU's NUMA node), MPI on the staging memory, copies
+ * back. The MPI calls of a chunk (or of a group of sends and receives) form an
+ * op of the progress engine (hosttransfer/ht_engine.h): posted by a host node
+ * (mpi-staged) or by the engine when the GPU raises the op's ready flag
+ * (hosttransfer); the GPU waits for its done flag before copying back.
  *
  * Allreduce, broadcast and reduce stage one buffer and run MPI in place on it;
  * allgather stages its own block at its place in the gathered buffer (MPI in
@@ -9,7 +13,6 @@
  * staging memory, copied with cudaMemcpy2DAsync where the device layout
  * interleaves them. Every other kind runs whole, on separate send and receive
  * staging. */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,7 @@
 #include "error.h"
 #include "graph_internal.h"
 #include "staged_backend.h"
+#include "topo/topo.h"
 
 /* A cudaMemcpy2DAsync (height 1: a plain copy); width 0: none. */
 typedef struct copy {
@@ -26,11 +30,12 @@ typedef struct copy {
 } copy_t;
 
 typedef struct chunk {
-  cg_step_t step; /* the MPI call, on staging memory */
-  void *mpi_state;
-  cg_mpi_comm_t *mpi;
+  cg_ht_part_t part;    /* the MPI call, on staging memory */
+  cg_ht_part_t forward; /* a chain broadcast's send on to the next rank */
+  cg_ht_part_t *part_list[2];
+  uint8_t part_done[2];
+  cg_ht_op_t op; /* the chunk alone */
   copy_t in, out;
-  atomic_int reported; /* a failure was printed */
 } chunk_t;
 
 struct cg_staged_step {
@@ -38,9 +43,17 @@ struct cg_staged_step {
   size_t staging_bytes;
   chunk_t *chunks;
   uint32_t n_chunks;
-  cg_staged_step_t **group; /* a group's first step: every member (itself first) */
-  uint8_t *group_done;      /* per member, during a replay */
+  cg_ht_flags_t flags; /* one pair per chunk, then the group's */
+  /* a group's first step: every member's MPI call, posted and completed as one */
+  cg_ht_op_t group_op;
+  cg_ht_part_t **group_parts;
+  uint8_t *group_done;
+  cg_staged_step_t **group;
   uint32_t n_group;
+  /* hosttransfer: what the engine watches (the chunks, or the group) */
+  cg_ht_sequence_t seq;
+  cg_ht_op_t **seq_ops;
+  int watched;
 };
 
 static char *at(const void *base, size_t elems, size_t elem_size) { return (char *)base + elems * elem_size; }
@@ -86,9 +99,9 @@ static uint32_t plan_chunks(chunk_t *out, const cg_step_t *s, char *stage, size_
   if (!is_chunked(s->op_kind)) {
     size_t se = send_elems(s), re = recv_elems(s);
     char *stage_send = stage, *stage_recv = stage + se * es;
-    out[0].step = *s;
-    out[0].step.send = se ? stage_send : NULL;
-    out[0].step.recv = re ? stage_recv : NULL;
+    out[0].part.step = *s;
+    out[0].part.step.send = se ? stage_send : NULL;
+    out[0].part.step.recv = re ? stage_recv : NULL;
     out[0].in = se ? plain(stage_send, s->send, se * es) : (copy_t){0};
     out[0].out = re ? plain(s->recv, stage_recv, re * es) : (copy_t){0};
     return 1;
@@ -97,8 +110,8 @@ static uint32_t plan_chunks(chunk_t *out, const cg_step_t *s, char *stage, size_
   for (size_t off = 0; off < c; off += chunk_elems, k++) {
     size_t ck = c - off < chunk_elems ? c - off : chunk_elems, bytes = ck * es;
     chunk_t *ch = &out[k];
-    ch->step = *s;
-    ch->step.count = ck;
+    ch->part.step = *s;
+    ch->part.step.count = ck;
     switch (s->op_kind) {
       case CG_NODE_ALLREDUCE:
       case CG_NODE_BROADCAST:
@@ -107,23 +120,23 @@ static uint32_t plan_chunks(chunk_t *out, const cg_step_t *s, char *stage, size_
         int sends = s->op_kind != CG_NODE_BROADCAST || root;
         int receives = s->op_kind == CG_NODE_ALLREDUCE || (s->op_kind == CG_NODE_BROADCAST && (!root || s->send != s->recv)) ||
                        (s->op_kind == CG_NODE_REDUCE && root);
-        ch->step.send = ch->step.recv = here; /* MPI in place on the staging memory */
+        ch->part.step.send = ch->part.step.recv = here; /* MPI in place on the staging memory */
         ch->in = sends ? plain(here, at(s->send, off, es), bytes) : (copy_t){0};
         ch->out = receives ? plain(at(s->recv, off, es), here, bytes) : (copy_t){0};
         break;
       }
       case CG_NODE_ALLGATHER: {
         char *blocks = at(stage, n * off, es), *mine = at(blocks, r * ck, es);
-        ch->step.send = mine;
-        ch->step.recv = blocks;
+        ch->part.step.send = mine;
+        ch->part.step.recv = blocks;
         ch->in = plain(mine, at(s->send, off, es), bytes);
         ch->out = (copy_t){at(s->recv, off, es), blocks, c * es, bytes, bytes, n};
         break;
       }
       case CG_NODE_REDUCE_SCATTER: {
         char *blocks = at(stage, n * off, es), *result = at(stage, n * c + off, es);
-        ch->step.send = blocks;
-        ch->step.recv = result;
+        ch->part.step.send = blocks;
+        ch->part.step.recv = result;
         ch->in = (copy_t){blocks, at(s->send, off, es), bytes, c * es, bytes, n};
         ch->out = plain(at(s->recv, off, es), result, bytes);
         break;
@@ -146,16 +159,58 @@ static size_t staging_bytes_of(const cg_step_t *s) {
   }
 }
 
+/* A broadcast down a chain (root, root + 1, ...): each chunk is received
+ * from the rank before and then sent on to the next, so while one rank
+ * forwards chunk k the next chunk is already arriving. Faster than MPI's own
+ * broadcast for large messages on three or more ranks (docs/staged.md). */
+static int uses_chain(const cg_staged_comm_t *sc, const cg_step_t *s, uint32_t n_chunks) {
+  return s->op_kind == CG_NODE_BROADCAST && n_chunks > 1 && s->comm->size >= 3 &&
+         s->count * cg_dtype_size(s->dtype) >= sc->bcast_chain_bytes;
+}
+
+/* Chunk k travels with tag 1 + k (modulo what every MPI allows): the engine
+ * may forward chunk k + 1 before chunk k, so order alone cannot match them. */
+static void make_chain_link(chunk_t *ch, const cg_step_t *s, uint32_t k) {
+  int n = s->comm->size, r = s->comm->rank, from_root = (r - s->root + n) % n;
+  void *here = ch->part.step.recv;
+  ch->part.step.tag = 1 + (int)(k % 32000u); /* MPI_TAG_UB is at least 32767 */
+  ch->forward = ch->part;
+  if (from_root == 0) {
+    ch->part.step.op_kind = CG_NODE_SEND;
+  } else {
+    ch->part.step.op_kind = CG_NODE_RECV;
+    ch->forward.step.op_kind = CG_NODE_SEND;
+  }
+  ch->part.step.root = from_root == 0 ? (r + 1) % n : (r - 1 + n) % n;
+  ch->part.step.send = from_root == 0 ? here : NULL;
+  ch->part.step.recv = from_root == 0 ? NULL : here;
+  ch->forward.step.root = (r + 1) % n;
+  ch->forward.step.send = here;
+  ch->forward.step.recv = NULL;
+  ch->op.n_parts = from_root == 0 || from_root == n - 1 ? 1 : 2;
+  ch->op.sequential = 1;
+}
+
 void cg_staged_step_release(void *comm_impl, void *state) {
   cg_staged_comm_t *sc = comm_impl;
   cg_staged_step_t *st = state;
   if (!st) return;
-  for (uint32_t k = 0; st->chunks && k < st->n_chunks; k++)
-    if (st->chunks[k].mpi_state) cg_mpi_step_release(sc->mpi, st->chunks[k].mpi_state);
+  if (st->watched) cg_ht_engine_unwatch(&st->seq);
+  cg_ht_op_t *group_op = &st->group_op;
+  cg_ht_engine_forget(&group_op, 1);
+  for (uint32_t k = 0; st->chunks && k < st->n_chunks; k++) {
+    cg_ht_op_t *op = &st->chunks[k].op;
+    cg_ht_engine_forget(&op, 1);
+    if (st->chunks[k].part.mpi_state) cg_mpi_step_release(sc->mpi, st->chunks[k].part.mpi_state);
+    if (st->chunks[k].forward.mpi_state) cg_mpi_step_release(sc->mpi, st->chunks[k].forward.mpi_state);
+  }
   free(st->chunks);
   free(st->group);
+  free(st->group_parts);
   free(st->group_done);
-  if (st->staging) cudaFreeHost(st->staging);
+  free(st->seq_ops);
+  cg_ht_flags_free(&st->flags);
+  cg_topo_host_free(st->staging, st->staging_bytes);
   free(st);
 }
 
@@ -168,25 +223,37 @@ cg_status_t cg_staged_step_prepare(void **state, void *comm_impl, const cg_step_
   if (!is_chunked(s->op_kind) || chunk_elems > s->count) chunk_elems = s->count ? s->count : 1;
   size_t n_chunks = s->count && is_chunked(s->op_kind) ? (s->count + chunk_elems - 1) / chunk_elems : 1;
   cg_staged_step_t *st = calloc(1, sizeof *st);
-  if (!st || !(st->chunks = calloc(n_chunks, sizeof *st->chunks))) {
+  if (!st || !(st->chunks = calloc(n_chunks, sizeof *st->chunks)) ||
+      !(st->seq_ops = calloc(n_chunks, sizeof *st->seq_ops))) {
     status = cg_fail(CG_ERR_NO_MEMORY, "allocating %zu staged chunks", n_chunks);
     goto out;
   }
   st->staging_bytes = staging_bytes_of(s);
-  cudaError_t err = st->staging_bytes ? cudaHostAlloc(&st->staging, st->staging_bytes, cudaHostAllocPortable)
-                                      : cudaSuccess;
-  if (err != cudaSuccess) {
-    st->staging = NULL;
-    status = cg_fail(CG_ERR_NO_MEMORY, "cudaHostAlloc of %zu bytes of staging memory: %s", st->staging_bytes,
-                     cudaGetErrorString(err));
-    goto out;
-  }
+  if ((status = cg_topo_host_alloc(&st->staging, st->staging_bytes, sc->device)) != CG_SUCCESS) goto out;
+  if ((status = cg_ht_flags_alloc(&st->flags, (uint32_t)n_chunks + 1)) != CG_SUCCESS) goto out;
   st->n_chunks = s->count ? plan_chunks(st->chunks, s, st->staging, chunk_elems) : 1;
-  if (!s->count) st->chunks[0].step = *s;
+  if (!s->count) st->chunks[0].part.step = *s;
+  int chain = uses_chain(sc, s, st->n_chunks);
   for (uint32_t k = 0; k < st->n_chunks && status == CG_SUCCESS; k++) {
-    st->chunks[k].mpi = sc->mpi;
-    status = cg_mpi_step_prepare(&st->chunks[k].mpi_state, sc->mpi, &st->chunks[k].step);
+    chunk_t *ch = &st->chunks[k];
+    ch->part.mpi = sc->mpi;
+    ch->part_list[0] = &ch->part;
+    ch->part_list[1] = &ch->forward;
+    ch->op.parts = ch->part_list;
+    ch->op.part_done = ch->part_done;
+    ch->op.n_parts = 1;
+    if (chain) make_chain_link(ch, s, k);
+    ch->op.seq = &st->seq;
+    st->seq_ops[k] = &ch->op;
+    cg_ht_flags_assign(&ch->op, &st->flags, k);
+    status = cg_mpi_step_prepare(&ch->part.mpi_state, sc->mpi, &ch->part.step);
+    if (status == CG_SUCCESS && ch->op.n_parts == 2)
+      status = cg_mpi_step_prepare(&ch->forward.mpi_state, sc->mpi, &ch->forward.step);
   }
+  cg_ht_flags_assign(&st->group_op, &st->flags, st->n_chunks);
+  st->seq.ops = st->seq_ops;
+  st->seq.n_ops = st->n_chunks;
+  st->seq.window = chain ? 0 : 1;
 out:
   if (status != CG_SUCCESS) {
     cg_staged_step_release(sc, st);
@@ -196,84 +263,30 @@ out:
   return CG_SUCCESS;
 }
 
-/* ---- host nodes: no CUDA calls here */
-
-static void report(chunk_t *ch, const char *what) {
-  if (atomic_exchange(&ch->reported, 1)) return;
-  fprintf(stderr, "commgraph: rank %d of a %d-rank mpi-staged communicator: %s of node #%u failed in a replay: "
-          "%s (the device buffers of this step hold no result)\n",
-          ch->step.comm->rank, ch->step.comm->size, what, ch->step.node, cg_error_last());
-}
-
-static void run_chunk(void *arg) {
-  chunk_t *ch = arg;
-  int done = 0;
-  cg_status_t st = cg_mpi_step_start(ch->mpi, &ch->step, ch->mpi_state);
-  while (st == CG_SUCCESS && !done) st = cg_mpi_step_test(&done, ch->mpi, &ch->step, ch->mpi_state);
-  if (st != CG_SUCCESS) report(ch, cg_mpi_step_call(&ch->step));
-}
-
-/* Sends and receives that must progress together: all posted, then all
- * waited for. */
-static void run_group(void *arg) {
-  cg_staged_step_t *lead = arg;
-  uint32_t pending = 0;
-  uint8_t *done = lead->group_done;
-  memset(done, 0, lead->n_group);
-  for (uint32_t i = 0; i < lead->n_group; i++) {
-    chunk_t *ch = &lead->group[i]->chunks[0];
-    if (cg_mpi_step_start(ch->mpi, &ch->step, ch->mpi_state) == CG_SUCCESS)
-      pending++;
-    else
-      done[i] = 1, report(ch, cg_mpi_step_call(&ch->step));
-  }
-  while (pending)
-    for (uint32_t i = 0; i < lead->n_group; i++) {
-      if (done[i]) continue;
-      chunk_t *ch = &lead->group[i]->chunks[0];
-      int finished = 0;
-      cg_status_t st = cg_mpi_step_test(&finished, ch->mpi, &ch->step, ch->mpi_state);
-      if (st != CG_SUCCESS) report(ch, "MPI_Test");
-      if (finished || st != CG_SUCCESS) done[i] = 1, pending--;
-    }
-}
-
 /* ---- capture */
 
-/* CUDA may run host functions of independent streams one at a time, in any
- * order; two ranks running the host nodes of two communicators in opposite
- * orders would each block in MPI waiting for the other. So the host nodes of
- * every staged step of a plan form one chain, in the order the plan is
- * captured (its issue order, the same on every rank for the same graph). The
- * chain lives on the capturing thread; cg_staged_chain_reset starts a new one
- * before each capture. */
-static _Thread_local struct {
-  cudaEvent_t last; /* recorded after the chain's latest host node */
-  int device;       /* where `last` was created */
-  int open;         /* `last` has been recorded in this capture */
-} chain = {NULL, -1, 0};
+/* Host node (mpi-staged): starts the op's nonblocking calls and returns; no
+ * CUDA calls. */
+static void post_op(void *arg) { cg_ht_engine_post(arg); }
 
-cg_status_t cg_staged_chain_reset(int device) {
-  chain.open = 0;
-  if (chain.last && chain.device == device) return CG_SUCCESS;
-  if (chain.last) cudaEventDestroy(chain.last);
-  chain.last = NULL;
-  cudaError_t err = cudaEventCreateWithFlags(&chain.last, cudaEventDisableTiming);
-  if (err != cudaSuccess) {
-    chain.last = NULL;
-    return cg_fail(CG_ERR_BACKEND, "cudaEventCreateWithFlags: %s", cudaGetErrorString(err));
-  }
-  chain.device = device;
-  return CG_SUCCESS;
+/* The op's MPI calls begin: a host node posts them (mpi-staged), or the GPU
+ * raises the op's ready flag for the engine to post them (hosttransfer). */
+static cudaError_t enqueue_post(const cg_staged_comm_t *sc, cudaStream_t stream, cg_ht_op_t *op) {
+  if (sc->post_by_flag) return cg_ht_write_flag(stream, op->ready_dev, 1);
+  return cudaLaunchHostFunc(stream, post_op, op);
 }
 
-/* A host node on `stream`, after the chain's latest one. */
-static cudaError_t launch_chained(cudaStream_t stream, cudaHostFn_t fn, void *arg) {
-  cudaError_t err = chain.open ? cudaStreamWaitEvent(stream, chain.last, 0) : cudaSuccess;
-  if (err == cudaSuccess) err = cudaLaunchHostFunc(stream, fn, arg);
-  if (err == cudaSuccess) err = cudaEventRecord(chain.last, stream);
-  if (err == cudaSuccess) chain.open = 1;
-  return err;
+/* hosttransfer: the engine watches these ops' ready flags, in this order. */
+static cg_status_t watch(const cg_staged_comm_t *sc, cg_staged_step_t *st, cg_ht_op_t *const *ops, uint32_t n) {
+  if (!sc->post_by_flag) return CG_SUCCESS;
+  if (st->watched) cg_ht_engine_unwatch(&st->seq);
+  st->watched = 0;
+  memmove(st->seq_ops, ops, n * sizeof *ops);
+  st->seq.ops = st->seq_ops;
+  st->seq.n_ops = n;
+  cg_status_t status = cg_ht_engine_watch(&st->seq);
+  st->watched = status == CG_SUCCESS;
+  return status;
 }
 
 static cudaError_t enqueue_copy(const copy_t *c, cudaStream_t stream) {
@@ -286,29 +299,25 @@ static cg_status_t cuda_fail(cudaError_t err, const char *call) {
   return cg_fail(CG_ERR_BACKEND, "%s: %s", call, cudaGetErrorString(err));
 }
 
-/* Chunks on three streams forked from the lane: copies in on one, host nodes
- * on the next (each after its chunk's copy in and the host node before), copies
- * out on the third (each after its chunk's host node); then the lane waits for
- * all three. */
+/* Chunks on two streams forked from the lane: copies in and posts on one
+ * (chunk k's MPI calls begin as soon as its copy lands, while chunk k + 1
+ * copies), waits for completion and copies out on the other; then the lane
+ * waits for both. */
 static cudaError_t enqueue_pipeline(cg_staged_comm_t *sc, cg_staged_step_t *st, cudaStream_t lane) {
   cudaError_t err = cudaEventRecord(sc->fork, lane);
-  cudaStream_t forks[3] = {sc->copy_in, sc->calls, sc->copy_out};
-  for (int i = 0; i < 3 && err == cudaSuccess; i++) err = cudaStreamWaitEvent(forks[i], sc->fork, 0);
+  cudaStream_t forks[2] = {sc->copy_in, sc->copy_out};
+  for (int i = 0; i < 2 && err == cudaSuccess; i++) err = cudaStreamWaitEvent(forks[i], sc->fork, 0);
   for (uint32_t k = 0; k < st->n_chunks && err == cudaSuccess; k++) {
     chunk_t *ch = &st->chunks[k];
-    if (ch->in.width) {
-      err = enqueue_copy(&ch->in, sc->copy_in);
-      if (err == cudaSuccess) err = cudaEventRecord(sc->fork, sc->copy_in);
-      if (err == cudaSuccess) err = cudaStreamWaitEvent(sc->calls, sc->fork, 0);
-    }
-    if (err == cudaSuccess) err = launch_chained(sc->calls, run_chunk, ch);
-    if (err == cudaSuccess && ch->out.width) {
-      err = cudaEventRecord(sc->joined, sc->calls);
-      if (err == cudaSuccess) err = cudaStreamWaitEvent(sc->copy_out, sc->joined, 0);
-      if (err == cudaSuccess) err = enqueue_copy(&ch->out, sc->copy_out);
-    }
+    err = enqueue_copy(&ch->in, sc->copy_in);
+    if (err == cudaSuccess) err = enqueue_post(sc, sc->copy_in, &ch->op);
+    /* the flag already orders the wait after the post; the event tells CUDA */
+    if (err == cudaSuccess) err = cudaEventRecord(sc->fork, sc->copy_in);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(sc->copy_out, sc->fork, 0);
+    if (err == cudaSuccess) err = cg_ht_enqueue_wait_done(sc->copy_out, &ch->op);
+    if (err == cudaSuccess) err = enqueue_copy(&ch->out, sc->copy_out);
   }
-  for (int i = 0; i < 3 && err == cudaSuccess; i++) {
+  for (int i = 0; i < 2 && err == cudaSuccess; i++) {
     err = cudaEventRecord(sc->joined, forks[i]);
     if (err == cudaSuccess) err = cudaStreamWaitEvent(lane, sc->joined, 0);
   }
@@ -334,13 +343,19 @@ cg_status_t cg_staged_step_enqueue(void *comm_impl, const cg_step_t *s, void *st
     err = enqueue_copy(&st->chunks[0].in, lane);
     return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cudaMemcpyAsync (device to staging)");
   }
+  cg_ht_op_t *ops[1] = {&st->chunks[0].op};
+  cg_status_t status = CG_SUCCESS;
   if (st->n_chunks > 1) {
+    for (uint32_t k = 0; k < st->n_chunks; k++) st->seq_ops[k] = &st->chunks[k].op;
+    if ((status = watch(sc, st, st->seq_ops, st->n_chunks)) != CG_SUCCESS) return status;
     err = enqueue_pipeline(sc, st, lane);
     return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "enqueueing a pipelined staged step");
   }
+  if ((status = watch(sc, st, ops, 1)) != CG_SUCCESS) return status;
   chunk_t *ch = &st->chunks[0];
   err = enqueue_copy(&ch->in, lane);
-  if (err == cudaSuccess) err = launch_chained(lane, run_chunk, ch);
+  if (err == cudaSuccess) err = enqueue_post(sc, lane, &ch->op);
+  if (err == cudaSuccess) err = cg_ht_enqueue_wait_done(lane, &ch->op);
   if (err == cudaSuccess) err = enqueue_copy(&ch->out, lane);
   return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "enqueueing a staged step");
 }
@@ -352,20 +367,32 @@ cg_status_t cg_staged_group_start(void *comm_impl) {
   return CG_SUCCESS;
 }
 
+/* Sends and receives that must progress together: one op of every member's
+ * call. */
 cg_status_t cg_staged_group_end(void *comm_impl) {
   cg_staged_comm_t *sc = comm_impl;
+  cg_status_t status = CG_SUCCESS;
   sc->grouping = 0;
   if (!sc->n_group) return CG_SUCCESS;
   cg_staged_step_t *lead = sc->group[0];
   free(lead->group);
+  free(lead->group_parts);
   free(lead->group_done);
   lead->group = malloc(sc->n_group * sizeof *lead->group);
+  lead->group_parts = malloc(sc->n_group * sizeof *lead->group_parts);
   lead->group_done = malloc(sc->n_group);
-  if (!lead->group || !lead->group_done)
+  if (!lead->group || !lead->group_parts || !lead->group_done)
     return cg_fail(CG_ERR_NO_MEMORY, "allocating a group of %u staged steps", sc->n_group);
   memcpy(lead->group, sc->group, sc->n_group * sizeof *lead->group);
   lead->n_group = sc->n_group;
-  cudaError_t err = launch_chained(sc->group_stream, run_group, lead);
+  for (uint32_t i = 0; i < lead->n_group; i++) lead->group_parts[i] = &lead->group[i]->chunks[0].part;
+  lead->group_op.parts = lead->group_parts;
+  lead->group_op.part_done = lead->group_done;
+  lead->group_op.n_parts = lead->n_group;
+  cg_ht_op_t *ops[1] = {&lead->group_op};
+  if ((status = watch(sc, lead, ops, 1)) != CG_SUCCESS) return status;
+  cudaError_t err = enqueue_post(sc, sc->group_stream, &lead->group_op);
+  if (err == cudaSuccess) err = cg_ht_enqueue_wait_done(sc->group_stream, &lead->group_op);
   for (uint32_t i = 0; i < lead->n_group && err == cudaSuccess; i++)
     err = enqueue_copy(&lead->group[i]->chunks[0].out, sc->group_stream);
   return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "enqueueing a group of staged sends and receives");

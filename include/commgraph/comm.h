@@ -34,6 +34,11 @@ CG_API const char *cg_backend_kind_name(cg_backend_kind_t kind);
 /* Where a communicator's buffers live: host memory, or the CUDA device with this
  * ordinal. */
 #define CG_DEVICE_HOST (-1)
+/* The GPU of this rank's local rank among the ranks on its node (local rank
+ * modulo the GPUs it sees), unless the environment variable CG_DEVICE names
+ * one. cg_comm_create resolves it collectively: pass it on every rank or on
+ * none. */
+#define CG_DEVICE_LOCAL_RANK (-2)
 
 /* X(name, text): how an MPI communicator on a device moves device buffers.
  * HOST: through pinned host staging buffers (a device-to-host copy, MPI on the
@@ -55,8 +60,9 @@ typedef enum cg_staging { CG_STAGING_LIST(CG_STAGING_ENUMERATOR) CG_STAGING_COUN
 
 typedef struct cg_comm_opts {
   size_t size;               /* sizeof(cg_comm_opts_t) */
-  cg_backend_kind_t backend; /* AUTO: mpi for host buffers, nccl for a device */
-  int device;                /* CG_DEVICE_HOST or a CUDA device ordinal */
+  cg_backend_kind_t backend; /* AUTO: mpi for host buffers, nccl for a device (mpi-staged without NCCL);
+                                HOSTTRANSFER: device buffers over MPI with a progress thread */
+  int device;                /* CG_DEVICE_HOST, CG_DEVICE_LOCAL_RANK or a CUDA device ordinal */
   /* MPI on a device only: */
   cg_staging_t staging;      /* AUTO */
   size_t chunk_bytes;        /* messages above this are cut into chunks whose copies overlap MPI's transfer of

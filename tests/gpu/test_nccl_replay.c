@@ -323,7 +323,16 @@ START_TEST(nccl_api__comm_create_gives_nccl_communicators) {
   ck_assert_int_eq(rank, me);
   ck_assert_int_eq(size, n);
   ck_assert_int_eq(device, dev);
-  ck_assert_str_eq(name, "nccl");
+  ck_assert_str_eq(name, cg_gpu_requested_backend());
+  MPI_Comm dup = MPI_COMM_NULL;
+  ck_assert_cg_ok(cg_comm_mpi(&dup, c));
+  int cmp = MPI_UNEQUAL;
+  MPI_Comm_compare(dup, MPI_COMM_WORLD, &cmp);
+  ck_assert_int_eq(cmp, MPI_CONGRUENT);
+  if (strcmp(name, "nccl") != 0) { /* CG_GPU_TEST_BACKEND chose an MPI backend: no NCCL inside */
+    cg_comm_destroy(c);
+    return;
+  }
   ncclComm_t nccl = NULL;
   ck_assert_cg_ok(cg_comm_nccl(&nccl, c));
   ck_assert_ptr_nonnull(nccl);
@@ -334,11 +343,6 @@ START_TEST(nccl_api__comm_create_gives_nccl_communicators) {
   ck_assert_int_eq(count, n);
   ck_assert_int_eq(user_rank, me);
   ck_assert_int_eq(cu_device, dev);
-  MPI_Comm dup = MPI_COMM_NULL;
-  ck_assert_cg_ok(cg_comm_mpi(&dup, c));
-  int cmp = MPI_UNEQUAL;
-  MPI_Comm_compare(dup, MPI_COMM_WORLD, &cmp);
-  ck_assert_int_eq(cmp, MPI_CONGRUENT);
   cg_comm_destroy(c);
 
   /* AUTO with a device means NCCL */
@@ -439,7 +443,9 @@ START_TEST(nccl_api__stats_and_dot_of_device_plans) {
   ck_assert_uint_ge(st.dependencies, 1);
   ck_assert_uint_ge(st.events, 1);
   char *dot = cg_gpu_plan_dot(plan);
-  ck_assert_msg(strstr(dot, "nccl") != NULL, "the DOT of a device plan names nccl:\n%s", dot);
+  const char *backend = NULL;
+  ck_assert_cg_ok(cg_comm_backend_name(&backend, a));
+  ck_assert_msg(strstr(dot, backend) != NULL, "the DOT of a device plan names its backend (%s):\n%s", backend, dot);
   free(dot);
   ck_assert_cg_ok(cg_plan_launch(plan, cg_gpu_stream()));
   int32_t *h = malloc(SN * 4);

@@ -10,12 +10,19 @@
  *   staged:    MPI backend on the device, whole message through pinned host
  *              staging (chunk_bytes = CG_CHUNK_NONE): copy in, MPI, copy out;
  *   pipelined: the same, cut into --chunk-mb chunks whose copies overlap
- *              MPI's transfer of the chunk before;
+ *              MPI's transfer of the chunk before (host nodes post the MPI
+ *              calls);
+ *              A broadcast of at least CG_BCAST_CHAIN_BYTES (16 MiB) on 3+
+ *              ranks goes down a pipelined chain of sends and receives;
+ *   no chain:  broadcast only: pipelined, always through MPI_Ibcast per
+ *              chunk (CG_BCAST_CHAIN_BYTES=never), to compare with the chain;
+ *   hosttr:    the hosttransfer backend, pipelined alike (the GPU raises a
+ *              flag, the progress thread posts the MPI calls: no host nodes);
  *   nccl:      the NCCL backend (the bandwidth this machine's links give).
  *
  * Columns: µs per operation and algorithm bandwidth (bytes / time) per mode,
- * and staged / pipelined (the pipelining speed-up). The hosttransfer backend
- * is not built yet; its column says so. */
+ * and staged / pipelined (the pipelining speed-up). */
+#define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,16 +33,22 @@
 #include "commgraph/mpi.h"
 #include "gpu_bench.h"
 
-enum { STAGED, PIPELINED, NCCL, N_MODES };
+enum { STAGED, PIPELINED, NO_CHAIN, HOSTTRANSFER, NCCL, N_MODES };
 
 static cg_comm_t *make_comm(int mode, int device, size_t chunk_bytes) {
   cg_comm_t *c = NULL;
   cg_comm_opts_t o = CG_COMM_OPTS_INIT;
   o.device = device;
-  o.backend = mode == NCCL ? CG_BACKEND_NCCL : CG_BACKEND_MPI;
+  o.backend = mode == NCCL ? CG_BACKEND_NCCL : mode == HOSTTRANSFER ? CG_BACKEND_HOSTTRANSFER : CG_BACKEND_MPI;
   o.staging = CG_STAGING_HOST;
   o.chunk_bytes = mode == STAGED ? CG_CHUNK_NONE : chunk_bytes;
+  const char *chain = getenv("CG_BCAST_CHAIN_BYTES");
+  char *saved = chain ? strdup(chain) : NULL;
+  if (mode == NO_CHAIN) setenv("CG_BCAST_CHAIN_BYTES", "never", 1);
   CG_CHECK(cg_comm_create(&c, MPI_COMM_WORLD, &o));
+  if (saved) setenv("CG_BCAST_CHAIN_BYTES", saved, 1);
+  else unsetenv("CG_BCAST_CHAIN_BYTES");
+  free(saved);
   return c;
 }
 
@@ -126,8 +139,9 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     printf("bench_staged: %d ranks on %d node(s), one GPU each; MPI through pinned host staging; pipelined chunks "
            "of %zu MiB; median of %d batches\n", size, nodes, chunk_mb, rounds);
-    printf("%-9s %8s | %11s %8s | %11s %8s | %11s %8s | %12s | %s\n", "op", "MiB", "staged us", "GB/s",
-           "pipelined us", "GB/s", "nccl us", "GB/s", "staged/pipe", "hosttransfer");
+    printf("%-9s %8s | %11s %8s | %11s %8s | %11s %8s | %11s %8s | %11s %8s | %12s\n", "op", "MiB", "staged us",
+           "GB/s", "pipelined us", "GB/s", "no chain us", "GB/s", "hosttr us", "GB/s", "nccl us", "GB/s",
+           "staged/pipe");
   }
   int all_ok = 1;
   for (int op = 0; op < 2; op++)
@@ -135,15 +149,22 @@ int main(int argc, char **argv) {
       size_t count = (mb << 20) / sizeof(float);
       double us[N_MODES];
       for (int m = 0; m < N_MODES; m++) {
+        if (m == NO_CHAIN && op == 0) {
+          us[m] = 0;
+          continue;
+        }
         if (op == 1) fill(recv, count, rank == 0 ? 3.0f : 0.0f);
         us[m] = time_plan(comms[m], op == 1, send, recv, count, rounds, stream);
         all_ok &= check(recv, count, op == 1 ? 3.0f : (float)size);
       }
       if (rank == 0) {
         double gb = (double)(mb << 20) / 1e3;
-        printf("%-9s %8zu | %11.1f %8.2f | %11.1f %8.2f | %11.1f %8.2f | %11.2fx | not built\n",
+        char no_chain[48] = "          -        -";
+        if (us[NO_CHAIN] > 0) snprintf(no_chain, sizeof no_chain, "%11.1f %8.2f", us[NO_CHAIN], gb / us[NO_CHAIN]);
+        printf("%-9s %8zu | %11.1f %8.2f | %11.1f %8.2f | %s | %11.1f %8.2f | %11.1f %8.2f | %11.2fx\n",
                op ? "broadcast" : "allreduce", mb, us[STAGED], gb / us[STAGED], us[PIPELINED], gb / us[PIPELINED],
-               us[NCCL], gb / us[NCCL], us[STAGED] / us[PIPELINED]);
+               no_chain, us[HOSTTRANSFER], gb / us[HOSTTRANSFER], us[NCCL], gb / us[NCCL],
+               us[STAGED] / us[PIPELINED]);
         fflush(stdout);
       }
     }

@@ -89,16 +89,34 @@ int cg_gpu_test_main(Suite *suite, const char *name) {
 
 /* ---- communicators, buffers, streams */
 
+/* CG_GPU_TEST_BACKEND: nccl (default), mpi (staged), hosttransfer, or mixed:
+ * the three in turn, one per communicator created, so plans over several
+ * communicators mix backends (every rank creates its communicators in the
+ * same order, so they agree). */
+static const char *requested = "nccl";
+
+const char *cg_gpu_requested_backend(void) { return requested; }
+
+static cg_backend_kind_t test_backend(void) {
+  static const cg_backend_kind_t turn[] = {CG_BACKEND_NCCL, CG_BACKEND_MPI, CG_BACKEND_HOSTTRANSFER};
+  static unsigned created;
+  const char *b = getenv("CG_GPU_TEST_BACKEND");
+  if (!b || !*b || strcmp(b, "nccl") == 0) return CG_BACKEND_NCCL;
+  if (strcmp(b, "mpi") == 0) return CG_BACKEND_MPI;
+  if (strcmp(b, "hosttransfer") == 0) return CG_BACKEND_HOSTTRANSFER;
+  ck_assert_msg(strcmp(b, "mixed") == 0, "CG_GPU_TEST_BACKEND=%s: use nccl, mpi, hosttransfer or mixed", b);
+  return turn[created++ % 3];
+}
+
 cg_comm_t *cg_gpu_nccl_comm(MPI_Comm mpi) {
   cg_comm_t *c = NULL;
   cg_comm_opts_t o = CG_COMM_OPTS_INIT;
-  const char *backend = getenv("CG_GPU_TEST_BACKEND");
-  int staged = backend && strcmp(backend, "mpi") == 0;
-  o.backend = staged ? CG_BACKEND_MPI : CG_BACKEND_NCCL;
+  o.backend = test_backend();
   o.device = device;
+  requested = o.backend == CG_BACKEND_MPI ? "mpi-staged" : cg_backend_kind_name(o.backend);
   cg_status_t st = cg_comm_create(&c, mpi, &o);
   char what[400];
-  snprintf(what, sizeof what, "cg_comm_create (%s, device %d): %s: %s", staged ? "mpi, staged" : "nccl", device,
+  snprintf(what, sizeof what, "cg_comm_create (%s, device %d): %s: %s", cg_backend_kind_name(o.backend), device,
            cg_status_string(st), st == CG_SUCCESS ? "" : cg_error_last());
   ck_assert_all_ranks(st == CG_SUCCESS, what);
   return c;

@@ -46,10 +46,14 @@ int cg_gpu_device(void); /* this rank's CUDA device (current on the main thread)
                   ncclGetErrorString(nccl_res_));                                                    \
   } while (0)
 
-/* A new device communicator over `mpi` on this rank's GPU: NCCL, or the MPI
- * backend staged through host memory when CG_GPU_TEST_BACKEND=mpi (the
- * gpu.staged.* runs); asserts on every rank that it worked everywhere. */
+/* A new device communicator over `mpi` on this rank's GPU: NCCL, or as
+ * CG_GPU_TEST_BACKEND says: mpi (staged through host memory), hosttransfer,
+ * or mixed (nccl, mpi, hosttransfer in turn); asserts on every rank that it
+ * worked everywhere. */
 cg_comm_t *cg_gpu_nccl_comm(MPI_Comm mpi);
+/* The backend name the latest cg_gpu_nccl_comm asked for ("nccl",
+ * "mpi-staged", "hosttransfer"). */
+const char *cg_gpu_requested_backend(void);
 /* NCCL communicators over MPI_COMM_WORLD kept for the whole suite (creating
  * one costs a noticeable fraction of a second): the first call creates all of
  * them, every rank must make it in the same test. i < CG_GPU_SHARED_COMMS. The
