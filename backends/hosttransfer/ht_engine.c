@@ -100,7 +100,7 @@ void cg_ht_flags_assign(cg_ht_op_t *op, const cg_ht_flags_t *f, uint32_t index) 
 
 static struct {
   mtx_t lock;
-  cnd_t wake;
+  cnd_t wake, stopped;
   thrd_t thread;
   int users, running, stop, device;
   cg_ht_sequence_t *watched;
@@ -111,6 +111,7 @@ static once_flag engine_once = ONCE_FLAG_INIT;
 static void init_engine(void) {
   mtx_init(&engine.lock, mtx_plain);
   cnd_init(&engine.wake);
+  cnd_init(&engine.stopped);
 }
 
 static void report(cg_ht_op_t *op, const cg_ht_part_t *part, const char *what) {
@@ -276,6 +277,8 @@ cg_status_t cg_ht_engine_acquire(int device) {
   cg_status_t st = CG_SUCCESS;
   call_once(&engine_once, init_engine);
   mtx_lock(&engine.lock);
+  /* a thread the last user is stopping must be gone before another starts */
+  while (engine.running && engine.stop) cnd_wait(&engine.stopped, &engine.lock);
   if (engine.users++ == 0) {
     engine.stop = 0;
     engine.device = device;
@@ -294,15 +297,17 @@ void cg_ht_engine_release(void) {
   call_once(&engine_once, init_engine);
   mtx_lock(&engine.lock);
   int last = engine.users > 0 && --engine.users == 0 && engine.running;
+  thrd_t thread = engine.thread;
   if (last) {
     engine.stop = 1;
     cnd_signal(&engine.wake);
   }
   mtx_unlock(&engine.lock);
   if (!last) return;
-  thrd_join(engine.thread, NULL);
+  thrd_join(thread, NULL);
   mtx_lock(&engine.lock);
   engine.running = 0;
+  cnd_broadcast(&engine.stopped);
   mtx_unlock(&engine.lock);
 }
 

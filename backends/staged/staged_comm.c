@@ -146,17 +146,33 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
              cg_mpi_thread_level_name(thread_level));
   else
     open_device(s, why, sizeof why);
+  if (!why[0]) {
+    if (cg_ht_engine_acquire(s->device) == CG_SUCCESS)
+      s->engine_held = 1;
+    else
+      snprintf(why, sizeof why, "%s", cg_error_last());
+  }
   /* every rank learns whether all can go on, so none waits in a collective
-   * the others skipped */
+   * the others skipped, and that all cut messages alike: different chunk
+   * sizes or chain thresholds would pair different MPI calls across ranks.
+   * MIN over x and ~x gives the smallest and (inverted) the largest. */
   ok = !why[0];
-  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mpi) != MPI_SUCCESS) all = 0;
+  uint64_t mine[5] = {(uint64_t)ok, s->chunk_bytes, ~(uint64_t)s->chunk_bytes, s->bcast_chain_bytes,
+                      ~(uint64_t)s->bcast_chain_bytes};
+  uint64_t least[5] = {0, 0, 0, 0, 0};
+  if (MPI_Allreduce(mine, least, 5, MPI_UINT64_T, MPI_MIN, mpi) != MPI_SUCCESS) least[0] = 0;
+  all = (int)least[0];
+  if (all && (least[1] != ~least[2] || least[3] != ~least[4])) {
+    all = 0;
+    snprintf(why, sizeof why, "ranks cut messages differently (chunk_bytes / CG_CHUNK_BYTES from %llu to %llu, "
+             "CG_BCAST_CHAIN_BYTES from %llu to %llu): give every rank the same", (unsigned long long)least[1],
+             (unsigned long long)~least[2], (unsigned long long)least[3], (unsigned long long)~least[4]);
+  }
   if (!all) {
     st = cg_fail(why[0] ? CG_ERR_UNSUPPORTED : CG_ERR_BACKEND, "cg_comm_create: %s backend on device %d: %s",
                  name, opts->device, why[0] ? why : "another rank cannot use its device");
     goto out;
   }
-  if ((st = cg_ht_engine_acquire(s->device)) != CG_SUCCESS) goto out;
-  s->engine_held = 1;
   if ((st = cg_mpi_comm_open(&s->mpi, mpi, thread_level)) != CG_SUCCESS) goto out;
   MPI_Comm_rank(s->mpi->data, &rank);
   MPI_Comm_size(s->mpi->data, &size);

@@ -378,6 +378,7 @@ cg_status_t cg_staged_group_end(void *comm_impl) {
   free(lead->group);
   free(lead->group_parts);
   free(lead->group_done);
+  lead->group_op.parts = NULL, lead->group_op.part_done = NULL, lead->group_op.n_parts = 0, lead->n_group = 0;
   lead->group = malloc(sc->n_group * sizeof *lead->group);
   lead->group_parts = malloc(sc->n_group * sizeof *lead->group_parts);
   lead->group_done = malloc(sc->n_group);
