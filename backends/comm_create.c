@@ -36,8 +36,8 @@ static cg_status_t resolve_backend(cg_backend_kind_t *out, const cg_comm_opts_t 
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: the hosttransfer backend needs a CUDA device "
                    "(opts.device); host buffers use the mpi backend");
   if (backend == CG_BACKEND_HOSTTRANSFER && !CG_HAVE_CUDA)
-    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: the hosttransfer backend needs CUDA, which this commgraph "
-                   "was built without (CG_WITH_CUDA)");
+    return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_create: device %d: the hosttransfer backend needs CUDA, which this "
+                   "commgraph was built without (CG_WITH_CUDA)", o->device);
   *out = backend;
   return CG_SUCCESS;
 }
