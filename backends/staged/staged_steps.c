@@ -346,7 +346,7 @@ cg_status_t cg_staged_step_enqueue(void *comm_impl, const cg_step_t *s, void *st
   cg_ht_op_t *ops[1] = {&st->chunks[0].op};
   cg_status_t status = CG_SUCCESS;
   if (st->n_chunks > 1) {
-    for (uint32_t k = 0; k < st->n_chunks; k++) st->seq_ops[k] = &st->chunks[k].op;
+    /* seq_ops already lists the chunks (cg_staged_step_prepare) */
     if ((status = watch(sc, st, st->seq_ops, st->n_chunks)) != CG_SUCCESS) return status;
     err = enqueue_pipeline(sc, st, lane);
     return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "enqueueing a pipelined staged step");
