@@ -72,6 +72,7 @@ void cg_graph_destroy(cg_graph_t *g) {
     cg_node_rec_t *n = &g->nodes[i];
     if (n->release_user_object) n->release_user_object(n->user_object);
     free(n->name);
+    free(n->spans);
     free(n->preds.items);
     free(n->succs.items);
   }

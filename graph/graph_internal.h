@@ -24,6 +24,8 @@ typedef struct cg_node_rec {
   void *arg;
   void *user_object; /* cloned cudaGraph_t or cudaEvent_t, opaque here */
   void (*release_user_object)(void *user_object);
+  cg_span_t *spans; /* user nodes that are not fences: what they read, then what they write (normalized) */
+  uint32_t n_read_spans, n_write_spans;
   cg_edge_vec_t preds; /* sorted by node index when recorded */
   cg_edge_vec_t succs;
 } cg_node_rec_t;
@@ -98,5 +100,11 @@ cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *where,
  * still owns `proto->user_object`. */
 cg_status_t cg_graph_record_user_node(cg_node_t *out, cg_graph_t *graph, const cg_node_rec_t *proto,
                                       const cg_access_t *access, const char *caller);
+
+/* The bytes collective node `n` (a send, receive or barrier too) reads
+ * (spans[0]) and writes (spans[1]) on this rank, after the checks recording
+ * makes of its buffers (present, not past the end of memory, aliased only in
+ * an in-place form); failures name `caller` and node #index. */
+cg_status_t cg_collective_spans(cg_span_t spans[2], const cg_node_rec_t *n, uint32_t index, const char *caller);
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 #include "graph_internal.h"
@@ -24,8 +25,9 @@ typedef struct collective {
 /* Where a failure happened, formatted only when one does:
  * "cg_allreduce: graph 'g' node #5 (rank 1 of 4): <detail>". */
 typedef struct where {
-  const cg_graph_t *graph;
+  const cg_graph_t *graph; /* NULL when checking a compiled plan's node (cg_plan_rebind) */
   const collective_t *call;
+  uint32_t node;           /* the node's index */
 } where_t;
 
 static cg_status_t fail_at(const where_t *w, cg_status_t status, const char *fmt, ...) CG_PRINTF_LIKE(3, 4);
@@ -37,11 +39,11 @@ static cg_status_t fail_at(const where_t *w, cg_status_t status, const char *fmt
   va_end(args);
   const cg_graph_t *g = w->graph;
   const collective_t *c = w->call;
-  if (g->name) snprintf(graph_name, sizeof graph_name, "graph '%s' ", g->name);
+  if (g && g->name) snprintf(graph_name, sizeof graph_name, "graph '%s' ", g->name);
   if (c->comm)
-    return cg_fail(status, "%s: %snode #%u (rank %d of %d): %s", c->caller, graph_name, g->n_nodes, c->comm->rank,
+    return cg_fail(status, "%s: %snode #%u (rank %d of %d): %s", c->caller, graph_name, w->node, c->comm->rank,
                    c->comm->size, detail);
-  return cg_fail(status, "%s: %snode #%u: %s", c->caller, graph_name, g->n_nodes, detail);
+  return cg_fail(status, "%s: %snode #%u: %s", c->caller, graph_name, w->node, detail);
 }
 
 static int mul_overflows(size_t a, size_t b, size_t *out) {
@@ -148,9 +150,33 @@ static cg_status_t check_alias(const where_t *where, const collective_t *c, cons
                  (size_t)(recv.end - recv.start), allowed);
 }
 
+/* The bytes a collective reads (spans[0]) and writes (spans[1]) on this rank,
+ * after checking its buffers and their aliasing. */
+static cg_status_t check_buffers(cg_span_t spans[2], const where_t *where, const collective_t *c) {
+  layout_t l;
+  size_t elem_size = cg_dtype_size(c->dtype);
+  if (layout_of(c, &l) != 0)
+    return fail_at(where, CG_ERR_OVERFLOW, "count %zu times %d ranks overflows size_t", c->count, c->comm->size);
+  cg_status_t st = CG_SUCCESS;
+  if (l.uses_send) st = check_buffer(where, c->kind == CG_NODE_SEND ? "buf" : "send", c->send, l.send_elems,
+                                     elem_size, &spans[0]);
+  if (st == CG_SUCCESS && l.uses_recv)
+    st = check_buffer(where, c->kind == CG_NODE_RECV ? "buf" : "recv", c->recv, l.recv_elems, elem_size, &spans[1]);
+  if (st == CG_SUCCESS) st = check_alias(where, c, &l, elem_size, spans[0], spans[1]);
+  return st;
+}
+
+cg_status_t cg_collective_spans(cg_span_t spans[2], const cg_node_rec_t *n, uint32_t index, const char *caller) {
+  collective_t c = {.caller = caller, .kind = n->kind, .comm = n->comm, .send = n->send, .recv = n->recv,
+                    .count = n->count, .dtype = n->dtype, .root = n->root};
+  const where_t where = {NULL, &c, index};
+  spans[0] = spans[1] = (cg_span_t){0, 0};
+  return check_buffers(spans, &where, &c);
+}
+
 static cg_status_t record_collective(cg_node_t *out, cg_graph_t *g, const collective_t *c) {
   if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL graph", c->caller);
-  const where_t where_data = {g, c}, *where = &where_data;
+  const where_t where_data = {g, c, g->n_nodes}, *where = &where_data;
   if (!c->comm) return fail_at(where, CG_ERR_INVALID_ARGUMENT, "NULL communicator");
   if ((unsigned)c->dtype >= CG_DTYPE_COUNT)
     return fail_at(where, CG_ERR_INVALID_ENUM, "unknown data type %d", (int)c->dtype);
@@ -159,17 +185,8 @@ static cg_status_t record_collective(cg_node_t *out, cg_graph_t *g, const collec
   if (c->root_kind && (c->root < 0 || c->root >= c->comm->size))
     return fail_at(where, CG_ERR_OUT_OF_RANGE, "%s %d outside [0, %d)", c->root_kind == 1 ? "root" : "peer",
                    c->root, c->comm->size);
-  layout_t l;
-  size_t elem_size = cg_dtype_size(c->dtype);
-  if (layout_of(c, &l) != 0)
-    return fail_at(where, CG_ERR_OVERFLOW, "count %zu times %d ranks overflows size_t", c->count, c->comm->size);
   cg_span_t spans[2] = {{0, 0}, {0, 0}}; /* read, write */
-  cg_status_t st = CG_SUCCESS;
-  if (l.uses_send) st = check_buffer(where, c->kind == CG_NODE_SEND ? "buf" : "send", c->send, l.send_elems,
-                                     elem_size, &spans[0]);
-  if (st == CG_SUCCESS && l.uses_recv)
-    st = check_buffer(where, c->kind == CG_NODE_RECV ? "buf" : "recv", c->recv, l.recv_elems, elem_size, &spans[1]);
-  if (st == CG_SUCCESS) st = check_alias(where, c, &l, elem_size, spans[0], spans[1]);
+  cg_status_t st = check_buffers(spans, where, c);
   if (st != CG_SUCCESS) return st;
 
   cg_node_rec_t proto = {.kind = c->kind,
@@ -247,7 +264,7 @@ cg_status_t cg_recv(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm, void *buf, s
 cg_status_t cg_barrier(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm) {
   collective_t c = {.caller = "cg_barrier", .kind = CG_NODE_BARRIER, .comm = comm};
   if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_barrier: NULL graph");
-  const where_t where_data = {g, &c}, *where = &where_data;
+  const where_t where_data = {g, &c, g->n_nodes}, *where = &where_data;
   if (!comm) return fail_at(where, CG_ERR_INVALID_ARGUMENT, "NULL communicator");
   cg_node_rec_t proto = {.kind = CG_NODE_BARRIER, .comm = comm, .dtype = CG_UINT8, .root = -1, .is_fence = 1};
   return cg_graph_add_node(g, &proto, NULL, out);
@@ -271,7 +288,7 @@ cg_status_t cg_graph_record_user_node(cg_node_t *out, cg_graph_t *g, const cg_no
   cg_status_t st = CG_SUCCESS;
   cg_span_t *spans = NULL;
   collective_t c = {.caller = caller, .kind = proto->kind};
-  const where_t where_data = {g, &c}, *where = &where_data;
+  const where_t where_data = {g, &c, g->n_nodes}, *where = &where_data;
   cg_node_rec_t node = *proto;
   node.root = -1;
   node.is_fence = !access || access->everything;
@@ -303,10 +320,21 @@ cg_status_t cg_graph_record_user_node(cg_node_t *out, cg_graph_t *g, const cg_no
         (st = convert_ranges(where, "writes", access->writes, access->n_writes, spans + access->n_reads)) !=
             CG_SUCCESS)
       goto out;
-    set = (cg_access_set_t){spans, cg_span_normalize(spans, access->n_reads), spans + access->n_reads,
-                            cg_span_normalize(spans + access->n_reads, access->n_writes)};
+    size_t reads = cg_span_normalize(spans, access->n_reads);
+    size_t writes = cg_span_normalize(spans + access->n_reads, access->n_writes);
+    /* the node keeps them (cg_plan_rebind checks overlaps against them), reads then writes */
+    memmove(spans + reads, spans + access->n_reads, writes * sizeof *spans);
+    set = (cg_access_set_t){spans, reads, spans + reads, writes};
+    node.spans = spans;
+    node.n_read_spans = (uint32_t)reads;
+    node.n_write_spans = (uint32_t)writes;
+    if (reads + writes > UINT32_MAX) {
+      st = fail_at(where, CG_ERR_OVERFLOW, "%zu read and %zu write ranges", reads, writes);
+      goto out;
+    }
   }
   st = cg_graph_add_node(g, &node, &set, out);
+  if (st == CG_SUCCESS) spans = NULL; /* the node owns them */
 out:
   free(spans);
   return st;

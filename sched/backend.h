@@ -66,6 +66,12 @@ struct cg_backend {
   /* The bucket size this communicator's transport prefers (fusion), from its
    * topology; the same on every rank of the communicator. 0: no preference. */
   size_t (*bucket_bytes)(void *comm_impl);
+
+  /* cg_plan_rebind moved the step's buffers (same counts, same in-place
+   * form): update whatever host_step_prepare derived from them in `state`,
+   * keeping its allocations. Needed by every backend with step state; local,
+   * not collective. */
+  cg_status_t (*step_rebind)(void *comm_impl, void *state, const cg_step_t *step);
 };
 
 typedef struct cg_backend cg_backend_t;

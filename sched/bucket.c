@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "error.h"
-#include "graph_view.h"
 #include "lower.h"
 
 #define STAGING_ALIGN 256
@@ -68,9 +67,8 @@ typedef struct bucket_sides {
   int rank, size;
 } bucket_sides_t;
 
-static cg_status_t describe_sides(bucket_sides_t *bs, const cg_plan_t *p, const cg_bucket_t *b, const cg_graph_t *g,
-                                  const char *where) {
-  const cg_node_rec_t *head = cg_graph_node(g, b->members[0]);
+static cg_status_t describe_sides(bucket_sides_t *bs, const cg_plan_t *p, const cg_bucket_t *b, const char *where) {
+  const cg_plan_node_t *head = &p->nodes[b->members[0]];
   int n = head->comm->size, r = head->comm->rank;
   cg_node_kind_t k = head->kind;
   *bs = (bucket_sides_t){.kind = k, .elem = cg_dtype_size(head->dtype), .rank = r, .size = n};
@@ -81,15 +79,14 @@ static cg_status_t describe_sides(bucket_sides_t *bs, const cg_plan_t *p, const 
   bs->send.blocks = malloc(max_blocks * sizeof(block_t));
   bs->recv.blocks = malloc(max_blocks * sizeof(block_t));
   if (!bs->send.blocks || !bs->recv.blocks) {
-    (void)p;
     return cg_fail(CG_ERR_NO_MEMORY, "%s: laying out a bucket of %u nodes", where, b->n_members);
   }
   size_t total = 0;
-  for (uint32_t m = 0; m < b->n_members; m++) total += cg_graph_node(g, b->members[m])->count;
+  for (uint32_t m = 0; m < b->n_members; m++) total += p->nodes[b->members[m]].count;
   bs->fused = total;
   size_t offset = 0;
   for (uint32_t m = 0; m < b->n_members; m++) {
-    const cg_node_rec_t *node = cg_graph_node(g, b->members[m]);
+    const cg_plan_node_t *node = &p->nodes[b->members[m]];
     size_t c = node->count, bytes = c * bs->elem;
     for (int q = 0; q < (per_rank_send ? n : 1); q++)
       bs->send.blocks[bs->send.n++] =
@@ -178,13 +175,13 @@ static cg_status_t alloc_staging(cg_plan_t *p, size_t bytes, const char *where) 
   return CG_SUCCESS;
 }
 
-cg_status_t cg_plan_layout_buckets(cg_plan_t *p, const cg_graph_t *g, const char *where) {
+cg_status_t cg_plan_layout_buckets(cg_plan_t *p, const char *where) {
   cg_status_t st = CG_SUCCESS;
   size_t total = 0;
   for (uint32_t i = 0; i < p->n_buckets && st == CG_SUCCESS; i++) {
     bucket_sides_t bs;
     uintptr_t send, recv;
-    st = describe_sides(&bs, p, &p->buckets[i], g, where);
+    st = describe_sides(&bs, p, &p->buckets[i], where);
     if (st == CG_SUCCESS) {
       p->buckets[i].staging_offset = total;
       p->buckets[i].staging_bytes = place(&bs, 0, &send, &recv);
@@ -197,7 +194,7 @@ cg_status_t cg_plan_layout_buckets(cg_plan_t *p, const cg_graph_t *g, const char
     cg_bucket_t *b = &p->buckets[i];
     bucket_sides_t bs;
     uintptr_t send, recv;
-    st = describe_sides(&bs, p, b, g, where);
+    st = describe_sides(&bs, p, b, where);
     if (st == CG_SUCCESS) {
       place(&bs, (uintptr_t)p->staging + b->staging_offset, &send, &recv);
       b->send_direct = bs.send.used && bs.send.direct;

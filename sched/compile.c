@@ -51,6 +51,7 @@ static void plan_free(cg_plan_t *p) {
     if (s->backend_state && b && b->host_step_release) b->host_step_release(s->comm->impl, s->backend_state);
   }
   cg_plan_free_buckets(p);
+  cg_plan_free_nodes(p);
   for (uint32_t i = 0; p->node_names && i < p->n_names; i++) free(p->node_names[i]);
   /* in agreed-id order: releasing the last reference may destroy the
    * communicator, which is collective in practice (ncclCommFinalize,
@@ -76,9 +77,6 @@ static void plan_free(cg_plan_t *p) {
 static cg_status_t check_supported(const cg_graph_t *g, uint32_t node, const char *where) {
   const cg_node_rec_t *n = cg_graph_node(g, node);
   const char *name = n->name ? n->name : "";
-  if (is_cuda_kind(n->kind))
-    return cg_fail(CG_ERR_UNSUPPORTED, "%s: node #%u '%s' (%s): plans do not run CUDA nodes yet", where, node, name,
-                   cg_node_kind_name(n->kind));
   if (!n->comm) return CG_SUCCESS;
   const cg_backend_t *b = n->comm->ops->backend;
   if (!b) return CG_SUCCESS; /* offline: compiles and draws, cannot run */
@@ -120,6 +118,20 @@ static cg_status_t check_placement(int *device, const cg_graph_t *g, const char 
                    "(%s on device %d); mixed plans are not supported yet: use one graph per kind", where,
                    host->ops->backend_name, dev->ops->backend_name, dev->device);
   if (dev) *device = dev->device;
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    const cg_node_rec_t *n = cg_graph_node(g, i);
+    if (!is_cuda_kind(n->kind)) continue;
+    const char *name = n->name ? n->name : "";
+    if (host)
+      return cg_fail(CG_ERR_UNSUPPORTED, "%s: node #%u '%s' (%s) runs on a GPU, but the graph's communicators hold "
+                     "host buffers (%s): CUDA nodes need a device plan", where, i, name, cg_node_kind_name(n->kind),
+                     host->ops->backend_name);
+#if CG_HAVE_CUDA
+    /* user GPU work alone: a device plan on the device the caller uses */
+    if (!dev) return cg_cuda_current_device(device, where);
+#endif
+    break;
+  }
   return CG_SUCCESS;
 }
 
@@ -187,7 +199,7 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
     p->device = device;
     st = cg_plan_lower(p, graph, &order, &fusion, where);
   }
-  if (st == CG_SUCCESS) st = cg_plan_layout_buckets(p, graph, where);
+  if (st == CG_SUCCESS) st = cg_plan_layout_buckets(p, where);
 #if CG_HAVE_CUDA
   if (st == CG_SUCCESS && is_device) st = cg_cuda_bucket_tables(p, where);
 #endif

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "agreement.h"
 #include "backend.h"
@@ -21,12 +22,18 @@
 #include "error.h"
 #include "lower.h"
 #include "plan_internal.h"
+#include "plan_lock.h"
 
 struct cg_cuda_plan {
   cudaStream_t *lanes;
   uint32_t n_lanes;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
+  cudaGraph_t *children; /* per step: the plan's own clone of a child-graph node's graph, else NULL */
+  unsigned *lock;        /* device word: the embedded plan's lock (plan_lock.cu) */
+  cudaGraph_t embed_graph; /* lock, the plan's graph as a child, unlock: what users embed */
+  cudaGraphExec_t embed_exec; /* embed_graph instantiated, for launches once the plan was embedded */
+  int embedded;          /* handed out or captured: replays take the lock from now on */
   cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
   int running;
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
@@ -42,9 +49,15 @@ void cg_cuda_plan_free(cg_plan_t *p) {
   /* replays still running on a user's stream use the graph and the
    * communicators released right after this; a launch records nothing (it is
    * one cudaGraphLaunch), so waiting for them means waiting for the device */
-  if (c->launched) cudaDeviceSynchronize();
+  if (c->launched || c->embedded) cudaDeviceSynchronize();
   if (c->exec) cudaGraphExecDestroy(c->exec);
   if (c->graph) cudaGraphDestroy(c->graph);
+  if (c->embed_exec) cudaGraphExecDestroy(c->embed_exec);
+  if (c->embed_graph) cudaGraphDestroy(c->embed_graph);
+  for (uint32_t i = 0; c->children && i < p->n_steps; i++)
+    if (c->children[i]) cudaGraphDestroy(c->children[i]);
+  free(c->children);
+  if (c->lock) cudaFree(c->lock);
   if (c->run_done) cudaEventDestroy(c->run_done);
   for (uint32_t l = 0; c->lanes && l < c->n_lanes; l++)
     if (c->lanes[l]) cudaStreamDestroy(c->lanes[l]);
@@ -54,6 +67,63 @@ void cg_cuda_plan_free(cg_plan_t *p) {
 }
 
 static const cg_backend_t *backend_of(const cg_step_t *s) { return s->comm->ops->backend; }
+
+/* Adds `child` (cloned) to the capture `stream` is part of, after what was
+ * captured on it so far; what is captured on it next follows the new node. */
+static cg_status_t capture_child_graph(cudaStream_t stream, cudaGraph_t child, const char *where) {
+#if CUDART_VERSION >= 12030
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  const cudaGraphEdgeData *edges = NULL;
+  size_t n_deps = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t err = cudaStreamGetCaptureInfo(stream, &status, NULL, &graph, &deps, &edges, &n_deps);
+#else
+  cudaError_t err = cudaStreamGetCaptureInfo_v3(stream, &status, NULL, &graph, &deps, &edges, &n_deps);
+#endif
+  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamGetCaptureInfo");
+  if (status != cudaStreamCaptureStatusActive)
+    return cg_fail(CG_ERR_BACKEND, "%s: the stream's capture was invalidated by an earlier error", where);
+  struct cudaGraphNodeParams params;
+  memset(&params, 0, sizeof params);
+  params.type = cudaGraphNodeTypeGraph;
+  params.graph.graph = child;
+  cudaGraphNode_t node = NULL;
+  if ((err = cudaGraphAddNode(&node, graph, deps, edges, n_deps, &params)) != cudaSuccess)
+    return cuda_fail(err, where, "cudaGraphAddNode (child graph)");
+#if CUDART_VERSION >= 13000
+  err = cudaStreamUpdateCaptureDependencies(stream, &node, NULL, 1, cudaStreamSetCaptureDependencies);
+#else
+  err = cudaStreamUpdateCaptureDependencies_v2(stream, &node, NULL, 1, cudaStreamSetCaptureDependencies);
+#endif
+  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamUpdateCaptureDependencies");
+  return CG_SUCCESS;
+#else
+  (void)stream;
+  (void)child;
+  return cg_fail(CG_ERR_UNSUPPORTED, "%s: child graphs in a capture need CUDA 12.3 or later (built with %d)", where,
+                 CUDART_VERSION);
+#endif
+}
+
+/* A child graph, event wait or event record step on its compute lane. */
+static cg_status_t capture_cuda_node(const cg_plan_t *p, uint32_t index, cudaStream_t lane, const char *where) {
+  const cg_step_t *s = &p->steps[index];
+  cudaError_t err = cudaSuccess;
+  switch (s->op_kind) {
+    case CG_NODE_CHILD_GRAPH: return capture_child_graph(lane, p->cuda->children[index], where);
+    case CG_NODE_EVENT_WAIT:
+      if ((err = cudaStreamWaitEvent(lane, (cudaEvent_t)s->object, cudaEventWaitExternal)) != cudaSuccess)
+        return cuda_fail(err, where, "cudaStreamWaitEvent (external)");
+      return CG_SUCCESS;
+    case CG_NODE_EVENT_RECORD:
+      if ((err = cudaEventRecordWithFlags((cudaEvent_t)s->object, lane, cudaEventRecordExternal)) != cudaSuccess)
+        return cuda_fail(err, where, "cudaEventRecordWithFlags (external)");
+      return CG_SUCCESS;
+    default: return cg_fail(CG_ERR_INTERNAL, "%s: step %u is not a CUDA node", where, index);
+  }
+}
 
 /* Enqueues one unit on its lane: waits, the steps (grouped), event records. */
 static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEvent_t *events, const char *where) {
@@ -80,6 +150,8 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
         st = cuda_fail(err, where, "cudaLaunchHostFunc");
     } else if (s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK) {
       st = cg_cuda_bucket_copy(p, s, lane, where);
+    } else if (s->kind == CG_STEP_CUDA_NODE) {
+      st = capture_cuda_node(p, index, lane, where);
     } else {
       st = backend_of(s)->device_step_enqueue(s->comm->impl, s, lane);
     }
@@ -118,7 +190,7 @@ static cg_status_t create_events(cudaEvent_t *events, const cg_plan_t *p, const 
   return CG_SUCCESS;
 }
 
-static cg_status_t capture(cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins, const char *where) {
+static cg_status_t capture(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   cudaError_t err = cudaStreamBeginCapture(c->lanes[0], cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamBeginCapture");
@@ -135,7 +207,7 @@ static cg_status_t capture(cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins
       st = cuda_fail(err, where, "joining the lanes");
   }
   /* ends the capture even after a failure, so the streams are usable again */
-  err = cudaStreamEndCapture(c->lanes[0], &c->graph);
+  err = cudaStreamEndCapture(c->lanes[0], out);
   if (st == CG_SUCCESS && err != cudaSuccess) st = cuda_fail(err, where, "cudaStreamEndCapture");
   return st;
 }
@@ -167,7 +239,53 @@ static cg_status_t prepare(cg_plan_t *p, cudaEvent_t **events, cudaEvent_t **joi
       return cuda_fail(err, where, "creating lane streams");
   if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess)
     return cuda_fail(err, where, "cudaEventCreateWithFlags");
+  if ((err = cudaMalloc((void **)&c->lock, sizeof *c->lock)) != cudaSuccess) {
+    c->lock = NULL;
+    return cuda_fail(err, where, "cudaMalloc (the plan's lock)");
+  }
+  if ((err = cudaMemset(c->lock, 0, sizeof *c->lock)) != cudaSuccess) return cuda_fail(err, where, "cudaMemset");
+  /* the recorded graph owns the child graphs and may be destroyed after
+   * compiling; the plan keeps its own copies, to capture again on rebinding */
+  if (!(c->children = calloc(p->n_steps ? p->n_steps : 1, sizeof *c->children)))
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    cg_step_t *s = &p->steps[i];
+    if (s->kind != CG_STEP_CUDA_NODE || s->op_kind != CG_NODE_CHILD_GRAPH) continue;
+    if ((err = cudaGraphClone(&c->children[i], (cudaGraph_t)s->object)) != cudaSuccess) {
+      c->children[i] = NULL;
+      return cuda_fail(err, where, "cudaGraphClone");
+    }
+    s->object = c->children[i];
+  }
   return create_events(*events, p, where);
+}
+
+/* The graph users embed: the lock, the plan's graph as a child, the unlock. */
+static cg_status_t build_embed_graph(cudaGraph_t *out, cg_plan_t *p, cudaGraph_t plan_graph, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  cudaStream_t s = c->lanes[0];
+  cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamBeginCapture");
+  cg_status_t st = CG_SUCCESS;
+  if ((err = cg_plan_lock_launch(c->lock, s)) != cudaSuccess) st = cuda_fail(err, where, "the plan's lock kernel");
+  if (st == CG_SUCCESS) st = capture_child_graph(s, plan_graph, where);
+  if (st == CG_SUCCESS && (err = cg_plan_unlock_launch(c->lock, s)) != cudaSuccess)
+    st = cuda_fail(err, where, "the plan's unlock kernel");
+  err = cudaStreamEndCapture(s, out);
+  if (st == CG_SUCCESS && err != cudaSuccess) st = cuda_fail(err, where, "cudaStreamEndCapture");
+  return st;
+}
+
+/* Instantiates `graph` into *exec and moves it to the device, so the first
+ * launch does not pay for it. */
+static cg_status_t instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStream_t stream, const char *where) {
+  cudaError_t err = cudaGraphInstantiateWithFlags(exec, graph, cudaGraphInstantiateFlagUseNodePriority);
+  if (err != cudaSuccess) {
+    *exec = NULL;
+    return cuda_fail(err, where, "cudaGraphInstantiateWithFlags");
+  }
+  if ((err = cudaGraphUpload(*exec, stream)) != cudaSuccess) return cuda_fail(err, where, "cudaGraphUpload");
+  return CG_SUCCESS;
 }
 
 /* Warms up every communicator whose ranks all agreed to, in agreed-id order
@@ -207,15 +325,10 @@ cg_status_t cg_cuda_plan_build(cg_plan_t *p, const cg_participants_t *pt, cg_sta
   cg_status_t agreed = cg_agree(go, pt, st, "prepare its CUDA graph", where);
   if (st == CG_SUCCESS && go) st = warm_up(p, pt, go, where);
   if (st == CG_SUCCESS) st = agreed;
-  if (st == CG_SUCCESS) st = capture(p, events, joins, where);
+  if (st == CG_SUCCESS) st = capture(&p->cuda->graph, p, events, joins, where);
   struct cg_cuda_plan *c = st == CG_SUCCESS ? p->cuda : NULL;
-  if (st == CG_SUCCESS && (err = cudaGraphInstantiateWithFlags(&c->exec, c->graph, cudaGraphInstantiateFlagUseNodePriority)) != cudaSuccess) {
-    c->exec = NULL;
-    st = cuda_fail(err, where, "cudaGraphInstantiateWithFlags");
-  }
-  /* the first launch would otherwise pay for moving the graph to the device */
-  if (st == CG_SUCCESS && (err = cudaGraphUpload(c->exec, c->lanes[0])) != cudaSuccess)
-    st = cuda_fail(err, where, "cudaGraphUpload");
+  if (st == CG_SUCCESS) st = instantiate(&c->exec, c->graph, c->lanes[0], where);
+  if (st == CG_SUCCESS) st = build_embed_graph(&c->embed_graph, p, c->graph, where);
   if (st == CG_SUCCESS && (err = cudaStreamSynchronize(c->lanes[0])) != cudaSuccess)
     st = cuda_fail(err, where, "cudaStreamSynchronize");
   cudaSetDevice(previous);
@@ -231,21 +344,61 @@ cg_status_t cg_cuda_plan_build(cg_plan_t *p, const cg_participants_t *pt, cg_sta
   return cg_agree(NULL, pt, st, "build its CUDA graph", where);
 }
 
-cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
-  if (!plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_launch: NULL plan");
+/* The executable graph a launch uses: the plan's own, or once the plan has
+ * been embedded, the one that takes the lock (instantiated on first need,
+ * outside any capture). */
+static cg_status_t launch_exec(cudaGraphExec_t *out, cg_plan_t *p, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  *out = c->exec;
+  if (!c->embedded) return CG_SUCCESS;
+  if (!c->embed_exec) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(p->device);
+    cg_status_t st = instantiate(&c->embed_exec, c->embed_graph, c->lanes[0], where);
+    cudaSetDevice(previous);
+    if (st != CG_SUCCESS) return st;
+  }
+  *out = c->embed_exec;
+  return CG_SUCCESS;
+}
+
+static cg_status_t check_device_plan(const cg_plan_t *plan, const char *caller) {
+  if (!plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL plan", caller);
   if (!plan->cuda)
-    return cg_fail(CG_ERR_UNSUPPORTED, "cg_plan_launch: plan%s%s%s runs on the host (its communicators hold host "
-                   "buffers): use cg_plan_run", plan->name ? " '" : "", plan->name ? plan->name : "",
+    return cg_fail(CG_ERR_UNSUPPORTED, "%s: plan%s%s%s runs on the host (its communicators hold host "
+                   "buffers): use cg_plan_run", caller, plan->name ? " '" : "", plan->name ? plan->name : "",
                    plan->name ? "'" : "");
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
+  cg_status_t st = check_device_plan(plan, "cg_plan_launch");
+  if (st != CG_SUCCESS) return st;
+  struct cg_cuda_plan *c = plan->cuda;
   enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   cudaError_t err = cudaStreamIsCapturing(stream, &capturing);
   if (err != cudaSuccess) return cuda_fail(err, "cg_plan_launch", "cudaStreamIsCapturing");
-  if (capturing != cudaStreamCaptureStatusNone)
-    return cg_fail(CG_ERR_UNSUPPORTED, "cg_plan_launch: the stream is being captured; launching a plan into a "
-                   "capture is not supported in this version (launch it outside the capture)");
-  if ((err = cudaGraphLaunch(plan->cuda->exec, stream)) != cudaSuccess)
-    return cuda_fail(err, "cg_plan_launch", "cudaGraphLaunch");
-  plan->cuda->launched = 1;
+  if (capturing == cudaStreamCaptureStatusInvalidated)
+    return cg_fail(CG_ERR_BACKEND, "cg_plan_launch: the stream's capture was invalidated by an earlier error");
+  if (capturing == cudaStreamCaptureStatusActive) {
+    /* from now on every replay, this copy's and the plan's own, takes the lock */
+    c->embedded = 1;
+    return capture_child_graph(stream, c->embed_graph, "cg_plan_launch (into the stream's capture)");
+  }
+  cudaGraphExec_t exec = NULL;
+  if ((st = launch_exec(&exec, plan, "cg_plan_launch")) != CG_SUCCESS) return st;
+  if ((err = cudaGraphLaunch(exec, stream)) != cudaSuccess) return cuda_fail(err, "cg_plan_launch", "cudaGraphLaunch");
+  c->launched = 1;
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
+  if (!out) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_cuda_graph: NULL out");
+  cg_status_t st = check_device_plan(plan, "cg_plan_cuda_graph");
+  if (st != CG_SUCCESS) return st;
+  plan->cuda->embedded = 1;
+  *out = plan->cuda->embed_graph;
   return CG_SUCCESS;
 }
 
@@ -255,7 +408,9 @@ cg_status_t cg_cuda_plan_start(cg_plan_t *p) {
   cg_status_t st = cg_cuda_plan_test(&done, p);
   if (st != CG_SUCCESS) return st;
   if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: the plan's previous run has not finished");
-  cudaError_t err = cudaGraphLaunch(c->exec, c->lanes[0]);
+  cudaGraphExec_t exec = NULL;
+  if ((st = launch_exec(&exec, p, "cg_plan_start")) != CG_SUCCESS) return st;
+  cudaError_t err = cudaGraphLaunch(exec, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   if (err != cudaSuccess) return cuda_fail(err, "cg_plan_start", "cudaGraphLaunch");
   c->running = 1;
@@ -281,4 +436,107 @@ cg_status_t cg_cuda_plan_wait(cg_plan_t *p) {
   cudaError_t err = cudaEventSynchronize(c->run_done);
   c->running = 0;
   return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cg_plan_wait", "the replay");
+}
+
+cg_status_t cg_cuda_current_device(int *device, const char *where) {
+  cudaError_t err = cudaGetDevice(device);
+  return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, where, "cudaGetDevice");
+}
+
+/* ---- rebinding (rebind.c decides; this captures again) */
+
+cg_status_t cg_cuda_plan_quiesce(cg_plan_t *p, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  int done = 1;
+  cg_status_t st = cg_cuda_plan_test(&done, p);
+  if (st != CG_SUCCESS) return st;
+  if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "%s: the plan's cg_plan_start replay is running: wait for it first", where);
+  /* launches on users' streams record nothing the plan could wait for */
+  if (c->launched || c->embedded) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(p->device);
+    cudaError_t err = cudaDeviceSynchronize();
+    cudaSetDevice(previous);
+    if (err != cudaSuccess) return cuda_fail(err, where, "cudaDeviceSynchronize (replays in flight)");
+  }
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_cuda_check_memory(const cg_plan_t *p, const void *ptr, uint32_t node, const char *what,
+                                 const char *where) {
+  struct cudaPointerAttributes attr;
+  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err != cudaSuccess) {
+    cudaGetLastError(); /* not sticky: clear it */
+    attr.type = cudaMemoryTypeUnregistered;
+  }
+  int on_device = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  if (p->device == CG_DEVICE_HOST && attr.type == cudaMemoryTypeDevice)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: node #%u: the new %s %p is device memory, but the plan runs on the "
+                   "host", where, node, what, ptr);
+  if (p->device != CG_DEVICE_HOST && (!on_device || (attr.type == cudaMemoryTypeDevice && attr.device != p->device)))
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: node #%u: the new %s %p is not memory of device %d, where the plan "
+                   "runs (%s)", where, node, what, ptr, p->device,
+                   on_device ? "it is on another device" : "it is host memory");
+  return CG_SUCCESS;
+}
+
+/* Points `*exec` at `graph`: updated in place where CUDA can, instantiated
+ * anew otherwise. */
+static cg_status_t update_exec(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStream_t stream, const char *where) {
+  cudaGraphExecUpdateResultInfo info;
+  if (cudaGraphExecUpdate(*exec, graph, &info) == cudaSuccess) return CG_SUCCESS;
+  cudaGetLastError();
+  cudaGraphExec_t fresh = NULL;
+  cg_status_t st = instantiate(&fresh, graph, stream, where);
+  if (st != CG_SUCCESS) return st;
+  cudaGraphExecDestroy(*exec);
+  *exec = fresh;
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_cuda_plan_recapture(cg_plan_t *p, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  cudaEvent_t *events = calloc(p->n_steps ? p->n_steps : 1, sizeof *events);
+  cudaEvent_t *joins = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *joins);
+  cudaGraph_t graph = NULL, embed = NULL;
+  cg_status_t st = CG_SUCCESS;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(p->device);
+  if (!events || !joins) st = cg_fail(CG_ERR_NO_MEMORY, "%s: capturing the plan again", where);
+  for (uint32_t l = 0; l < p->n_lanes && st == CG_SUCCESS; l++) {
+    cudaError_t err = cudaEventCreateWithFlags(&joins[l], cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      joins[l] = NULL;
+      st = cuda_fail(err, where, "cudaEventCreateWithFlags");
+    }
+  }
+  if (st == CG_SUCCESS) st = create_events(events, p, where);
+  if (st == CG_SUCCESS) st = capture(&graph, p, events, joins, where);
+  if (st == CG_SUCCESS) st = build_embed_graph(&embed, p, graph, where);
+  /* the executable graphs change only once everything new exists */
+  if (st == CG_SUCCESS) st = update_exec(&c->exec, graph, c->lanes[0], where);
+  if (st == CG_SUCCESS && c->embed_exec && update_exec(&c->embed_exec, embed, c->lanes[0], where) != CG_SUCCESS) {
+    cudaGraphExecDestroy(c->embed_exec); /* instantiated again when next needed */
+    c->embed_exec = NULL;
+  }
+  if (st == CG_SUCCESS) {
+    cudaGraphDestroy(c->graph);
+    cudaGraphDestroy(c->embed_graph);
+    c->graph = graph;
+    c->embed_graph = embed;
+    graph = embed = NULL;
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (embed) cudaGraphDestroy(embed);
+  for (uint32_t i = 0; events && i < p->n_steps; i++)
+    if (events[i]) cudaEventDestroy(events[i]);
+  for (uint32_t l = 0; joins && l < p->n_lanes; l++)
+    if (joins[l]) cudaEventDestroy(joins[l]);
+  free(events);
+  free(joins);
+  cudaSetDevice(previous);
+  return st;
 }

@@ -233,3 +233,5 @@ cg_status_t cg_plan_run(cg_plan_t *plan) {
   if (st == CG_SUCCESS) st = cg_plan_wait(plan);
   return st;
 }
+
+int cg_host_run_active(const cg_plan_t *plan) { return plan->run && plan->run->running; }

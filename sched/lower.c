@@ -7,6 +7,7 @@
  * collective, unpack. Every edge between items runs from the item's last step
  * to the dependent item's first step. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 #include "fusion.h"
@@ -189,6 +190,7 @@ static void fill_from_node(cg_step_t *s, const cg_node_rec_t *node, uint32_t ind
   s->root = node->root;
   s->fn = node->fn;
   s->arg = node->arg;
+  s->object = node->user_object;
   s->bucket = CG_NO_STEP;
   s->post_after = s->post_next = CG_NO_STEP;
 }
@@ -238,8 +240,9 @@ static cg_status_t emit_steps(lowering_t *l, const char *where) {
       cg_step_t *step = &p->steps[s];
       fill_from_node(step, head, it->node);
       step->bucket = bucket;
-      step->kind = !head->comm ? CG_STEP_HOST_FUNC
-                   : s == it->collective_step ? CG_STEP_COLLECTIVE
+      step->kind = head->kind == CG_NODE_HOST_FUNC ? CG_STEP_HOST_FUNC
+                   : !head->comm                 ? CG_STEP_CUDA_NODE
+                   : s == it->collective_step    ? CG_STEP_COLLECTIVE
                    : s == it->first_step      ? CG_STEP_PACK
                                               : CG_STEP_UNPACK;
       step->deps = cursor;
@@ -324,6 +327,35 @@ static cg_status_t order_comms(lowering_t *l, const char *where) {
   return CG_SUCCESS;
 }
 
+/* Compute lanes for CUDA nodes, numbered from 0 in step->lane: a node
+ * continues the lane of a node it depends on when that node is the lane's
+ * latest, so a chain of kernels stays on one stream and adds no event;
+ * otherwise it takes a new lane, up to CG_MAX_COMPUTE_LANES, and then the lane
+ * idle longest (whose latest step comes first). Independent user work thus
+ * sits on separate streams during capture, and CUDA sees no false edges
+ * between it and the communication it does not depend on. */
+static void assign_compute_lanes(cg_plan_t *p, uint32_t *n_out) {
+  uint32_t latest[CG_MAX_COMPUTE_LANES], n = 0;
+  for (uint32_t s = 0; s < p->n_steps; s++) {
+    cg_step_t *step = &p->steps[s];
+    if (step->kind != CG_STEP_CUDA_NODE) continue;
+    uint32_t lane = CG_NO_LANE;
+    for (uint32_t e = 0; e < step->n_deps && lane == CG_NO_LANE; e++) {
+      const cg_step_t *d = &p->steps[step->deps[e]];
+      if (d->kind == CG_STEP_CUDA_NODE && latest[d->lane] == step->deps[e]) lane = d->lane;
+    }
+    if (lane == CG_NO_LANE && n < CG_MAX_COMPUTE_LANES) lane = n++;
+    if (lane == CG_NO_LANE) {
+      lane = 0;
+      for (uint32_t k = 1; k < n; k++)
+        if (latest[k] < latest[lane]) lane = k;
+    }
+    step->lane = lane;
+    latest[lane] = s;
+  }
+  *n_out = n;
+}
+
 /* Lanes: one per communicator, one for host functions if any; a device plan's
  * communicator with several buckets also gets a pack lane and an unpack lane,
  * so the copies of one bucket overlap the collectives of its neighbours. */
@@ -341,6 +373,8 @@ static cg_status_t assign_lanes(lowering_t *l, const char *where) {
     has_host |= p->steps[s].kind == CG_STEP_HOST_FUNC;
     if (p->steps[s].kind == CG_STEP_PACK) buckets_of[p->steps[s].comm_index]++;
   }
+  uint32_t n_compute = 0;
+  assign_compute_lanes(p, &n_compute);
   uint32_t n_lanes = n_comms + has_host;
   for (uint32_t c = 0; c < n_comms; c++) {
     copy_lane[c] = CG_NO_LANE;
@@ -349,6 +383,7 @@ static cg_status_t assign_lanes(lowering_t *l, const char *where) {
       n_lanes += 2;
     }
   }
+  n_lanes += n_compute;
   p->lanes = malloc((n_lanes ? n_lanes : 1) * sizeof *p->lanes);
   if (!p->lanes) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: assigning lanes", where);
@@ -362,9 +397,14 @@ static cg_status_t assign_lanes(lowering_t *l, const char *where) {
     p->lanes[copy_lane[c] + 1] = (cg_lane_t){CG_LANE_UNPACK, c};
   }
   if (has_host) p->lanes[n_comms] = (cg_lane_t){CG_LANE_HOST, CG_NO_LANE};
+  uint32_t first_compute = n_lanes - n_compute;
+  for (uint32_t k = 0; k < n_compute; k++) p->lanes[first_compute + k] = (cg_lane_t){CG_LANE_COMPUTE, CG_NO_LANE};
   for (uint32_t s = 0; s < p->n_steps; s++) {
     cg_step_t *step = &p->steps[s];
-    if (step->kind == CG_STEP_HOST_FUNC) {
+    if (step->kind == CG_STEP_CUDA_NODE) {
+      step->lane += first_compute; /* assign_compute_lanes numbered them from 0 */
+      step->comm_index = CG_NO_LANE;
+    } else if (step->kind == CG_STEP_HOST_FUNC) {
       step->lane = n_comms;
       step->comm_index = CG_NO_LANE;
     } else if (step->kind == CG_STEP_COLLECTIVE || copy_lane[step->comm_index] == CG_NO_LANE) {
@@ -396,6 +436,33 @@ static cg_status_t copy_names(cg_plan_t *p, const cg_graph_t *g, const cg_fusion
   return CG_SUCCESS;
 }
 
+/* What cg_plan_rebind needs of every node. */
+static cg_status_t snapshot_nodes(lowering_t *l, const char *where) {
+  cg_plan_t *p = l->p;
+  uint32_t n = cg_graph_node_count(l->g);
+  p->nodes = calloc(n ? n : 1, sizeof *p->nodes);
+  if (!p->nodes) return cg_fail(CG_ERR_NO_MEMORY, "%s: copying %u nodes", where, n);
+  for (uint32_t v = 0; v < n; v++) {
+    const cg_node_rec_t *node = cg_graph_node(l->g, v);
+    cg_plan_node_t *pn = &p->nodes[v];
+    *pn = (cg_plan_node_t){node->kind, node->comm, node->send, node->recv, node->count, node->dtype, node->root,
+                           node->is_fence, l->items[l->item_of[v]].collective_step, NULL, 0, 0};
+    size_t spans = (size_t)node->n_read_spans + node->n_write_spans;
+    if (!spans) continue;
+    if (!(pn->spans = malloc(spans * sizeof *pn->spans))) return cg_fail(CG_ERR_NO_MEMORY, "%s: copying access ranges", where);
+    memcpy(pn->spans, node->spans, spans * sizeof *pn->spans);
+    pn->n_reads = node->n_read_spans;
+    pn->n_writes = node->n_write_spans;
+  }
+  return CG_SUCCESS;
+}
+
+void cg_plan_free_nodes(cg_plan_t *p) {
+  for (uint32_t v = 0; p->nodes && v < p->n_names; v++) free(p->nodes[v].spans);
+  free(p->nodes);
+  p->nodes = NULL;
+}
+
 cg_status_t cg_plan_lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order_t *order, const cg_fusion_t *f,
                           const char *where) {
   uint32_t n = cg_graph_node_count(g);
@@ -414,6 +481,7 @@ cg_status_t cg_plan_lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order
   if ((st = connect_items(&l, where)) != CG_SUCCESS) goto out;
   if ((st = order_items(&l, where)) != CG_SUCCESS) goto out;
   if ((st = emit_steps(&l, where)) != CG_SUCCESS) goto out;
+  if ((st = snapshot_nodes(&l, where)) != CG_SUCCESS) goto out;
   if ((st = order_comms(&l, where)) != CG_SUCCESS) goto out;
   st = assign_lanes(&l, where);
 out:

@@ -12,10 +12,13 @@
 cg_status_t cg_plan_lower(cg_plan_t *p, const cg_graph_t *g, const cg_comm_order_t *order, const cg_fusion_t *f,
                           const char *where);
 
+/* Frees plan->nodes (cg_plan_lower fills them). */
+void cg_plan_free_nodes(cg_plan_t *p);
+
 /* Decides, per bucket, which side runs on the members' own buffers, allocates
  * the staging memory (device memory for a device plan), builds the copy
  * segments and points each bucket's collective step at its fused buffers. */
-cg_status_t cg_plan_layout_buckets(cg_plan_t *p, const cg_graph_t *g, const char *where);
+cg_status_t cg_plan_layout_buckets(cg_plan_t *p, const char *where);
 
 /* Frees the buckets, their segments and the staging memory. */
 void cg_plan_free_buckets(cg_plan_t *p);

@@ -87,7 +87,7 @@ static void put_step(FILE *f, const cg_plan_t *plan, uint32_t i) {
   const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
   int copy = s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK;
   fprintf(f, "    s%u [shape=%s, label=\"step %u", i,
-          s->kind == CG_STEP_HOST_FUNC ? "component" : copy ? "cds" : "box", i);
+          s->kind == CG_STEP_HOST_FUNC ? "component" : s->kind == CG_STEP_CUDA_NODE ? "box3d" : copy ? "cds" : "box", i);
   if (s->kind == CG_STEP_COLLECTIVE) fprintf(f, " (#%u on comm)", s->comm_position);
   fputs("\\n", f);
   if (copy) {
@@ -149,6 +149,8 @@ cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
     const cg_lane_t *ln = &plan->lanes[lane];
     if (ln->kind == CG_LANE_HOST) {
       fprintf(f, "    label=\"lane %u%s: host functions\";\n", lane, device ? " (stream, CUDA host nodes)" : "");
+    } else if (ln->kind == CG_LANE_COMPUTE) {
+      fprintf(f, "    label=\"lane %u (stream): user GPU work (child graphs, events)\";\n", lane);
     } else {
       const cg_comm_t *c = plan->comms[ln->comm_index].comm;
       fprintf(f, "    label=\"lane %u%s: %scomm %llu (%s, rank %d of %d)\";\n", lane, device ? " (stream)" : "",

@@ -15,6 +15,7 @@ typedef enum cg_step_kind {
   CG_STEP_HOST_FUNC,  /* a user host function */
   CG_STEP_PACK,       /* a bucket's copies into its staging buffer (none when already contiguous) */
   CG_STEP_UNPACK,     /* a bucket's copies out of it */
+  CG_STEP_CUDA_NODE,  /* device plans: a user child graph, event wait or event record (op_kind says which) */
 } cg_step_kind_t;
 
 #define CG_NO_LANE UINT32_MAX
@@ -41,6 +42,7 @@ typedef struct cg_step {
   int tag;  /* send/recv message tag: 0 for the plan's own; a backend that cuts a step into messages uses others */
   cg_host_fn_t fn;
   void *arg;
+  void *object;   /* CUDA nodes: the recorded cudaGraph_t (the graph's clone; the CUDA plan keeps its own) or cudaEvent_t */
   uint32_t *deps; /* steps that must complete first, ascending */
   uint32_t n_deps;
   uint32_t *succs; /* steps that wait for this one, ascending */
@@ -74,9 +76,14 @@ typedef struct cg_bucket {
   uint32_t n_pack_chunks, n_unpack_chunks;
 } cg_bucket_t;
 
-/* What a lane is: a communicator's collectives, its buckets' copies, or host
- * functions. */
-typedef enum cg_lane_kind { CG_LANE_COMM, CG_LANE_HOST, CG_LANE_PACK, CG_LANE_UNPACK } cg_lane_kind_t;
+/* What a lane is: a communicator's collectives, its buckets' copies, host
+ * functions, or user CUDA work (child graphs, events). */
+typedef enum cg_lane_kind { CG_LANE_COMM, CG_LANE_HOST, CG_LANE_PACK, CG_LANE_UNPACK, CG_LANE_COMPUTE } cg_lane_kind_t;
+/* Compute lanes at most: independent child graphs beyond this share lanes
+ * (a lane is a stream during capture; more of them only removes false
+ * ordering between user nodes, and CUDA runs a graph's branches as far as the
+ * GPU allows anyway). */
+#define CG_MAX_COMPUTE_LANES 8
 typedef struct cg_lane {
   cg_lane_kind_t kind;
   uint32_t comm_index; /* CG_NO_LANE for host functions */
@@ -99,6 +106,24 @@ typedef struct cg_plan_comm {
   uint32_t n_steps;
 } cg_plan_comm_t;
 
+/* What the plan remembers of each recorded node, for cg_plan_rebind: its
+ * buffers now, and the bytes it reads and writes (a collective's from its
+ * layout; a user node's as declared; none for a fence, which is ordered
+ * against everything). */
+typedef struct cg_plan_node {
+  cg_node_kind_t kind;
+  cg_comm_t *comm; /* not retained: the plan's communicators are */
+  const void *send;
+  void *recv;
+  size_t count;
+  cg_dtype_t dtype;
+  int root;
+  int is_fence;
+  uint32_t step;   /* its step, or its bucket's collective step */
+  cg_span_t *spans; /* reads, then writes (user nodes; collectives compute theirs) */
+  uint32_t n_reads, n_writes;
+} cg_plan_node_t;
+
 typedef struct cg_host_run cg_host_run_t;
 
 struct cg_plan {
@@ -111,6 +136,7 @@ struct cg_plan {
   cg_plan_comm_t *comms; /* by first use in record order */
   uint32_t n_comms;
   char **node_names; /* per node, copied from the graph (NULL when unnamed) */
+  cg_plan_node_t *nodes; /* per node */
   uint32_t n_names;   /* nodes */
   uint8_t *fuse_why;  /* per node: cg_fuse_why_t (fusion.h) */
   cg_bucket_t *buckets;
@@ -151,14 +177,27 @@ cg_status_t cg_plan_issue_order(cg_plan_t *plan, const uint32_t *levels, const c
  * unit by unit on lane streams and instantiates the graph; frees it all.
  * Collective over the participants: a rank whose `mine` failed (plan may then
  * be NULL) still takes part, so every rank fails alike. */
+/* The calling thread's current CUDA device. */
+cg_status_t cg_cuda_current_device(int *device, const char *where);
 cg_status_t cg_cuda_plan_build(cg_plan_t *plan, const struct cg_participants *pt, cg_status_t mine,
                                const char *where);
 void cg_cuda_plan_free(cg_plan_t *plan);
 /* cg_plan_run / start / test / wait for a device plan. */
 cg_status_t cg_cuda_plan_start(cg_plan_t *plan);
+/* cg_plan_rebind's device side: CG_ERR_IN_PROGRESS while cg_plan_start's
+ * replay runs, else waits for the device when replays may be in flight;
+ * checks that `ptr` is memory of the plan's device (a host plan: not device
+ * memory); captures the steps again and updates the executable graphs. */
+cg_status_t cg_cuda_plan_quiesce(cg_plan_t *plan, const char *where);
+cg_status_t cg_cuda_check_memory(const cg_plan_t *plan, const void *ptr, uint32_t node, const char *what,
+                                 const char *where);
+cg_status_t cg_cuda_plan_recapture(cg_plan_t *plan, const char *where);
 cg_status_t cg_cuda_plan_test(int *done, cg_plan_t *plan);
 cg_status_t cg_cuda_plan_wait(cg_plan_t *plan);
 #endif
+
+/* Whether cg_plan_start's run of a host plan has not finished. */
+int cg_host_run_active(const cg_plan_t *plan);
 
 /* Frees the executor state of a plan that is not running. */
 void cg_host_run_free(cg_plan_t *plan);

@@ -68,6 +68,8 @@ cg_status_t cg_mpi_fail(int mpi_error, const char *call);
 /* Step execution (mpi_steps.c), referenced by the backend table. */
 cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *step);
 void cg_mpi_step_release(void *comm_impl, void *state);
+/* The backend's step_rebind. */
+cg_status_t cg_mpi_step_rebind(void *comm_impl, void *state, const cg_step_t *step);
 cg_status_t cg_mpi_step_start(void *comm_impl, const cg_step_t *step, void *state);
 cg_status_t cg_mpi_step_test(int *done, void *comm_impl, const cg_step_t *step, void *state);
 const char *cg_mpi_step_call(const cg_step_t *step);

@@ -132,6 +132,7 @@ const cg_backend_t cg_mpi_backend = {
     .host_check_thread = host_check_thread,
     .host_step_prepare = cg_mpi_step_prepare,
     .host_step_release = cg_mpi_step_release,
+    .step_rebind = cg_mpi_step_rebind,
     .host_step_start = cg_mpi_step_start,
     .host_step_test = cg_mpi_step_test,
     .step_call = cg_mpi_step_call,

@@ -24,6 +24,14 @@ static const char *at(const void *base, size_t elems, size_t elem_size) {
   return (const char *)base + elems * elem_size;
 }
 
+/* An average's result, which is divided after MPI sums it: where this rank
+ * receives one, else NULL. */
+static void *divide_target(const cg_step_t *s, int is_root) {
+  int receives = s->op_kind == CG_NODE_ALLREDUCE || s->op_kind == CG_NODE_REDUCE_SCATTER ||
+                 (s->op_kind == CG_NODE_REDUCE && is_root);
+  return s->op == CG_AVG && s->count && receives ? s->recv : NULL;
+}
+
 cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *s) {
   (void)comm_impl;
   size_t es = cg_dtype_size(s->dtype);
@@ -41,12 +49,16 @@ cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *
       return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of reduce_scatter scratch", s->count * es);
     }
   }
-  if (s->op == CG_AVG && s->count) {
-    int receives = s->op_kind == CG_NODE_ALLREDUCE || s->op_kind == CG_NODE_REDUCE_SCATTER ||
-                   (s->op_kind == CG_NODE_REDUCE && is_root);
-    if (receives) m->divide = s->recv;
-  }
+  m->divide = divide_target(s, is_root);
   *state = m;
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_mpi_step_rebind(void *comm_impl, void *state, const cg_step_t *s) {
+  (void)comm_impl;
+  mpi_step_t *m = state;
+  /* the scratch depends on the in-place form, which rebinding keeps */
+  m->divide = divide_target(s, s->comm->rank == s->root);
   return CG_SUCCESS;
 }
 

@@ -64,6 +64,8 @@ int cg_mpi_cuda_aware(void);
 /* Steps (staged_steps.c), referenced by the backend table. */
 cg_status_t cg_staged_step_prepare(void **state, void *comm_impl, const cg_step_t *step);
 void cg_staged_step_release(void *comm_impl, void *state);
+/* The backends' step_rebind: the copies' device addresses. */
+cg_status_t cg_staged_step_rebind(void *comm_impl, void *state, const cg_step_t *step);
 cg_status_t cg_staged_step_enqueue(void *comm_impl, const cg_step_t *step, void *stream);
 cg_status_t cg_staged_group_start(void *comm_impl);
 cg_status_t cg_staged_group_end(void *comm_impl);

@@ -76,6 +76,7 @@ static cg_status_t warmup(void *impl, const cg_plan_t *plan, uint32_t comm_index
     .device_group_start = cg_staged_group_start,        \
     .device_group_end = cg_staged_group_end,            \
     .device_step_enqueue = cg_staged_step_enqueue,      \
+    .step_rebind = cg_staged_step_rebind,               \
     .step_call = cg_staged_step_call,                   \
     .bucket_bytes = bucket_bytes,                       \
   }

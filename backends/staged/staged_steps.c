@@ -214,13 +214,35 @@ void cg_staged_step_release(void *comm_impl, void *state) {
   free(st);
 }
 
-cg_status_t cg_staged_step_prepare(void **state, void *comm_impl, const cg_step_t *s) {
-  cg_staged_comm_t *sc = comm_impl;
-  cg_status_t status = CG_SUCCESS;
+/* Elements per chunk of the step. */
+static size_t chunk_elems_of(const cg_staged_comm_t *sc, const cg_step_t *s) {
   size_t es = cg_dtype_size(s->dtype), n = (size_t)s->comm->size;
   size_t per_chunk = s->op_kind == CG_NODE_ALLGATHER || s->op_kind == CG_NODE_REDUCE_SCATTER ? n * es : es;
   size_t chunk_elems = sc->chunk_bytes / per_chunk ? sc->chunk_bytes / per_chunk : 1;
   if (!is_chunked(s->op_kind) || chunk_elems > s->count) chunk_elems = s->count ? s->count : 1;
+  return chunk_elems;
+}
+
+cg_status_t cg_staged_step_rebind(void *comm_impl, void *state, const cg_step_t *s) {
+  cg_staged_step_t *st = state;
+  if (!s->count) return CG_SUCCESS;
+  /* only the copies between the device buffers and the staging memory name
+   * the buffers; the MPI calls run on the staging memory, which stays */
+  chunk_t *fresh = calloc(st->n_chunks, sizeof *fresh);
+  if (!fresh) return cg_fail(CG_ERR_NO_MEMORY, "allocating %u staged chunks", st->n_chunks);
+  plan_chunks(fresh, s, st->staging, chunk_elems_of(comm_impl, s));
+  for (uint32_t k = 0; k < st->n_chunks; k++) {
+    st->chunks[k].in = fresh[k].in;
+    st->chunks[k].out = fresh[k].out;
+  }
+  free(fresh);
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_staged_step_prepare(void **state, void *comm_impl, const cg_step_t *s) {
+  cg_staged_comm_t *sc = comm_impl;
+  cg_status_t status = CG_SUCCESS;
+  size_t chunk_elems = chunk_elems_of(sc, s);
   size_t n_chunks = s->count && is_chunked(s->op_kind) ? (s->count + chunk_elems - 1) / chunk_elems : 1;
   cg_staged_step_t *st = calloc(1, sizeof *st);
   if (!st || !(st->chunks = calloc(n_chunks, sizeof *st->chunks)) ||

@@ -101,6 +101,36 @@ CG_API cg_status_t cg_plan_wait(cg_plan_t *plan);
  * failed run are still in flight in the backend, starting it again fails with
  * CG_ERR_BACKEND: destroy it and compile again. */
 
+/* ---- rebinding
+ *
+ * Points nodes of a compiled plan at other buffers without running the
+ * scheduler again (no cross-rank check, fusion or ordering; nothing
+ * collective): each entry gives a node of the graph the plan was compiled from
+ * and its new buffers, with the meaning they had when it was recorded (send
+ * and recv of a collective; a send node's buffer in `send`, a receive node's in
+ * `recv`; a broadcast's or scatter's send only matters on its root, a reduce's
+ * or gather's recv only on its root). A field a node does not use must be
+ * NULL. The new buffers must keep the node's in-place form (send == recv
+ * exactly where it was, for the in-place layouts of cg_allreduce etc.), live in
+ * the same kind of memory (host, or the plan's device), and must not overlap a
+ * buffer of another node unless the two overlapped when the plan was compiled
+ * (the plan orders only those). Buckets are laid out again: members that are
+ * no longer contiguous are copied, members that now are run in place.
+ *
+ * A device plan captures its steps again with the new pointers and updates
+ * its instantiated graph in place (cudaGraphExecUpdate; instantiated anew
+ * where CUDA cannot update it). Graphs handed out earlier by
+ * cg_plan_cuda_graph, or captured into the user's graphs, keep the old
+ * buffers: fetch the new graph and update the user's instances with
+ * cudaGraphExecChildGraphNodeSetParams. The plan must not be running. On any
+ * error nothing changes. Not thread-safe with other calls on the plan. */
+typedef struct cg_rebind {
+  cg_node_t node;
+  const void *send;
+  void *recv;
+} cg_rebind_t;
+CG_API cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, size_t n);
+
 /* ---- inspection */
 
 typedef struct cg_plan_stats {

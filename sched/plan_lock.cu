@@ -1,0 +1,27 @@
+/* The lock that keeps replays of one plan from overlapping once the plan has
+ * been embedded in a user's graph (cuda_plan.c): every copy of the plan shares
+ * its communicators and internal buffers, and CUDA orders launches of one
+ * executable graph but not of different instances. One thread takes the word
+ * before the plan's work starts and another releases it after the work ends;
+ * kernel boundaries order the plan's work between them. */
+#include "plan_lock.h"
+
+__global__ void cg_plan_lock_kernel(unsigned *word) {
+  while (atomicCAS(word, 0u, 1u) != 0u) __nanosleep(256);
+  __threadfence();
+}
+
+__global__ void cg_plan_unlock_kernel(unsigned *word) {
+  __threadfence();
+  atomicExch(word, 0u);
+}
+
+extern "C" cudaError_t cg_plan_lock_launch(unsigned *word, cudaStream_t stream) {
+  cg_plan_lock_kernel<<<1, 1, 0, stream>>>(word);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, cudaStream_t stream) {
+  cg_plan_unlock_kernel<<<1, 1, 0, stream>>>(word);
+  return cudaGetLastError();
+}

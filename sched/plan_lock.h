@@ -1,0 +1,17 @@
+/* The embedded plan's lock (plan_lock.cu): enqueue taking and releasing a
+ * word of device memory (0: free) on `stream`. */
+#ifndef CG_SCHED_PLAN_LOCK_H
+#define CG_SCHED_PLAN_LOCK_H
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+cudaError_t cg_plan_lock_launch(unsigned *word, cudaStream_t stream);
+cudaError_t cg_plan_unlock_launch(unsigned *word, cudaStream_t stream);
+#ifdef __cplusplus
+}
+#endif
+
+#endif
