@@ -129,7 +129,7 @@ static void set_buffers(cg_plan_t *p, uint32_t v, const void *send, void *recv) 
 /* Checks one entry on its own: the node, its fields, its in-place form. */
 static cg_status_t check_entry(const cg_plan_t *p, const cg_rebind_t *b, size_t i, uint8_t *moved) {
   if (b->node.graph != p->graph_serial || b->node.index >= p->n_names)
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": entry %zu: node #%u is not a node of the graph this plan was "
+    return cg_fail(CG_ERR_INVALID_NODE, WHERE ": entry %zu: node #%u is not a node of the graph this plan was "
                    "compiled from", i, b->node.index);
   uint32_t v = b->node.index;
   const cg_plan_node_t *pn = &p->nodes[v];

@@ -24,6 +24,14 @@ static const char *at(const void *base, size_t elems, size_t elem_size) {
   return (const char *)base + elems * elem_size;
 }
 
+/* A reduce_scatter in place receives into scratch first (MPI has no in-place
+ * form with the result at this rank's block of the input). */
+static size_t scratch_bytes_of(const cg_step_t *s) {
+  size_t es = cg_dtype_size(s->dtype);
+  int in_place = (const char *)s->recv == at(s->send, (size_t)s->comm->rank * s->count, es);
+  return s->op_kind == CG_NODE_REDUCE_SCATTER && s->count && in_place ? s->count * es : 0;
+}
+
 /* An average's result, which is divided after MPI sums it: where this rank
  * receives one, else NULL. */
 static void *divide_target(const cg_step_t *s, int is_root) {
@@ -41,13 +49,9 @@ cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *
   mpi_step_t *m = calloc(1, sizeof *m);
   if (!m) return cg_fail(CG_ERR_NO_MEMORY, "allocating the MPI step");
   m->request = MPI_REQUEST_NULL;
-  if (s->op_kind == CG_NODE_REDUCE_SCATTER && s->count &&
-      (const char *)s->recv == at(s->send, (size_t)rank * s->count, es)) {
-    m->scratch_bytes = s->count * es;
-    if (!(m->scratch = malloc(m->scratch_bytes))) {
-      free(m);
-      return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of reduce_scatter scratch", s->count * es);
-    }
+  if ((m->scratch_bytes = scratch_bytes_of(s)) && !(m->scratch = malloc(m->scratch_bytes))) {
+    free(m);
+    return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of reduce_scatter scratch", s->count * es);
   }
   m->divide = divide_target(s, is_root);
   *state = m;
@@ -57,7 +61,17 @@ cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *
 cg_status_t cg_mpi_step_rebind(void *comm_impl, void *state, const cg_step_t *s) {
   (void)comm_impl;
   mpi_step_t *m = state;
-  /* the scratch depends on the in-place form, which rebinding keeps */
+  /* a node keeps its in-place form, but a bucket's fused buffers may change
+   * form when its members move (staged into the plan's memory, or run on the
+   * members' own) */
+  size_t need = scratch_bytes_of(s);
+  if (need != m->scratch_bytes) {
+    void *scratch = need ? malloc(need) : NULL;
+    if (need && !scratch) return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of reduce_scatter scratch", need);
+    free(m->scratch);
+    m->scratch = scratch;
+    m->scratch_bytes = need;
+  }
   m->divide = divide_target(s, s->comm->rank == s->root);
   return CG_SUCCESS;
 }

@@ -494,7 +494,7 @@ START_TEST(nccl_api__stats_and_dot_of_device_plans) {
 END_TEST
 
 /* A plan is one CUDA graph on one GPU: a graph that mixes a host
- * communicator with a device one, or uses a child graph, is refused on every
+ * communicator with a device one, or a child graph with a host one, is refused on every
  * rank alike (CG_ERR_UNSUPPORTED, before the cross-rank check, so no rank
  * waits for another), and nothing is left half-built. */
 START_TEST(nccl_api__graphs_a_device_plan_cannot_hold_are_refused_on_every_rank) {
@@ -517,12 +517,13 @@ START_TEST(nccl_api__graphs_a_device_plan_cannot_hold_are_refused_on_every_rank)
   cudaGraph_t child;
   CUDA_OK(cudaGraphCreate(&child, 0));
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
-  ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, SN, CG_INT32, CG_SUM));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, host, &hin, &hout, 1, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_child_graph(NULL, g, child, NULL));
   st = cg_compile(&plan, g, NULL);
   snprintf(detail, sizeof detail, "%s", cg_error_last());
-  ck_assert_all_ranks(st == CG_ERR_UNSUPPORTED && plan == NULL && strstr(detail, "child_graph"),
-                      "a device graph with a child graph is refused");
+  ck_assert_all_ranks(st == CG_ERR_UNSUPPORTED && plan == NULL && strstr(detail, "child_graph") &&
+                          strstr(detail, "need a device plan"),
+                      "a host graph with a child graph is refused");
   cg_graph_destroy(g);
   CUDA_OK(cudaGraphDestroy(child));
 
@@ -539,7 +540,7 @@ START_TEST(nccl_api__graphs_a_device_plan_cannot_hold_are_refused_on_every_rank)
 }
 END_TEST
 
-START_TEST(nccl_api__launch_refuses_host_plans_and_streams_being_captured) {
+START_TEST(nccl_api__launch_refuses_host_plans_and_joins_streams_being_captured) {
   int me = cg_gpu_rank(), n = cg_gpu_size();
   /* a host plan: refused by cg_plan_launch, still runs with cg_plan_run */
   cg_comm_t *host;
@@ -559,8 +560,9 @@ START_TEST(nccl_api__launch_refuses_host_plans_and_streams_being_captured) {
   cg_comm_destroy(host);
   ck_assert_cg_status(cg_plan_launch(NULL, cg_gpu_stream()), CG_ERR_INVALID_ARGUMENT);
 
-  /* a device plan on a stream being captured: refused, the capture ends
-   * cleanly, and the plan still launches on a plain stream */
+  /* a device plan on a stream being captured joins the capture (test_embed
+   * covers it fully): the captured graph replays it, and the plan still
+   * launches on a plain stream */
   uint64_t seed = replay_seed(-6);
   int32_t *x = cg_gpu_alloc(SN * 4), *y = cg_gpu_alloc(SN * 4);
   CUDA_OK(cg_gpu_fill(x, 0, SN, seed, me, 0, cg_gpu_stream()));
@@ -577,14 +579,22 @@ START_TEST(nccl_api__launch_refuses_host_plans_and_streams_being_captured) {
   snprintf(detail, sizeof detail, "%s", cg_error_last());
   cudaGraph_t captured = NULL;
   cudaError_t ended = cudaStreamEndCapture(capturing, &captured);
-  if (captured) CUDA_OK(cudaGraphDestroy(captured));
-  ck_assert_msg(launched == CG_ERR_UNSUPPORTED, "cg_plan_launch on a capturing stream returned %s (%s), expected %s",
-                cg_status_string(launched), detail, cg_status_string(CG_ERR_UNSUPPORTED));
-  ck_assert_msg(ended == cudaSuccess, "the refused launch broke the capture: %s", cudaGetErrorString(ended));
+  ck_assert_msg(launched == CG_SUCCESS, "cg_plan_launch on a capturing stream returned %s (%s)",
+                cg_status_string(launched), detail);
+  ck_assert_msg(ended == cudaSuccess, "the launch broke the capture: %s", cudaGetErrorString(ended));
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, captured, 0));
+  CUDA_OK(cudaMemset(y, 0xAB, SN * 4));
+  CUDA_OK(cudaGraphLaunch(exec, capturing));
+  CUDA_OK(cudaStreamSynchronize(capturing));
+  ck_assert_all_ranks(sum_right(y, seed), "the captured graph replays the plan");
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(captured));
   CUDA_OK(cudaStreamDestroy(capturing));
+  CUDA_OK(cudaMemset(y, 0xAB, SN * 4));
   ck_assert_cg_ok(cg_plan_launch(plan, cg_gpu_stream()));
   CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
-  ck_assert_all_ranks(sum_right(y, seed), "the plan launches after the refusal");
+  ck_assert_all_ranks(sum_right(y, seed), "the plan still launches on a plain stream");
   cg_plan_destroy(plan);
   cg_gpu_free(x); cg_gpu_free(y);
 }
@@ -602,7 +612,7 @@ int main(void) {
   tcase_add_test(api, nccl_api__comm_create_gives_nccl_communicators);
   tcase_add_test(api, nccl_api__comm_from_nccl_wraps_and_never_destroys_the_user_communicator);
   tcase_add_test(api, nccl_api__stats_and_dot_of_device_plans);
-  tcase_add_test(api, nccl_api__launch_refuses_host_plans_and_streams_being_captured);
+  tcase_add_test(api, nccl_api__launch_refuses_host_plans_and_joins_streams_being_captured);
   tcase_add_test(api, nccl_api__graphs_a_device_plan_cannot_hold_are_refused_on_every_rank);
   suite_add_tcase(s, api);
   return cg_gpu_test_main(s, "test_nccl_replay");
