@@ -5,7 +5,14 @@
  * fresh each run and differs per rank.
  *
  * The programs come from tests/mpi/support/random_program.c, shared with the
- * GPU suite; here host functions add 1 to their range of an arena. */
+ * GPU suite; here host functions add 1 to their range of an arena.
+ *
+ * Lowering is deterministic: every tenth program is recorded and compiled a
+ * second time (another graph, the same buffers) and both plans must dump the
+ * same text; every rank's collectives (communicator, position, group, shape)
+ * must dump alike; and the digest of those dumps, printed at the end, depends only on
+ * the programs (their seeds are fixed), so two runs print the same digests
+ * (ctest mpi.lowering_deterministic compares two runs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +118,43 @@ static void fill(program_t *p, uint64_t salt) {
   }
 }
 
+static char *dump_text(const cg_plan_t *plan) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_cg_ok(cg_plan_dump(plan, f));
+  fclose(f);
+  return text;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *text, size_t len) {
+  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)text[i]) * 0x100000001B3ull;
+  return h;
+}
+
+/* The part of a dump every rank shares: "comm C #K group G <shape>" of each
+ * collective (sends and receives name peers, and step numbers and
+ * dependencies follow hazards that depend on the rank). */
+static uint64_t collectives_digest(const char *dump) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (const char *line = dump; line && *line;) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    const char *comm = strstr(line, " comm ");
+    if (comm && comm < line + len && !strstr(line, " send ") && !strstr(line, " recv ")) {
+      const char *stop = strstr(comm, " node ");
+      const char *bucket = strstr(comm, " bucket ");
+      if (bucket && (!stop || bucket < stop)) stop = bucket;
+      if (!stop || stop > line + len) stop = line + len;
+      h = fnv1a(h, comm, (size_t)(stop - comm));
+      h = fnv1a(h, "\n", 1);
+    }
+    line = end ? end + 1 : NULL;
+  }
+  return h;
+}
+
 START_TEST(random__plans_match_reference) {
   int world = cg_mpi_size();
   cg_comm_t *comms[3] = {NULL, NULL, NULL};
@@ -120,6 +164,7 @@ START_TEST(random__plans_match_reference) {
   MPI_Comm_split(MPI_COMM_WORLD, cg_mpi_rank() % 2, cg_mpi_rank(), &split);
   ck_assert_cg_ok(cg_comm_create(&comms[2], split, NULL));
   size_t steps = 0;
+  uint64_t digest = 0xCBF29CE484222325ull;
   for (int dag = 0; dag < N_DAGS; dag++) {
     cg_test_reseed(1000 + (uint64_t)dag);
     program_t p;
@@ -140,6 +185,32 @@ START_TEST(random__plans_match_reference) {
     record(g, &p, 0, plan_args);
     record(ref, &p, 1, ref_args);
     ck_assert_cg_ok(cg_compile(&plan, g, NULL));
+    /* every tenth program: compiling costs collectives, which 4 ranks on 2
+     * cores pay dearly */
+    if (dag % 10 == 0) {
+      cg_graph_t *again;
+      cg_plan_t *plan2;
+      host_arg_t again_args[CG_RP_MAX_NODES * 2];
+      ck_assert_cg_ok(cg_graph_create(&again, NULL));
+      record(again, &p, 0, again_args);
+      ck_assert_cg_ok(cg_compile(&plan2, again, NULL));
+      char *first = dump_text(plan), *second = dump_text(plan2);
+      ck_assert_msg(strcmp(first, second) == 0, "rank %d: random DAG %d: compiling it again dumps another plan:\n%s\n--- "
+                    "against ---\n%s", cg_mpi_rank(), dag, first, second);
+      digest = fnv1a(digest, first, strlen(first));
+      uint64_t mine = collectives_digest(first), theirs[64];
+      int world_size = cg_mpi_size();
+      ck_assert_int_le(world_size, 64);
+      MPI_Allgather(&mine, 1, MPI_UINT64_T, theirs, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+      int alike = 1;
+      for (int r = 0; r < world_size; r++) alike &= theirs[r] == theirs[0];
+      if (!alike) fprintf(stderr, "rank %d: random DAG %d: my collectives dump as\n%s", cg_mpi_rank(), dag, first);
+      ck_assert_msg(alike, "random DAG %d: the ranks' plans order their collectives differently", dag);
+      free(first);
+      free(second);
+      cg_plan_destroy(plan2);
+      cg_graph_destroy(again);
+    }
     cg_plan_stats_t stats;
     ck_assert_cg_ok(cg_plan_stats(&stats, plan));
     steps += stats.steps;
@@ -185,6 +256,11 @@ START_TEST(random__plans_match_reference) {
     }
   }
   if (cg_mpi_rank() == 0) printf("%d random DAGs, %zu steps, matched the reference\n", N_DAGS, steps);
+  /* one line per rank, in rank order: what a second run must print again */
+  uint64_t digests[64];
+  MPI_Gather(&digest, 1, MPI_UINT64_T, digests, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  for (int r = 0; cg_mpi_rank() == 0 && r < cg_mpi_size(); r++)
+    printf("lowering digest rank %d: %016llx\n", r, (unsigned long long)digests[r]);
   for (int c = 0; c < 3; c++) cg_comm_destroy(comms[c]);
   MPI_Comm_free(&split);
 }
