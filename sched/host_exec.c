@@ -10,6 +10,7 @@
  * pack and unpack copy on the calling thread, like host functions. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend.h"
 #include "error.h"
@@ -146,24 +147,33 @@ static cg_status_t progress(int *done, cg_plan_t *plan, const char *caller) {
   return CG_SUCCESS;
 }
 
+/* "plan 'name'", or "an unnamed plan", for error details. Uses a static
+ * buffer per thread: one detail is formatted at a time. */
+static const char *plan_label(const cg_plan_t *plan) {
+  static _Thread_local char label[300];
+  if (!plan->name) return "an unnamed plan";
+  snprintf(label, sizeof label, "plan '%s'", plan->name);
+  return label;
+}
+
 static cg_status_t check_runnable(const cg_plan_t *plan) {
   for (uint32_t c = 0; c < plan->n_comms; c++) {
     const cg_comm_t *comm = plan->comms[c].comm;
     const cg_backend_t *b = comm->ops->backend;
     if (!b || !b->host_step_start || !b->host_step_test)
       return cg_fail(CG_ERR_UNSUPPORTED,
-                     "cg_plan_start: plan '%s': communicator #%u (%s backend) cannot run steps on the host%s",
-                     plan->name ? plan->name : "", c, comm->ops->backend_name,
+                     "cg_plan_start: %s: communicator #%u (%s backend) cannot run steps on the host%s",
+                     plan_label(plan), c, comm->ops->backend_name,
                      b ? "" : ": offline communicators compile and draw, they do not run");
     if (comm->device != CG_DEVICE_HOST)
-      return cg_fail(CG_ERR_UNSUPPORTED, "cg_plan_start: plan '%s': communicator #%u is on device %d; host plans "
-                     "need host communicators", plan->name ? plan->name : "", c, comm->device);
+      return cg_fail(CG_ERR_UNSUPPORTED, "cg_plan_start: %s: communicator #%u is on device %d; host plans "
+                     "need host communicators", plan_label(plan), c, comm->device);
     if (b->host_check_thread) {
       cg_status_t st = b->host_check_thread(comm->impl);
       if (st != CG_SUCCESS) {
         char detail[512];
         snprintf(detail, sizeof detail, "%s", cg_error_last());
-        return cg_fail(st, "cg_plan_start: plan '%s': communicator #%u: %s", plan->name ? plan->name : "", c,
+        return cg_fail(st, "cg_plan_start: %s: communicator #%u: %s", plan_label(plan), c,
                        detail);
       }
     }
@@ -177,13 +187,13 @@ cg_status_t cg_plan_start(cg_plan_t *plan) {
   if (plan->cuda) return cg_cuda_plan_start(plan);
 #endif
   if (plan->run && plan->run->running)
-    return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: plan '%s' is still running: wait for it first",
-                   plan->name ? plan->name : "");
+    return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: %s is still running: wait for it first",
+                   plan_label(plan));
   /* a failed run can leave operations posted in the backend; starting again
    * would reuse their requests and buffers while MPI still owns them */
   if (plan->run && plan->run->n_started)
-    return cg_fail(CG_ERR_BACKEND, "cg_plan_start: plan '%s': %u steps of a failed run are still in flight in the "
-                   "backend; destroy the plan (and compile again)", plan->name ? plan->name : "",
+    return cg_fail(CG_ERR_BACKEND, "cg_plan_start: %s: %u steps of a failed run are still in flight in the "
+                   "backend; destroy the plan (and compile again)", plan_label(plan),
                    plan->run->n_started);
   cg_status_t st = check_runnable(plan);
   if (st == CG_SUCCESS) st = run_alloc(plan);
@@ -231,6 +241,16 @@ cg_status_t cg_plan_run(cg_plan_t *plan) {
   if (!plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_run: NULL plan");
   cg_status_t st = cg_plan_start(plan);
   if (st == CG_SUCCESS) st = cg_plan_wait(plan);
+  if (st != CG_SUCCESS) {
+    /* the detail names the call that failed inside; name this one */
+    static const char *const inner[] = {"cg_plan_start: ", "cg_plan_wait: ", "cg_plan_test: "};
+    char detail[1024];
+    snprintf(detail, sizeof detail, "%s", cg_error_last());
+    const char *rest = detail;
+    for (size_t k = 0; k < sizeof inner / sizeof *inner; k++)
+      if (strncmp(rest, inner[k], strlen(inner[k])) == 0) rest += strlen(inner[k]);
+    cg_fail(st, "cg_plan_run: %s", rest);
+  }
   return st;
 }
 
