@@ -93,10 +93,12 @@ typedef struct fx {
   struct snap *base;
 } fx_t;
 
+#if CG_HAVE_CUDA /* its only user, the known bug, needs device memory */
 static int strict(void) {
   const char *s = getenv("CG_ARGS_STRICT");
   return s && *s && strcmp(s, "0") != 0;
 }
+#endif
 
 static void note(fx_t *fx, const char *fmt, ...) CG_PRINTF_LIKE(2, 3);
 static void note(fx_t *fx, const char *fmt, ...) {
