@@ -76,7 +76,7 @@ static cg_status_t collect(interval_set_t *set, const cg_plan_t *p) {
     }
     if (!ok) return cg_fail(CG_ERR_NO_MEMORY, WHERE ": collecting the nodes' buffers");
   }
-  qsort(set->items, set->n, sizeof *set->items, by_start);
+  if (set->n) qsort(set->items, set->n, sizeof *set->items, by_start);
   return CG_SUCCESS;
 }
 
