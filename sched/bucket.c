@@ -211,27 +211,32 @@ cg_status_t cg_plan_layout_buckets(cg_plan_t *p, const char *where) {
   return st;
 }
 
-void cg_plan_free_buckets(cg_plan_t *p) {
-  for (uint32_t i = 0; p->buckets && i < p->n_buckets; i++) {
-    cg_bucket_t *b = &p->buckets[i];
-    free(b->members);
+void cg_bucket_layouts_free(cg_bucket_t *buckets, uint32_t n, void *staging, int device) {
+  for (uint32_t i = 0; i < n; i++) {
+    cg_bucket_t *b = &buckets[i];
     free(b->pack);
     free(b->unpack);
 #if CG_HAVE_CUDA
-    cg_cuda_staging_free(b->device_pack, p->device);
-    cg_cuda_staging_free(b->device_unpack, p->device);
+    cg_cuda_staging_free(b->device_pack, device);
+    cg_cuda_staging_free(b->device_unpack, device);
 #endif
   }
+#if CG_HAVE_CUDA
+  if (device != CG_DEVICE_HOST) {
+    cg_cuda_staging_free(staging, device);
+    return;
+  }
+#endif
+  (void)device;
+  free(staging);
+}
+
+void cg_plan_free_buckets(cg_plan_t *p) {
+  if (p->buckets) cg_bucket_layouts_free(p->buckets, p->n_buckets, p->staging, p->device);
+  for (uint32_t i = 0; p->buckets && i < p->n_buckets; i++) free(p->buckets[i].members);
   free(p->buckets);
   p->buckets = NULL;
   p->n_buckets = 0;
-#if CG_HAVE_CUDA
-  if (p->device != CG_DEVICE_HOST) {
-    cg_cuda_staging_free(p->staging, p->device);
-    p->staging = NULL;
-  }
-#endif
-  free(p->staging);
   p->staging = NULL;
 }
 

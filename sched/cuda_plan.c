@@ -174,8 +174,9 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
   return st;
 }
 
-/* One event per step that a step on another lane waits for. */
-static cg_status_t create_events(cudaEvent_t *events, const cg_plan_t *p, const char *where) {
+/* One event per step that a step on another lane waits for, and one per lane
+ * to join lane 0's capture and return to it. */
+static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, const cg_plan_t *p, const char *where) {
   for (uint32_t i = 0; i < p->n_steps; i++) {
     const cg_step_t *s = &p->steps[i];
     int crosses = 0;
@@ -187,10 +188,18 @@ static cg_status_t create_events(cudaEvent_t *events, const cg_plan_t *p, const 
       return cuda_fail(err, where, "cudaEventCreateWithFlags");
     }
   }
+  for (uint32_t l = 0; l < p->n_lanes; l++) {
+    cudaError_t err = cudaEventCreateWithFlags(&joins[l], cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      joins[l] = NULL;
+      return cuda_fail(err, where, "cudaEventCreateWithFlags");
+    }
+  }
   return CG_SUCCESS;
 }
 
-static cg_status_t capture(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins, const char *where) {
+static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins,
+                                 const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   cudaError_t err = cudaStreamBeginCapture(c->lanes[0], cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamBeginCapture");
@@ -212,14 +221,30 @@ static cg_status_t capture(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *events, 
   return st;
 }
 
-/* Streams, events and the device: everything local that the warm-up needs,
- * before the ranks agree to start it. */
-static cg_status_t prepare(cg_plan_t *p, cudaEvent_t **events, cudaEvent_t **joins, const char *where) {
-  *events = calloc(p->n_steps ? p->n_steps : 1, sizeof **events);
-  *joins = calloc(p->n_lanes ? p->n_lanes : 1, sizeof **joins);
+/* Captures the plan's steps into *out (compiling, and again on rebinding).
+ * Events used during capture only become edges of the graph, so they live
+ * only as long as this call. */
+static cg_status_t capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
+  cudaEvent_t *events = calloc(p->n_steps ? p->n_steps : 1, sizeof *events);
+  cudaEvent_t *joins = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *joins);
+  cg_status_t st = events && joins ? create_events(events, joins, p, where)
+                                   : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating capture events", where);
+  if (st == CG_SUCCESS) st = capture_units(out, p, events, joins, where);
+  for (uint32_t i = 0; events && i < p->n_steps; i++)
+    if (events[i]) cudaEventDestroy(events[i]);
+  for (uint32_t l = 0; joins && l < p->n_lanes; l++)
+    if (joins[l]) cudaEventDestroy(joins[l]);
+  free(events);
+  free(joins);
+  return st;
+}
+
+/* Streams, the lock, child graphs and the device: everything local that the
+ * warm-up and the capture need, before the ranks agree to start it. */
+static cg_status_t prepare(cg_plan_t *p, const char *where) {
   struct cg_cuda_plan *c = p->cuda = calloc(1, sizeof *c);
   if (c) c->lanes = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *c->lanes);
-  if (!*events || !*joins || !c || !c->lanes) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
+  if (!c || !c->lanes) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
   cudaError_t err = cudaSetDevice(p->device);
   if (err != cudaSuccess) return cuda_fail(err, where, "cudaSetDevice");
   c->n_lanes = p->n_lanes;
@@ -234,8 +259,7 @@ static cg_status_t prepare(cg_plan_t *p, cudaEvent_t **events, cudaEvent_t **joi
     if ((err = cudaStreamCreateWithPriority(&c->lanes[l], cudaStreamNonBlocking,
                                             p->lanes[l].kind == CG_LANE_PACK || p->lanes[l].kind == CG_LANE_UNPACK
                                                 ? least
-                                                : greatest)) != cudaSuccess ||
-        (err = cudaEventCreateWithFlags(&(*joins)[l], cudaEventDisableTiming)) != cudaSuccess)
+                                                : greatest)) != cudaSuccess)
       return cuda_fail(err, where, "creating lane streams");
   if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess)
     return cuda_fail(err, where, "cudaEventCreateWithFlags");
@@ -257,7 +281,7 @@ static cg_status_t prepare(cg_plan_t *p, cudaEvent_t **events, cudaEvent_t **joi
     }
     s->object = c->children[i];
   }
-  return create_events(*events, p, where);
+  return CG_SUCCESS;
 }
 
 /* The graph users embed: the lock, the plan's graph as a child, the unlock. */
@@ -315,29 +339,22 @@ cg_status_t cg_cuda_plan_build(cg_plan_t *p, const cg_participants_t *pt, cg_sta
   cg_status_t st = mine;
   cudaError_t err = cudaSuccess;
   int previous = 0;
-  cudaEvent_t *events = NULL, *joins = NULL;
   uint8_t *go = malloc(pt->n ? pt->n : 1);
   cudaGetDevice(&previous);
   if (st == CG_SUCCESS && !go) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
-  if (st == CG_SUCCESS) st = prepare(p, &events, &joins, where);
+  if (st == CG_SUCCESS) st = prepare(p, where);
   /* the warm-up is collective: each communicator's ranks first agree that all
    * of them can take part */
   cg_status_t agreed = cg_agree(go, pt, st, "prepare its CUDA graph", where);
   if (st == CG_SUCCESS && go) st = warm_up(p, pt, go, where);
   if (st == CG_SUCCESS) st = agreed;
-  if (st == CG_SUCCESS) st = capture(&p->cuda->graph, p, events, joins, where);
+  if (st == CG_SUCCESS) st = capture(&p->cuda->graph, p, where);
   struct cg_cuda_plan *c = st == CG_SUCCESS ? p->cuda : NULL;
   if (st == CG_SUCCESS) st = instantiate(&c->exec, c->graph, c->lanes[0], where);
   if (st == CG_SUCCESS) st = build_embed_graph(&c->embed_graph, p, c->graph, where);
   if (st == CG_SUCCESS && (err = cudaStreamSynchronize(c->lanes[0])) != cudaSuccess)
     st = cuda_fail(err, where, "cudaStreamSynchronize");
   cudaSetDevice(previous);
-  for (uint32_t i = 0; events && i < p->n_steps; i++)
-    if (events[i]) cudaEventDestroy(events[i]);
-  for (uint32_t l = 0; joins && l < p->n_lanes; l++)
-    if (joins[l]) cudaEventDestroy(joins[l]);
-  free(events);
-  free(joins);
   free(go);
   /* p may be NULL only when mine failed: nothing above touched it */
   /* so none is left with a graph whose peers have none */
@@ -498,23 +515,11 @@ static cg_status_t update_exec(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStr
 
 cg_status_t cg_cuda_plan_recapture(cg_plan_t *p, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
-  cudaEvent_t *events = calloc(p->n_steps ? p->n_steps : 1, sizeof *events);
-  cudaEvent_t *joins = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *joins);
   cudaGraph_t graph = NULL, embed = NULL;
-  cg_status_t st = CG_SUCCESS;
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(p->device);
-  if (!events || !joins) st = cg_fail(CG_ERR_NO_MEMORY, "%s: capturing the plan again", where);
-  for (uint32_t l = 0; l < p->n_lanes && st == CG_SUCCESS; l++) {
-    cudaError_t err = cudaEventCreateWithFlags(&joins[l], cudaEventDisableTiming);
-    if (err != cudaSuccess) {
-      joins[l] = NULL;
-      st = cuda_fail(err, where, "cudaEventCreateWithFlags");
-    }
-  }
-  if (st == CG_SUCCESS) st = create_events(events, p, where);
-  if (st == CG_SUCCESS) st = capture(&graph, p, events, joins, where);
+  cg_status_t st = capture(&graph, p, where);
   if (st == CG_SUCCESS) st = build_embed_graph(&embed, p, graph, where);
   /* the executable graphs change only once everything new exists */
   if (st == CG_SUCCESS) st = update_exec(&c->exec, graph, c->lanes[0], where);
@@ -531,12 +536,6 @@ cg_status_t cg_cuda_plan_recapture(cg_plan_t *p, const char *where) {
   }
   if (graph) cudaGraphDestroy(graph);
   if (embed) cudaGraphDestroy(embed);
-  for (uint32_t i = 0; events && i < p->n_steps; i++)
-    if (events[i]) cudaEventDestroy(events[i]);
-  for (uint32_t l = 0; joins && l < p->n_lanes; l++)
-    if (joins[l]) cudaEventDestroy(joins[l]);
-  free(events);
-  free(joins);
   cudaSetDevice(previous);
   return st;
 }

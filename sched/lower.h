@@ -22,6 +22,9 @@ cg_status_t cg_plan_layout_buckets(cg_plan_t *p, const char *where);
 
 /* Frees the buckets, their segments and the staging memory. */
 void cg_plan_free_buckets(cg_plan_t *p);
+/* Frees what cg_plan_layout_buckets made for `n` buckets (copy segments,
+ * device chunk tables) and the staging memory, not the buckets themselves. */
+void cg_bucket_layouts_free(cg_bucket_t *buckets, uint32_t n, void *staging, int device);
 
 /* Runs a pack or unpack step's copies on the host. */
 void cg_bucket_copy_host(const cg_plan_t *p, const cg_step_t *step);

@@ -126,6 +126,13 @@ static void set_buffers(cg_plan_t *p, uint32_t v, const void *send, void *recv) 
   s->recv = recv;
 }
 
+/* Whether a collective's read and write spans overlap: recording allows that
+ * only in an in-place form. */
+static int reads_what_it_writes(const cg_span_t spans[2]) {
+  return spans[0].start < spans[0].end && spans[1].start < spans[1].end && spans[0].start < spans[1].end &&
+         spans[1].start < spans[0].end;
+}
+
 /* Checks one entry on its own: the node, its fields, its in-place form. */
 static cg_status_t check_entry(const cg_plan_t *p, const cg_rebind_t *b, size_t i, uint8_t *moved) {
   if (b->node.graph != p->graph_serial || b->node.index >= p->n_names)
@@ -150,10 +157,7 @@ static cg_status_t check_entry(const cg_plan_t *p, const cg_rebind_t *b, size_t 
   rec.recv = b->recv;
   if (st == CG_SUCCESS) st = cg_collective_spans(new_spans, &rec, v, WHERE);
   if (st != CG_SUCCESS) return st;
-  int was_in_place = old_spans[0].start < old_spans[1].end && old_spans[1].start < old_spans[0].end &&
-                     old_spans[0].start < old_spans[0].end && old_spans[1].start < old_spans[1].end;
-  int is_in_place = new_spans[0].start < new_spans[1].end && new_spans[1].start < new_spans[0].end &&
-                    new_spans[0].start < new_spans[0].end && new_spans[1].start < new_spans[1].end;
+  int was_in_place = reads_what_it_writes(old_spans), is_in_place = reads_what_it_writes(new_spans);
   if (was_in_place != is_in_place)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": entry %zu: node #%u '%s' (%s) was compiled %s and would run "
                    "%s: the in-place form is part of the plan (backends choose their calls by it); compile again",
@@ -211,23 +215,20 @@ typedef struct saved_layout {
   size_t staging_bytes;
 } saved_layout_t;
 
-static void free_layout(cg_bucket_t *b, uint32_t n, void *staging, int device) {
-  for (uint32_t i = 0; i < n; i++) {
-    free(b[i].pack);
-    free(b[i].unpack);
-#if CG_HAVE_CUDA
-    cg_cuda_staging_free(b[i].device_pack, device);
-    cg_cuda_staging_free(b[i].device_unpack, device);
-#endif
+/* Puts the saved layout back, freeing the one in its place. */
+static void restore_layout(cg_plan_t *p, saved_layout_t *old) {
+  cg_bucket_layouts_free(p->buckets, p->n_buckets, p->staging, p->device);
+  for (uint32_t i = 0; i < p->n_buckets; i++) {
+    p->buckets[i] = old->buckets[i];
+    cg_step_t *s = &p->steps[p->buckets[i].collective_step];
+    s->send = old->send[i];
+    s->recv = old->recv[i];
+    s->count = old->count[i];
   }
-#if CG_HAVE_CUDA
-  if (device != CG_DEVICE_HOST) {
-    cg_cuda_staging_free(staging, device);
-    return;
-  }
-#endif
-  (void)device;
-  free(staging);
+  p->staging = old->staging;
+  p->staging_bytes = old->staging_bytes;
+  free(old->buckets);
+  old->buckets = NULL; /* nothing left to free */
 }
 
 /* Lays out every bucket again; on failure the old layout is back. */
@@ -259,23 +260,12 @@ static cg_status_t relayout(cg_plan_t *p, saved_layout_t *old) {
 #if CG_HAVE_CUDA
   if (st == CG_SUCCESS && p->device != CG_DEVICE_HOST) st = cg_cuda_bucket_tables(p, WHERE);
 #endif
-  if (st == CG_SUCCESS) return CG_SUCCESS;
-  free_layout(p->buckets, nb, p->staging, p->device);
-  for (uint32_t i = 0; i < nb; i++) {
-    p->buckets[i] = old->buckets[i];
-    cg_step_t *s = &p->steps[p->buckets[i].collective_step];
-    s->send = old->send[i];
-    s->recv = old->recv[i];
-    s->count = old->count[i];
-  }
-  p->staging = old->staging;
-  p->staging_bytes = old->staging_bytes;
-  old->buckets = NULL; /* nothing left to free */
+  if (st != CG_SUCCESS) restore_layout(p, old);
   return st;
 }
 
 static void saved_layout_free(saved_layout_t *old, uint32_t n_buckets, int device, int drop_old) {
-  if (drop_old && old->buckets) free_layout(old->buckets, n_buckets, old->staging, device);
+  if (drop_old && old->buckets) cg_bucket_layouts_free(old->buckets, n_buckets, old->staging, device);
   free(old->buckets);
   free(old->send);
   free(old->recv);
@@ -349,21 +339,7 @@ out:
     char detail[1024];
     snprintf(detail, sizeof detail, "%s", cg_error_last());
     for (size_t i = 0; i < n; i++) set_buffers(plan, saved[i].node, saved[i].send, saved[i].recv);
-    if (relaid) {
-      uint32_t nb = plan->n_buckets;
-      free_layout(plan->buckets, nb, plan->staging, plan->device);
-      for (uint32_t i = 0; i < nb; i++) {
-        plan->buckets[i] = layout.buckets[i];
-        cg_step_t *s = &plan->steps[plan->buckets[i].collective_step];
-        s->send = layout.send[i];
-        s->recv = layout.recv[i];
-        s->count = layout.count[i];
-      }
-      plan->staging = layout.staging;
-      plan->staging_bytes = layout.staging_bytes;
-      free(layout.buckets);
-      layout.buckets = NULL;
-    }
+    if (relaid) restore_layout(plan, &layout);
     rebind_states(plan, step_moved); /* recomputes what the old buffers gave */
     cg_fail(st, "%s", detail);
   }
