@@ -62,6 +62,13 @@ MPI_Datatype cg_mpi_datatype(const cg_mpi_comm_t *m, cg_dtype_t dtype);
  * division is the caller's). */
 MPI_Op cg_mpi_op(const cg_mpi_comm_t *m, cg_dtype_t dtype, cg_redop_t op);
 
+/* Whether cg_mpi_op gives one of commgraph's own operations, which MPI runs
+ * as a host function (it cannot read device memory). */
+int cg_mpi_op_is_own(const cg_mpi_comm_t *m, cg_dtype_t dtype, cg_redop_t op);
+/* An average's result, which is divided after MPI sums it: where this rank
+ * receives one, else NULL. */
+void *cg_mpi_average_target(const cg_step_t *s);
+
 /* CG_ERR_BACKEND with "<call>: <MPI's error text>". */
 cg_status_t cg_mpi_fail(int mpi_error, const char *call);
 

@@ -32,9 +32,8 @@ static size_t scratch_bytes_of(const cg_step_t *s) {
   return s->op_kind == CG_NODE_REDUCE_SCATTER && s->count && in_place ? s->count * es : 0;
 }
 
-/* An average's result, which is divided after MPI sums it: where this rank
- * receives one, else NULL. */
-static void *divide_target(const cg_step_t *s, int is_root) {
+void *cg_mpi_average_target(const cg_step_t *s) {
+  int is_root = s->comm->rank == s->root;
   int receives = s->op_kind == CG_NODE_ALLREDUCE || s->op_kind == CG_NODE_REDUCE_SCATTER ||
                  (s->op_kind == CG_NODE_REDUCE && is_root);
   return s->op == CG_AVG && s->count && receives ? s->recv : NULL;
@@ -43,7 +42,6 @@ static void *divide_target(const cg_step_t *s, int is_root) {
 cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *s) {
   (void)comm_impl;
   size_t es = cg_dtype_size(s->dtype);
-  int rank = s->comm->rank, is_root = rank == s->root;
   if (s->count > (size_t)INT_MAX)
     return cg_fail(CG_ERR_UNSUPPORTED, "count %zu is above MPI's int counts (%d)", s->count, INT_MAX);
   mpi_step_t *m = calloc(1, sizeof *m);
@@ -53,7 +51,7 @@ cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *
     free(m);
     return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of reduce_scatter scratch", s->count * es);
   }
-  m->divide = divide_target(s, is_root);
+  m->divide = cg_mpi_average_target(s);
   *state = m;
   return CG_SUCCESS;
 }
@@ -72,7 +70,7 @@ cg_status_t cg_mpi_step_rebind(void *comm_impl, void *state, const cg_step_t *s)
     m->scratch = scratch;
     m->scratch_bytes = need;
   }
-  m->divide = divide_target(s, s->comm->rank == s->root);
+  m->divide = cg_mpi_average_target(s);
   return CG_SUCCESS;
 }
 

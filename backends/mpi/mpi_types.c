@@ -144,3 +144,8 @@ MPI_Op cg_mpi_op(const cg_mpi_comm_t *m, cg_dtype_t dtype, cg_redop_t op) {
     default: return MPI_SUM;
   }
 }
+
+int cg_mpi_op_is_own(const cg_mpi_comm_t *m, cg_dtype_t dtype, cg_redop_t op) {
+  int index = op == CG_PROD ? 1 : op == CG_MIN ? 2 : op == CG_MAX ? 3 : 0;
+  return dtype >= 0 && dtype < CG_DTYPE_COUNT && m->own_ops[dtype][index] != MPI_OP_NULL;
+}

@@ -34,6 +34,14 @@ typedef struct cg_staged_comm {
   size_t bcast_chain_bytes; /* broadcasts this large (chunked, 3+ ranks) go down a chain; SIZE_MAX: never */
   int engine_held;    /* counted as a user of the progress engine */
   int post_by_flag;   /* hosttransfer: the GPU raises a flag, the progress thread posts */
+  /* CG_STAGING_DIRECT (asked for, or AUTO on an MPI that says it is
+   * CUDA-aware): steps hand device pointers to MPI, posted by the progress
+   * thread (a CUDA-aware MPI makes CUDA calls, which host nodes must not) */
+  int direct;
+  /* MPI can read device memory: it says it is CUDA-aware, or cannot tell
+   * (then DIRECT is the user's word). Else a direct step needs memory the
+   * host reaches (managed, pinned), and the plan's own is managed. */
+  int mpi_reads_device;
   /* streams a chunked step forks onto during capture (copies in and posts,
    * waits and copies out) and the events that join them; used only while a
    * plan is captured */
@@ -58,7 +66,8 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
  * other backends. */
 const cg_staged_comm_t *cg_staged_comm_of(const cg_comm_t *comm);
 /* Whether the MPI library reports CUDA awareness: 1, 0, or -1 when it has no
- * way to say. */
+ * way to say (CG_MPI_CUDA_AWARE=0/1 overrides it: some MPIs answer only for
+ * one transport). */
 int cg_mpi_cuda_aware(void);
 
 /* Steps (staged_steps.c), referenced by the backend table. */

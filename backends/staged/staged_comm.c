@@ -13,6 +13,8 @@
 #endif
 
 int cg_mpi_cuda_aware(void) {
+  const char *forced = getenv("CG_MPI_CUDA_AWARE");
+  if (forced && (strcmp(forced, "0") == 0 || strcmp(forced, "1") == 0)) return forced[0] == '1';
 #if defined(MPIX_GPU_SUPPORT_CUDA)
   int yes = 0;
   if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) == MPI_SUCCESS) return yes != 0;
@@ -137,11 +139,10 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
   s->bcast_chain_bytes = chain_env && strcmp(chain_env, "never") == 0 ? SIZE_MAX
                          : chain                                      ? chain
                                                                       : CG_STAGED_BCAST_CHAIN_BYTES;
-  if (opts->staging == CG_STAGING_DIRECT)
-    snprintf(why, sizeof why, "staging DIRECT (device pointers to a CUDA-aware MPI%s) is not built yet: the MPI "
-             "backend finishes some calls on host memory (avg, reduce_scatter scratch); use CG_STAGING_HOST or AUTO",
-             cg_mpi_cuda_aware() == 1 ? ", which this MPI is" : "");
-  else if (thread_level < MPI_THREAD_MULTIPLE)
+  int aware = cg_mpi_cuda_aware();
+  s->direct = opts->staging == CG_STAGING_DIRECT || (opts->staging == CG_STAGING_AUTO && aware == 1);
+  s->mpi_reads_device = aware != 0;
+  if (thread_level < MPI_THREAD_MULTIPLE)
     snprintf(why, sizeof why, "device buffers over MPI need MPI_THREAD_MULTIPLE (a progress thread completes MPI "
              "calls while the application may call MPI too), but MPI provides %s",
              cg_mpi_thread_level_name(thread_level));

@@ -12,7 +12,18 @@
  * that much over all ranks' blocks), each chunk's blocks side by side in the
  * staging memory, copied with cudaMemcpy2DAsync where the device layout
  * interleaves them. Every other kind runs whole, on separate send and receive
- * staging. */
+ * staging.
+ *
+ * CG_STAGING_DIRECT hands MPI the device buffers instead (a direct step),
+ * cut into the same chunks, so a direct rank and a staged one make the same
+ * MPI calls and may be mixed: allreduce, broadcast and reduce chunks are
+ * ranges of the buffers; allgather's and reduce_scatter's interleaved chunks,
+ * and reduce_scatter in place, go through device staging laid out as above
+ * (copies within the GPU). Average sums in MPI and divides on the device. A
+ * step whose reduction MPI runs as one of commgraph's own host functions
+ * (float16, bfloat16, unsigned min/max), or whose memory MPI cannot read, is
+ * staged through host memory as before. Direct ops are always posted by the
+ * progress thread. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +31,7 @@
 #include "error.h"
 #include "graph_internal.h"
 #include "staged_backend.h"
+#include "staged_divide.h"
 #include "topo/topo.h"
 
 /* A cudaMemcpy2DAsync (height 1: a plain copy); width 0: none. */
@@ -39,8 +51,12 @@ typedef struct chunk {
 } chunk_t;
 
 struct cg_staged_step {
-  void *staging; /* pinned: the send part, then the receive part */
+  int direct;    /* MPI runs on device memory */
+  void *staging; /* pinned: the send part, then the receive part; direct:
+                    device memory (managed where MPI cannot read device
+                    memory), for the kinds that need it, else NULL */
   size_t staging_bytes;
+  void *average; /* direct: the result to divide on the device, or NULL */
   chunk_t *chunks;
   uint32_t n_chunks;
   cg_ht_flags_t flags; /* one pair per chunk, then the group's */
@@ -191,6 +207,119 @@ static void make_chain_link(chunk_t *ch, const cg_step_t *s, uint32_t k) {
   ch->op.sequential = 1;
 }
 
+static int host_reaches(const void *p) {
+  if (!p) return 1;
+  struct cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError(); /* not sticky: plain host memory on older runtimes */
+    return 1;
+  }
+  return attr.type != cudaMemoryTypeDevice;
+}
+
+static int reduces(cg_node_kind_t k) {
+  return k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_REDUCE_SCATTER;
+}
+
+/* Whether the step can hand its buffers to MPI (see the file comment). */
+static int goes_direct(const cg_staged_comm_t *sc, const cg_step_t *s) {
+  if (!sc->direct) return 0;
+  if (reduces(s->op_kind) && cg_mpi_op_is_own(sc->mpi, s->dtype, s->op)) return 0;
+  return sc->mpi_reads_device || (host_reaches(s->send) && host_reaches(s->recv));
+}
+
+/* Device staging of a direct step: what the interleaved chunks of allgather
+ * and reduce_scatter, and reduce_scatter in place, need; 0 for the rest. */
+static size_t direct_staging_bytes_of(const cg_step_t *s, uint32_t n_chunks) {
+  size_t es = cg_dtype_size(s->dtype);
+  int in_place = s->count && (const char *)s->recv == at(s->send, (size_t)s->comm->rank * s->count, es);
+  if (s->op_kind == CG_NODE_ALLGATHER && n_chunks > 1) return staging_bytes_of(s);
+  if (s->op_kind == CG_NODE_REDUCE_SCATTER && (n_chunks > 1 || in_place)) return staging_bytes_of(s);
+  return 0;
+}
+
+/* A direct step's chunks over the user's buffers, or over device staging
+ * `stage` where direct_staging_bytes_of asks for it. */
+static uint32_t plan_direct_chunks(chunk_t *out, const cg_step_t *s, char *stage, size_t chunk_elems) {
+  size_t es = cg_dtype_size(s->dtype), c = s->count;
+  int root = s->comm->rank == s->root;
+  if (stage) return plan_chunks(out, s, stage, chunk_elems);
+  if (!is_chunked(s->op_kind) || chunk_elems >= c) {
+    out[0].part.step = *s;
+    if (s->op_kind == CG_NODE_BROADCAST && root && s->send != s->recv) {
+      out[0].part.step.send = s->recv; /* MPI in place; the copy is the GPU's */
+      out[0].in = plain(s->recv, s->send, c * es);
+    }
+    return 1;
+  }
+  uint32_t k = 0;
+  for (size_t off = 0; off < c; off += chunk_elems, k++) {
+    size_t ck = c - off < chunk_elems ? c - off : chunk_elems;
+    chunk_t *ch = &out[k];
+    ch->part.step = *s;
+    ch->part.step.count = ck;
+    ch->part.step.send = s->send ? at(s->send, off, es) : NULL;
+    ch->part.step.recv = s->recv ? at(s->recv, off, es) : NULL;
+    if (s->op_kind == CG_NODE_BROADCAST) {
+      ch->part.step.send = ch->part.step.recv;
+      if (root && s->send != s->recv) ch->in = plain(ch->part.step.recv, at(s->send, off, es), ck * es);
+    }
+  }
+  return k;
+}
+
+static uint32_t n_chunks_of(const cg_step_t *s, size_t chunk_elems) {
+  return s->count && is_chunked(s->op_kind) ? (uint32_t)((s->count + chunk_elems - 1) / chunk_elems) : 1;
+}
+
+/* The chunks' MPI calls and copies, staged or direct; a chain broadcast's
+ * links; a direct average summed. Returns the number of chunks. */
+static uint32_t plan_step(chunk_t *out, const cg_staged_comm_t *sc, const cg_step_t *s, int direct, char *stage,
+                          size_t chunk_elems) {
+  uint32_t n = 1;
+  if (!s->count)
+    out[0].part.step = *s;
+  else
+    n = direct ? plan_direct_chunks(out, s, stage, chunk_elems) : plan_chunks(out, s, stage, chunk_elems);
+  int chain = uses_chain(sc, s, n);
+  for (uint32_t k = 0; k < n; k++) {
+    out[k].op.n_parts = 1;
+    if (chain) make_chain_link(&out[k], s, k);
+    if (direct && s->op == CG_AVG) out[k].part.step.op = out[k].forward.step.op = CG_SUM;
+  }
+  return n;
+}
+
+static cg_status_t staging_alloc(void **out, size_t bytes, const cg_staged_comm_t *sc, int direct) {
+  *out = NULL;
+  if (!bytes) return CG_SUCCESS;
+  if (!direct) return cg_topo_host_alloc(out, bytes, sc->device);
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(sc->device);
+  cudaError_t err = sc->mpi_reads_device ? cudaMalloc(out, bytes) : cudaMallocManaged(out, bytes, cudaMemAttachGlobal);
+  cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    *out = NULL;
+    return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of device staging on device %d: %s", bytes, sc->device,
+                   cudaGetErrorString(err));
+  }
+  return CG_SUCCESS;
+}
+
+static void staging_free(void *p, size_t bytes, const cg_staged_comm_t *sc, int direct) {
+  if (!p) return;
+  if (!direct) {
+    cg_topo_host_free(p, bytes);
+    return;
+  }
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(sc->device);
+  cudaFree(p);
+  cudaSetDevice(previous);
+}
+
 void cg_staged_step_release(void *comm_impl, void *state) {
   cg_staged_comm_t *sc = comm_impl;
   cg_staged_step_t *st = state;
@@ -210,7 +339,7 @@ void cg_staged_step_release(void *comm_impl, void *state) {
   free(st->group_done);
   free(st->seq_ops);
   cg_ht_flags_free(&st->flags);
-  cg_topo_host_free(st->staging, st->staging_bytes);
+  staging_free(st->staging, st->staging_bytes, sc, st->direct);
   free(st);
 }
 
@@ -224,47 +353,75 @@ static size_t chunk_elems_of(const cg_staged_comm_t *sc, const cg_step_t *s) {
 }
 
 cg_status_t cg_staged_step_rebind(void *comm_impl, void *state, const cg_step_t *s) {
+  cg_staged_comm_t *sc = comm_impl;
   cg_staged_step_t *st = state;
+  cg_status_t status = CG_SUCCESS;
   if (!s->count) return CG_SUCCESS;
-  /* only the copies between the device buffers and the staging memory name
-   * the buffers; the MPI calls run on the staging memory, which stays */
+  int direct = goes_direct(sc, s);
+  if (direct != st->direct)
+    return cg_fail(CG_ERR_UNSUPPORTED, "the new buffers would move the step from %s to %s (MPI %s read them): "
+                   "compile a new plan", st->direct ? "direct" : "staged", direct ? "direct" : "staged",
+                   direct ? "can" : "cannot");
+  size_t chunk_elems = chunk_elems_of(sc, s);
+  size_t staging_bytes = direct ? direct_staging_bytes_of(s, st->n_chunks) : st->staging_bytes;
+  void *staging = st->staging;
+  /* a direct reduce_scatter that moves in or out of place gains or loses
+   * its device staging; staged memory stays (its size depends on the shape) */
+  if (staging_bytes != st->staging_bytes &&
+      (status = staging_alloc(&staging, staging_bytes, sc, direct)) != CG_SUCCESS)
+    return status;
   chunk_t *fresh = calloc(st->n_chunks, sizeof *fresh);
-  if (!fresh) return cg_fail(CG_ERR_NO_MEMORY, "allocating %u staged chunks", st->n_chunks);
-  plan_chunks(fresh, s, st->staging, chunk_elems_of(comm_impl, s));
-  for (uint32_t k = 0; k < st->n_chunks; k++) {
-    st->chunks[k].in = fresh[k].in;
-    st->chunks[k].out = fresh[k].out;
+  if (!fresh) {
+    if (staging != st->staging) staging_free(staging, staging_bytes, sc, direct);
+    return cg_fail(CG_ERR_NO_MEMORY, "allocating %u staged chunks", st->n_chunks);
+  }
+  plan_step(fresh, sc, s, direct, staging, chunk_elems);
+  /* a direct step's MPI calls name the buffers; a staged one's only its
+   * copies do (its MPI runs on the staging memory, which stays) */
+  for (uint32_t k = 0; k < st->n_chunks && status == CG_SUCCESS; k++) {
+    chunk_t *ch = &st->chunks[k];
+    ch->in = fresh[k].in;
+    ch->out = fresh[k].out;
+    ch->part.step.send = fresh[k].part.step.send, ch->part.step.recv = fresh[k].part.step.recv;
+    ch->forward.step.send = fresh[k].forward.step.send, ch->forward.step.recv = fresh[k].forward.step.recv;
+    status = cg_mpi_step_rebind(sc->mpi, ch->part.mpi_state, &ch->part.step);
+    if (status == CG_SUCCESS && ch->forward.mpi_state)
+      status = cg_mpi_step_rebind(sc->mpi, ch->forward.mpi_state, &ch->forward.step);
   }
   free(fresh);
-  return CG_SUCCESS;
+  if (staging != st->staging) {
+    staging_free(st->staging, st->staging_bytes, sc, direct);
+    st->staging = staging;
+    st->staging_bytes = staging_bytes;
+  }
+  st->average = direct ? cg_mpi_average_target(s) : NULL;
+  return status;
 }
 
 cg_status_t cg_staged_step_prepare(void **state, void *comm_impl, const cg_step_t *s) {
   cg_staged_comm_t *sc = comm_impl;
   cg_status_t status = CG_SUCCESS;
   size_t chunk_elems = chunk_elems_of(sc, s);
-  size_t n_chunks = s->count && is_chunked(s->op_kind) ? (s->count + chunk_elems - 1) / chunk_elems : 1;
+  uint32_t n_chunks = n_chunks_of(s, chunk_elems);
   cg_staged_step_t *st = calloc(1, sizeof *st);
   if (!st || !(st->chunks = calloc(n_chunks, sizeof *st->chunks)) ||
       !(st->seq_ops = calloc(n_chunks, sizeof *st->seq_ops))) {
-    status = cg_fail(CG_ERR_NO_MEMORY, "allocating %zu staged chunks", n_chunks);
+    status = cg_fail(CG_ERR_NO_MEMORY, "allocating %u staged chunks", n_chunks);
     goto out;
   }
-  st->staging_bytes = staging_bytes_of(s);
-  if ((status = cg_topo_host_alloc(&st->staging, st->staging_bytes, sc->device)) != CG_SUCCESS) goto out;
-  if ((status = cg_ht_flags_alloc(&st->flags, (uint32_t)n_chunks + 1)) != CG_SUCCESS) goto out;
-  st->n_chunks = s->count ? plan_chunks(st->chunks, s, st->staging, chunk_elems) : 1;
-  if (!s->count) st->chunks[0].part.step = *s;
-  int chain = uses_chain(sc, s, st->n_chunks);
+  st->direct = s->count && goes_direct(sc, s);
+  st->staging_bytes = st->direct ? direct_staging_bytes_of(s, n_chunks) : staging_bytes_of(s);
+  if ((status = staging_alloc(&st->staging, st->staging_bytes, sc, st->direct)) != CG_SUCCESS) goto out;
+  if ((status = cg_ht_flags_alloc(&st->flags, n_chunks + 1)) != CG_SUCCESS) goto out;
+  st->n_chunks = plan_step(st->chunks, sc, s, st->direct, st->staging, chunk_elems);
+  st->average = st->direct ? cg_mpi_average_target(s) : NULL;
   for (uint32_t k = 0; k < st->n_chunks && status == CG_SUCCESS; k++) {
     chunk_t *ch = &st->chunks[k];
-    ch->part.mpi = sc->mpi;
+    ch->part.mpi = ch->forward.mpi = sc->mpi;
     ch->part_list[0] = &ch->part;
     ch->part_list[1] = &ch->forward;
     ch->op.parts = ch->part_list;
     ch->op.part_done = ch->part_done;
-    ch->op.n_parts = 1;
-    if (chain) make_chain_link(ch, s, k);
     ch->op.seq = &st->seq;
     st->seq_ops[k] = &ch->op;
     cg_ht_flags_assign(&ch->op, &st->flags, k);
@@ -275,7 +432,7 @@ cg_status_t cg_staged_step_prepare(void **state, void *comm_impl, const cg_step_
   cg_ht_flags_assign(&st->group_op, &st->flags, st->n_chunks);
   st->seq.ops = st->seq_ops;
   st->seq.n_ops = st->n_chunks;
-  st->seq.window = chain ? 0 : 1;
+  st->seq.window = uses_chain(sc, s, st->n_chunks) ? 0 : 1;
 out:
   if (status != CG_SUCCESS) {
     cg_staged_step_release(sc, st);
@@ -292,15 +449,18 @@ out:
 static void post_op(void *arg) { cg_ht_engine_post(arg); }
 
 /* The op's MPI calls begin: a host node posts them (mpi-staged), or the GPU
- * raises the op's ready flag for the engine to post them (hosttransfer). */
+ * raises the op's ready flag for the engine to post them (hosttransfer, and
+ * every op of a direct communicator). */
+static int posts_by_flag(const cg_staged_comm_t *sc) { return sc->post_by_flag || sc->direct; }
+
 static cudaError_t enqueue_post(const cg_staged_comm_t *sc, cudaStream_t stream, cg_ht_op_t *op) {
-  if (sc->post_by_flag) return cg_ht_write_flag(stream, op->ready_dev, 1);
+  if (posts_by_flag(sc)) return cg_ht_write_flag(stream, op->ready_dev, 1);
   return cudaLaunchHostFunc(stream, post_op, op);
 }
 
 /* hosttransfer: the engine watches these ops' ready flags, in this order. */
 static cg_status_t watch(const cg_staged_comm_t *sc, cg_staged_step_t *st, cg_ht_op_t *const *ops, uint32_t n) {
-  if (!sc->post_by_flag) return CG_SUCCESS;
+  if (!posts_by_flag(sc)) return CG_SUCCESS;
   if (st->watched) cg_ht_engine_unwatch(&st->seq);
   st->watched = 0;
   memmove(st->seq_ops, ops, n * sizeof *ops);
@@ -346,6 +506,12 @@ static cudaError_t enqueue_pipeline(cg_staged_comm_t *sc, cg_staged_step_t *st, 
   return err;
 }
 
+/* A direct average: MPI summed on the device buffers; divide there. */
+static cudaError_t enqueue_average(const cg_staged_step_t *st, const cg_step_t *s, cudaStream_t lane) {
+  if (!st->average) return cudaSuccess;
+  return cg_staged_divide_launch(st->average, s->count, s->dtype, s->comm->size, lane);
+}
+
 cg_status_t cg_staged_step_enqueue(void *comm_impl, const cg_step_t *s, void *stream) {
   cg_staged_comm_t *sc = comm_impl;
   cg_staged_step_t *st = s->backend_state;
@@ -371,6 +537,7 @@ cg_status_t cg_staged_step_enqueue(void *comm_impl, const cg_step_t *s, void *st
     /* seq_ops already lists the chunks (cg_staged_step_prepare) */
     if ((status = watch(sc, st, st->seq_ops, st->n_chunks)) != CG_SUCCESS) return status;
     err = enqueue_pipeline(sc, st, lane);
+    if (err == cudaSuccess) err = enqueue_average(st, s, lane);
     return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "enqueueing a pipelined staged step");
   }
   if ((status = watch(sc, st, ops, 1)) != CG_SUCCESS) return status;
@@ -379,6 +546,7 @@ cg_status_t cg_staged_step_enqueue(void *comm_impl, const cg_step_t *s, void *st
   if (err == cudaSuccess) err = enqueue_post(sc, lane, &ch->op);
   if (err == cudaSuccess) err = cg_ht_enqueue_wait_done(lane, &ch->op);
   if (err == cudaSuccess) err = enqueue_copy(&ch->out, lane);
+  if (err == cudaSuccess) err = enqueue_average(st, s, lane);
   return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "enqueueing a staged step");
 }
 
@@ -422,18 +590,20 @@ cg_status_t cg_staged_group_end(void *comm_impl) {
 }
 
 const char *cg_staged_step_call(const cg_step_t *s) {
+  const cg_staged_step_t *st = s->backend_state;
+  int direct = st && st->direct;
   switch (s->op_kind) {
-    case CG_NODE_ALLREDUCE: return "staged MPI_Iallreduce";
-    case CG_NODE_BROADCAST: return "staged MPI_Ibcast";
-    case CG_NODE_REDUCE: return "staged MPI_Ireduce";
-    case CG_NODE_ALLGATHER: return "staged MPI_Iallgather";
-    case CG_NODE_REDUCE_SCATTER: return "staged MPI_Ireduce_scatter_block";
-    case CG_NODE_ALLTOALL: return "staged MPI_Ialltoall";
-    case CG_NODE_GATHER: return "staged MPI_Igather";
-    case CG_NODE_SCATTER: return "staged MPI_Iscatter";
-    case CG_NODE_SEND: return "staged MPI_Isend";
-    case CG_NODE_RECV: return "staged MPI_Irecv";
-    case CG_NODE_BARRIER: return "MPI_Ibarrier (host node)";
+    case CG_NODE_ALLREDUCE: return direct ? "direct MPI_Iallreduce" : "staged MPI_Iallreduce";
+    case CG_NODE_BROADCAST: return direct ? "direct MPI_Ibcast" : "staged MPI_Ibcast";
+    case CG_NODE_REDUCE: return direct ? "direct MPI_Ireduce" : "staged MPI_Ireduce";
+    case CG_NODE_ALLGATHER: return direct ? "direct MPI_Iallgather" : "staged MPI_Iallgather";
+    case CG_NODE_REDUCE_SCATTER: return direct ? "direct MPI_Ireduce_scatter_block" : "staged MPI_Ireduce_scatter_block";
+    case CG_NODE_ALLTOALL: return direct ? "direct MPI_Ialltoall" : "staged MPI_Ialltoall";
+    case CG_NODE_GATHER: return direct ? "direct MPI_Igather" : "staged MPI_Igather";
+    case CG_NODE_SCATTER: return direct ? "direct MPI_Iscatter" : "staged MPI_Iscatter";
+    case CG_NODE_SEND: return direct ? "direct MPI_Isend" : "staged MPI_Isend";
+    case CG_NODE_RECV: return direct ? "direct MPI_Irecv" : "staged MPI_Irecv";
+    case CG_NODE_BARRIER: return "MPI_Ibarrier";
     default: return "none";
   }
 }

@@ -85,6 +85,8 @@ static void print_mpi(int provided) {
 #if CG_HAVE_CUDA
   int aware = cg_mpi_cuda_aware();
   printf("MPI CUDA-aware: %s\n", aware == 1 ? "yes" : aware == 0 ? "no" : "cannot tell (this MPI has no query for it)");
+  printf("MPI on device buffers, staging AUTO: %s\n",
+         aware == 1 ? "direct (device pointers to MPI)" : "host (pinned staging memory)");
 #else
   printf("MPI CUDA-aware: n/a (built without CUDA)\n");
 #endif

@@ -43,8 +43,11 @@ CG_API const char *cg_backend_kind_name(cg_backend_kind_t kind);
 /* X(name, text): how an MPI communicator on a device moves device buffers.
  * HOST: through pinned host staging buffers (a device-to-host copy, MPI on the
  * copy, a host-to-device copy, all inside the plan's CUDA graph); works with
- * any MPI. DIRECT: device pointers handed to a CUDA-aware MPI. AUTO: DIRECT
- * where the MPI says it is CUDA-aware and this build can use it, else HOST. */
+ * any MPI. DIRECT: device pointers handed to a CUDA-aware MPI (steps MPI
+ * cannot run on device memory, such as float16 reductions, stay staged; on an
+ * MPI that says it is not CUDA-aware only managed and host memory is handed
+ * over). AUTO: DIRECT where the MPI says it is CUDA-aware (CG_MPI_CUDA_AWARE=1
+ * or 0 overrides its answer), else HOST. docs/staged.md has the details. */
 #define CG_STAGING_LIST(X)        \
   X(CG_STAGING_AUTO, "auto")      \
   X(CG_STAGING_HOST, "host")      \

@@ -116,10 +116,28 @@ static void run_cases(kcase_t *cases, size_t n, const char *label, int use_run) 
   if (ok) ok = add_barrier(g, comms[0], what, sizeof what, label);
   ck_assert_all_ranks(ok, what);
 
-  cg_status_t st = cg_compile(&plan, g, NULL);
+  /* direct: one step per node, so every step is on the test's managed
+   * buffers (a bucket's plan-owned device memory is staged: this MPI cannot
+   * read it) */
+  cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
+  opts.fusion = !cg_gpu_direct();
+  cg_status_t st = cg_compile(&plan, g, &opts);
   snprintf(what, sizeof what, "%s: cg_compile: %s", label, st == CG_SUCCESS ? "" : cg_error_last());
   ck_assert_all_ranks(st == CG_SUCCESS, what);
   cg_graph_destroy(g);
+  if (cg_gpu_direct()) {
+    /* MPI reduces float16 and bfloat16 with host functions: those steps
+     * stay staged; every other kind and type has direct steps */
+    cg_node_kind_t k = cases[0].kind;
+    int reduces = k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_REDUCE_SCATTER;
+    int half = cases[0].dtype == CG_FLOAT16 || cases[0].dtype == CG_BFLOAT16;
+    char *dot = cg_gpu_plan_dot(plan);
+    int direct = strstr(dot, "direct MPI_") != NULL, staged = strstr(dot, "staged MPI_") != NULL;
+    snprintf(what, sizeof what, "%s: direct steps %s, staged steps %s", label, direct ? "present" : "absent",
+             staged ? "present" : "absent");
+    free(dot);
+    ck_assert_all_ranks(reduces && half ? !direct && staged : direct, what);
+  }
 
   CUDA_OK(cudaDeviceSynchronize()); /* the inputs are on the device before any stream reads them */
   if (use_run) {

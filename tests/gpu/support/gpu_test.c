@@ -89,10 +89,11 @@ int cg_gpu_test_main(Suite *suite, const char *name) {
 
 /* ---- communicators, buffers, streams */
 
-/* CG_GPU_TEST_BACKEND: nccl (default), mpi (staged), hosttransfer, or mixed:
- * the three in turn, one per communicator created, so plans over several
- * communicators mix backends (every rank creates its communicators in the
- * same order, so they agree). */
+/* CG_GPU_TEST_BACKEND: nccl (default), mpi (staged), hosttransfer, direct
+ * (mpi with CG_STAGING_DIRECT), or mixed: nccl, mpi and hosttransfer in turn,
+ * one per communicator created, so plans over several communicators mix
+ * backends (every rank creates its communicators in the same order, so they
+ * agree). */
 static const char *requested = "nccl";
 
 const char *cg_gpu_requested_backend(void) { return requested; }
@@ -102,7 +103,7 @@ static cg_backend_kind_t test_backend(void) {
   static unsigned created;
   const char *b = getenv("CG_GPU_TEST_BACKEND");
   if (!b || !*b || strcmp(b, "nccl") == 0) return CG_BACKEND_NCCL;
-  if (strcmp(b, "mpi") == 0) return CG_BACKEND_MPI;
+  if (strcmp(b, "mpi") == 0 || strcmp(b, "direct") == 0) return CG_BACKEND_MPI;
   if (strcmp(b, "hosttransfer") == 0) return CG_BACKEND_HOSTTRANSFER;
   ck_assert_msg(strcmp(b, "mixed") == 0, "CG_GPU_TEST_BACKEND=%s: use nccl, mpi, hosttransfer or mixed", b);
   return turn[created++ % 3];
@@ -113,6 +114,7 @@ cg_comm_t *cg_gpu_nccl_comm(MPI_Comm mpi) {
   cg_comm_opts_t o = CG_COMM_OPTS_INIT;
   o.backend = test_backend();
   o.device = device;
+  if (cg_gpu_direct()) o.staging = CG_STAGING_DIRECT;
   requested = o.backend == CG_BACKEND_MPI ? "mpi-staged" : cg_backend_kind_name(o.backend);
   cg_status_t st = cg_comm_create(&c, mpi, &o);
   char what[400];
@@ -129,9 +131,19 @@ cg_comm_t *cg_gpu_shared_comm(int i) {
   return shared[i];
 }
 
+int cg_gpu_direct(void) {
+  const char *b = getenv("CG_GPU_TEST_BACKEND");
+  return b && strcmp(b, "direct") == 0;
+}
+
 void *cg_gpu_alloc(size_t bytes) {
   void *p = NULL;
-  CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
+  /* managed memory reaches MPI directly even when MPI is not CUDA-aware
+   * (neither MPI here is), so direct steps run on it */
+  if (cg_gpu_direct())
+    CUDA_OK(cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal));
+  else
+    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
   CUDA_OK(cudaMemset(p, CG_MPI_POISON, bytes ? bytes : 1));
   CUDA_OK(cudaDeviceSynchronize()); /* done before work on any stream touches it */
   return p;

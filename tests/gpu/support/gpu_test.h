@@ -64,6 +64,9 @@ cg_comm_t *cg_gpu_shared_comm(int i);
 /* cudaMalloc'ed bytes (at least 1) set to CG_MPI_POISON with cudaMemset,
  * which has completed on return. */
 void *cg_gpu_alloc(size_t bytes);
+/* CG_GPU_TEST_BACKEND=direct: mpi communicators with CG_STAGING_DIRECT, and
+ * cg_gpu_alloc gives managed memory. */
+int cg_gpu_direct(void);
 /* cudaFree, asserting it worked; NULL is fine. */
 void cg_gpu_free(void *p);
 /* A stream of this rank's GPU for the suite (created on first use). */
