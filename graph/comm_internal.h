@@ -26,6 +26,9 @@ struct cg_comm {
   int device; /* CG_DEVICE_HOST or a CUDA device ordinal */
   int registered; /* listed for cg_comm_lookup */
   atomic_int refs; /* the creator's, one per graph and plan that uses it, and lookups in flight */
+  /* collectives issued over it by every plan, in order: the flight
+   * recorder's sequence numbers, equal across ranks while they agree */
+  atomic_uint_least64_t issued;
   const cg_comm_ops_t *ops;
   void *impl;
 };

@@ -72,6 +72,11 @@ struct cg_backend {
    * keeping its allocations. Needed by every backend with step state; local,
    * not collective. */
   cg_status_t (*step_rebind)(void *comm_impl, void *state, const cg_step_t *step);
+
+  /* A replay on this communicator timed out: make whatever it left on the
+   * device stop waiting (NCCL: ncclCommAbort), so the process can go on or
+   * exit. The communicator runs nothing afterwards. NULL: nothing to do. */
+  void (*abort)(void *comm_impl);
 };
 
 typedef struct cg_backend cg_backend_t;

@@ -15,6 +15,7 @@
 #include "graph_view.h"
 #include "plan_internal.h"
 #include "rank_check.h"
+#include "watchdog.h"
 
 void cg_step_describe(char *buf, size_t size, const cg_plan_t *plan, uint32_t index) {
   const cg_step_t *s = &plan->steps[index];
@@ -197,6 +198,7 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
   if (st == CG_SUCCESS) {
     p->graph_serial = graph->serial;
     p->device = device;
+    p->timeout_s = cg_watchdog_timeout(opts->timeout_s);
     st = cg_plan_lower(p, graph, &order, &fusion, where);
   }
   if (st == CG_SUCCESS) st = cg_plan_layout_buckets(p, where);

@@ -10,10 +10,12 @@
  * and the captured graph is instantiated once. A bucket's pack and unpack are
  * one launch each of the batched copy kernel (bucket_cuda.c). Events used during capture
  * only become edges of the graph, so they are destroyed right after it. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agreement.h"
 #include "backend.h"
@@ -23,6 +25,8 @@
 #include "lower.h"
 #include "plan_internal.h"
 #include "plan_lock.h"
+#include "flight.h"
+#include "watchdog.h"
 
 struct cg_cuda_plan {
   cudaStream_t *lanes;
@@ -37,6 +41,12 @@ struct cg_cuda_plan {
   cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
   int running;
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
+  /* the watchdog (plans with a timeout): per step, a count the graph adds 1
+   * to once the step is done (mapped host memory), and when cg_plan_start's
+   * replay began */
+  unsigned *marks, *marks_dev;
+  uint64_t started_ns;
+  uint64_t *seq_base; /* per plan communicator: its sequence number at the latest launch */
 };
 
 static cg_status_t cuda_fail(cudaError_t err, const char *where, const char *call) {
@@ -58,6 +68,8 @@ void cg_cuda_plan_free(cg_plan_t *p) {
     if (c->children[i]) cudaGraphDestroy(c->children[i]);
   free(c->children);
   if (c->lock) cudaFree(c->lock);
+  if (c->marks) cudaFreeHost(c->marks);
+  free(c->seq_base);
   if (c->run_done) cudaEventDestroy(c->run_done);
   for (uint32_t l = 0; c->lanes && l < c->n_lanes; l++)
     if (c->lanes[l]) cudaStreamDestroy(c->lanes[l]);
@@ -166,6 +178,9 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
     cg_status_t end = backend_of(first)->device_group_end(first->comm->impl);
     if (st == CG_SUCCESS) st = end;
   }
+  for (uint32_t k = 0; k < u->n && st == CG_SUCCESS && c->marks; k++)
+    if ((err = cg_progress_mark_launch(&c->marks_dev[p->issue_order[u->first + k]], lane)) != cudaSuccess)
+      st = cuda_fail(err, where, "the watchdog's progress mark");
   for (uint32_t k = 0; k < u->n && st == CG_SUCCESS; k++) {
     uint32_t index = p->issue_order[u->first + k];
     if (events[index] && (err = cudaEventRecord(events[index], lane)) != cudaSuccess)
@@ -244,7 +259,8 @@ static cg_status_t capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
 static cg_status_t prepare(cg_plan_t *p, const char *where) {
   struct cg_cuda_plan *c = p->cuda = calloc(1, sizeof *c);
   if (c) c->lanes = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *c->lanes);
-  if (!c || !c->lanes) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
+  if (c) c->seq_base = calloc(p->n_comms ? p->n_comms : 1, sizeof *c->seq_base);
+  if (!c || !c->lanes || !c->seq_base) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
   cudaError_t err = cudaSetDevice(p->device);
   if (err != cudaSuccess) return cuda_fail(err, where, "cudaSetDevice");
   c->n_lanes = p->n_lanes;
@@ -268,6 +284,16 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
     return cuda_fail(err, where, "cudaMalloc (the plan's lock)");
   }
   if ((err = cudaMemset(c->lock, 0, sizeof *c->lock)) != cudaSuccess) return cuda_fail(err, where, "cudaMemset");
+  if (p->timeout_s > 0) {
+    size_t bytes = (p->n_steps ? p->n_steps : 1) * sizeof *c->marks;
+    if ((err = cudaHostAlloc((void **)&c->marks, bytes, cudaHostAllocMapped)) != cudaSuccess) {
+      c->marks = NULL;
+      return cuda_fail(err, where, "cudaHostAlloc (the watchdog's progress marks)");
+    }
+    memset(c->marks, 0, bytes);
+    if ((err = cudaHostGetDevicePointer((void **)&c->marks_dev, c->marks, 0)) != cudaSuccess)
+      return cuda_fail(err, where, "cudaHostGetDevicePointer");
+  }
   /* the recorded graph owns the child graphs and may be destroyed after
    * compiling; the plan keeps its own copies, to capture again on rebinding */
   if (!(c->children = calloc(p->n_steps ? p->n_steps : 1, sizeof *c->children)))
@@ -389,6 +415,21 @@ static cg_status_t check_device_plan(const cg_plan_t *plan, const char *caller) 
   return CG_SUCCESS;
 }
 
+/* A replay was launched: counted, and each communicator's sequence numbers
+ * advance by the plan's collectives on it (the graph issues them all). */
+static void note_launch(cg_plan_t *p) {
+  p->replays++;
+  for (uint32_t c = 0; c < p->n_comms; c++)
+    p->cuda->seq_base[c] = atomic_fetch_add(&p->comms[c].comm->issued, p->comms[c].n_steps);
+  cg_flight_plan(p, CG_FLIGHT_REPLAY_START, p->replays);
+}
+
+static uint64_t step_seq(const cg_plan_t *p, const cg_step_t *s) {
+  for (uint32_t c = 0; c < p->n_comms; c++)
+    if (p->comms[c].comm == s->comm) return p->cuda->seq_base[c] + s->comm_position;
+  return 0;
+}
+
 cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
   cg_status_t st = check_device_plan(plan, "cg_plan_launch");
   if (st != CG_SUCCESS) return st;
@@ -406,6 +447,7 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
   cudaGraphExec_t exec = NULL;
   if ((st = launch_exec(&exec, plan, "cg_plan_launch")) != CG_SUCCESS) return st;
   if ((err = cudaGraphLaunch(exec, stream)) != cudaSuccess) return cuda_fail(err, "cg_plan_launch", "cudaGraphLaunch");
+  note_launch(plan);
   c->launched = 1;
   return CG_SUCCESS;
 }
@@ -422,6 +464,9 @@ cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
 cg_status_t cg_cuda_plan_start(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   int done = 1;
+  if (p->timed_out)
+    return cg_fail(CG_ERR_TIMEOUT, "cg_plan_start: a replay of the plan timed out and its communicators were "
+                   "aborted; destroy the plan");
   cg_status_t st = cg_cuda_plan_test(&done, p);
   if (st != CG_SUCCESS) return st;
   if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: the plan's previous run has not finished");
@@ -431,7 +476,52 @@ cg_status_t cg_cuda_plan_start(cg_plan_t *p) {
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   if (err != cudaSuccess) return cuda_fail(err, "cg_plan_start", "cudaGraphLaunch");
   c->running = 1;
+  c->started_ns = cg_watchdog_now_ns();
+  note_launch(p);
   return CG_SUCCESS;
+}
+
+/* A step is done in the current replay once its mark has counted every
+ * replay so far (launches through cg_plan_launch and cg_plan_start; replays
+ * of a user's graph that embeds the plan are not counted, so there the report
+ * can take a step for done that is not). */
+static int step_marked(const cg_plan_t *p, uint32_t step) {
+  return ((volatile unsigned *)p->cuda->marks)[step] >= (unsigned)p->replays;
+}
+
+/* The replay ran past the timeout: the step waited for is the first in
+ * capture order that is not done while everything it depends on is; the
+ * flight recorder learns which collectives completed; the plan's
+ * communicators are aborted so the device stops waiting. */
+static cg_status_t time_out(cg_plan_t *p, const char *caller) {
+  cg_watchdog_where_t w = {CG_NO_STEP, CG_NO_STEP, 0, NULL};
+  char extra[200] = "";
+  for (uint32_t k = 0; k < p->n_steps && p->cuda->marks; k++) {
+    uint32_t i = p->issue_order[k];
+    const cg_step_t *s = &p->steps[i];
+    if (step_marked(p, i)) {
+      w.n_done++;
+      w.last_done = i;
+      if (s->kind == CG_STEP_COLLECTIVE)
+        cg_flight_step(p, CG_FLIGHT_STEP_DONE, p->replays, i, step_seq(p, s));
+      continue;
+    }
+    int ready = 1;
+    for (uint32_t e = 0; e < s->n_deps && ready; e++) ready = step_marked(p, s->deps[e]);
+    if (ready && w.waiting == CG_NO_STEP) w.waiting = i;
+  }
+  if (!p->cuda->marks) w.extra = "no progress marks: compiled without a timeout";
+  for (uint32_t c = 0; c < p->n_comms; c++) {
+    const cg_backend_t *b = p->comms[c].comm->ops->backend;
+    if (b && b->abort) b->abort(p->comms[c].comm->impl);
+  }
+  if (w.waiting != CG_NO_STEP && p->steps[w.waiting].comm) {
+    snprintf(extra, sizeof extra, "communicator %016llx aborted with the plan's others",
+             (unsigned long long)p->steps[w.waiting].comm->id);
+    w.extra = extra;
+  }
+  p->cuda->running = 0;
+  return cg_watchdog_fire(p, caller, p->replays, &w);
 }
 
 cg_status_t cg_cuda_plan_test(int *done, cg_plan_t *p) {
@@ -440,19 +530,37 @@ cg_status_t cg_cuda_plan_test(int *done, cg_plan_t *p) {
   if (!c->running) return CG_SUCCESS;
   cudaError_t err = cudaEventQuery(c->run_done);
   if (err == cudaErrorNotReady) {
+    if (cg_watchdog_expired(p, c->started_ns)) return time_out(p, "cg_plan_test");
     *done = 0;
     return CG_SUCCESS;
   }
   c->running = 0;
+  if (err == cudaSuccess) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
   return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cg_plan_test", "the replay");
 }
 
 cg_status_t cg_cuda_plan_wait(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   if (!c->running) return CG_SUCCESS;
-  cudaError_t err = cudaEventSynchronize(c->run_done);
-  c->running = 0;
-  return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cg_plan_wait", "the replay");
+  if (p->timeout_s <= 0) {
+    cudaError_t err = cudaEventSynchronize(c->run_done);
+    c->running = 0;
+    if (err == cudaSuccess) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
+    return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cg_plan_wait", "the replay");
+  }
+  /* polled, so the wait can end: a short sleep keeps a core free for the
+   * progress thread and MPI */
+  for (;;) {
+    cudaError_t err = cudaEventQuery(c->run_done);
+    if (err != cudaErrorNotReady) {
+      c->running = 0;
+      if (err == cudaSuccess) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
+      return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cg_plan_wait", "the replay");
+    }
+    if (cg_watchdog_expired(p, c->started_ns)) return time_out(p, "cg_plan_wait");
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
 }
 
 cg_status_t cg_cuda_current_device(int *device, const char *where) {

@@ -15,7 +15,9 @@
 #include "backend.h"
 #include "error.h"
 #include "lower.h"
+#include "flight.h"
 #include "plan_internal.h"
+#include "watchdog.h"
 
 enum { STEP_WAITING, STEP_READY, STEP_STARTED, STEP_DONE };
 
@@ -27,6 +29,9 @@ struct cg_host_run {
   uint32_t *worklist; /* steps that just became ready */
   uint32_t n_work;
   uint32_t n_done;
+  uint64_t *seq;      /* per step: its communicator's sequence number this replay */
+  uint64_t started_ns; /* when this replay started (the watchdog's clock) */
+  uint32_t last_done;  /* the step that completed last, or CG_NO_STEP */
   int running;
 };
 
@@ -37,6 +42,7 @@ void cg_host_run_free(cg_plan_t *plan) {
   free(r->state);
   free(r->started);
   free(r->worklist);
+  free(r->seq);
   free(r);
   plan->run = NULL;
 }
@@ -50,9 +56,10 @@ static cg_status_t run_alloc(cg_plan_t *plan) {
     r->state = malloc(n * sizeof *r->state);
     r->started = malloc(n * sizeof *r->started);
     r->worklist = malloc(n * sizeof *r->worklist);
+    r->seq = calloc(n, sizeof *r->seq);
   }
   plan->run = r;
-  if (!r || !r->pending || !r->state || !r->started || !r->worklist) {
+  if (!r || !r->pending || !r->state || !r->started || !r->worklist || !r->seq) {
     cg_host_run_free(plan);
     return cg_fail(CG_ERR_NO_MEMORY, "cg_plan_start: allocating the run state of %u steps", plan->n_steps);
   }
@@ -73,6 +80,8 @@ static void complete(cg_plan_t *plan, uint32_t index) {
   const cg_step_t *s = &plan->steps[index];
   r->state[index] = STEP_DONE;
   r->n_done++;
+  r->last_done = index;
+  if (s->kind == CG_STEP_COLLECTIVE) cg_flight_step(plan, CG_FLIGHT_STEP_DONE, plan->replays, index, r->seq[index]);
   for (uint32_t e = 0; e < s->n_succs; e++)
     if (--r->pending[s->succs[e]] == 0) r->worklist[r->n_work++] = s->succs[e];
 }
@@ -81,6 +90,8 @@ static cg_status_t start_step(cg_plan_t *plan, uint32_t index, const char *calle
   cg_host_run_t *r = plan->run;
   cg_step_t *s = &plan->steps[index];
   const cg_backend_t *b = s->comm->ops->backend;
+  r->seq[index] = atomic_fetch_add(&s->comm->issued, 1);
+  cg_flight_step(plan, CG_FLIGHT_STEP_START, plan->replays, index, r->seq[index]);
   cg_status_t st = b->host_step_start(s->comm->impl, s, s->backend_state);
   if (st != CG_SUCCESS) return fail_step(plan, st, index, caller);
   r->state[index] = STEP_STARTED;
@@ -137,12 +148,36 @@ static cg_status_t poll_started(cg_plan_t *plan, const char *caller) {
   return CG_SUCCESS;
 }
 
+/* The replay ran past the plan's timeout: the step it waits for is the
+ * first in flight (steps start in an order every rank shares per
+ * communicator). The run ends; what is posted stays posted. */
+static cg_status_t time_out(cg_plan_t *plan, const char *caller) {
+  cg_host_run_t *r = plan->run;
+  cg_watchdog_where_t w = {CG_NO_STEP, r->last_done, r->n_done, NULL};
+  for (uint32_t i = 0; i < r->n_started; i++)
+    if (w.waiting == CG_NO_STEP || r->started[i] < w.waiting) w.waiting = r->started[i];
+  char extra[160] = "";
+  if (w.waiting != CG_NO_STEP && plan->steps[w.waiting].kind == CG_STEP_COLLECTIVE) {
+    const cg_comm_t *comm = plan->steps[w.waiting].comm;
+    snprintf(extra, sizeof extra, "communicator %016llx, sequence number %llu, %u steps in flight",
+             (unsigned long long)comm->id, (unsigned long long)r->seq[w.waiting], r->n_started);
+    w.extra = extra;
+  }
+  r->running = 0;
+  return cg_watchdog_fire(plan, caller, plan->replays, &w);
+}
+
 static cg_status_t progress(int *done, cg_plan_t *plan, const char *caller) {
   cg_host_run_t *r = plan->run;
   cg_status_t st = poll_started(plan, caller);
   if (st == CG_SUCCESS) st = start_ready(plan, caller);
   if (st != CG_SUCCESS) return st;
-  if (r->n_done == plan->n_steps) r->running = 0;
+  if (r->n_done == plan->n_steps) {
+    r->running = 0;
+    cg_flight_plan(plan, CG_FLIGHT_REPLAY_DONE, plan->replays);
+  } else if (cg_watchdog_expired(plan, r->started_ns)) {
+    return time_out(plan, caller);
+  }
   *done = !r->running;
   return CG_SUCCESS;
 }
@@ -186,6 +221,10 @@ cg_status_t cg_plan_start(cg_plan_t *plan) {
 #if CG_HAVE_CUDA
   if (plan->cuda) return cg_cuda_plan_start(plan);
 #endif
+  if (plan->timed_out)
+    return cg_fail(CG_ERR_TIMEOUT, "cg_plan_start: %s: a replay timed out and its communication may still be "
+                   "posted; destroy the plan (and end the job: MPI cannot take back what it holds)",
+                   plan_label(plan));
   if (plan->run && plan->run->running)
     return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: %s is still running: wait for it first",
                    plan_label(plan));
@@ -200,6 +239,10 @@ cg_status_t cg_plan_start(cg_plan_t *plan) {
   if (st != CG_SUCCESS) return st;
   cg_host_run_t *r = plan->run;
   r->n_started = r->n_work = r->n_done = 0;
+  r->last_done = CG_NO_STEP;
+  r->started_ns = cg_watchdog_now_ns();
+  plan->replays++;
+  cg_flight_plan(plan, CG_FLIGHT_REPLAY_START, plan->replays);
   /* roots in reverse, so the worklist (a stack) starts them in step order */
   for (uint32_t i = plan->n_steps; i-- > 0;) {
     r->pending[i] = plan->steps[i].n_deps;
@@ -208,7 +251,10 @@ cg_status_t cg_plan_start(cg_plan_t *plan) {
   }
   r->running = 1;
   if ((st = start_ready(plan, "cg_plan_start")) != CG_SUCCESS) return st;
-  if (r->n_done == plan->n_steps) r->running = 0;
+  if (r->n_done == plan->n_steps) {
+    r->running = 0;
+    cg_flight_plan(plan, CG_FLIGHT_REPLAY_DONE, plan->replays);
+  }
   return CG_SUCCESS;
 }
 
@@ -244,7 +290,7 @@ cg_status_t cg_plan_run(cg_plan_t *plan) {
   if (st != CG_SUCCESS) {
     /* the detail names the call that failed inside; name this one */
     static const char *const inner[] = {"cg_plan_start: ", "cg_plan_wait: ", "cg_plan_test: "};
-    char detail[1024];
+    char detail[2560];
     snprintf(detail, sizeof detail, "%s", cg_error_last());
     const char *rest = detail;
     for (size_t k = 0; k < sizeof inner / sizeof *inner; k++)

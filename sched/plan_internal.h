@@ -152,6 +152,9 @@ struct cg_plan {
   uint32_t n_units;
   int device; /* CG_DEVICE_HOST, or the CUDA device of a device plan */
   cg_host_run_t *run; /* executor state, NULL until first started */
+  double timeout_s;   /* replay watchdog (watchdog.h); 0: none */
+  uint64_t replays;   /* replays started (run, start, launch), for reports and the flight recorder */
+  int timed_out;      /* a replay timed out: its communication may still be posted, so no more replays */
   struct cg_cuda_plan *cuda; /* device plans: the CUDA graph and its streams */
 };
 

@@ -25,3 +25,15 @@ extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, cudaStream_t stream
   cg_plan_unlock_kernel<<<1, 1, 0, stream>>>(word);
   return cudaGetLastError();
 }
+
+/* A step's progress mark for the watchdog (cuda_plan.c): the host reads the
+ * count to learn which steps of the current replay are done. */
+__global__ void cg_progress_mark_kernel(unsigned *slot) {
+  atomicAdd_system(slot, 1u);
+  __threadfence_system();
+}
+
+extern "C" cudaError_t cg_progress_mark_launch(unsigned *slot, cudaStream_t stream) {
+  cg_progress_mark_kernel<<<1, 1, 0, stream>>>(slot);
+  return cudaGetLastError();
+}

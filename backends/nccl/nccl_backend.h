@@ -14,6 +14,7 @@ typedef struct cg_nccl_comm {
   cg_mpi_comm_t *control;
   ncclComm_t nccl;
   int owns_nccl; /* 0 for cg_comm_from_nccl */
+  int aborted;   /* ncclCommAbort ran (a replay timed out): nothing left to finalize */
   int device;
   void *barrier_word; /* device memory, one int32 */
   int peer_links;     /* every rank on one node, each GPU reaching the others directly (NVLink or PCIe

@@ -21,7 +21,7 @@ static void destroy_impl(void *impl) {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(n->device);
-  if (n->nccl && n->owns_nccl) {
+  if (n->nccl && n->owns_nccl && !n->aborted) {
     /* flushes this rank's outstanding operations before the resources go */
     ncclCommFinalize(n->nccl);
     ncclCommDestroy(n->nccl);
@@ -69,6 +69,21 @@ static int find_peer_links(int device, const cg_mpi_comm_t *control) {
   return all;
 }
 
+/* A timed-out replay's kernels wait for peers that will not come;
+ * ncclCommAbort stops them and frees the communicator's resources. A
+ * communicator of the user's (cg_comm_from_nccl) is aborted too: its
+ * operations in our graph would otherwise hang the device forever. */
+static void abort_comm(void *impl) {
+  cg_nccl_comm_t *n = impl;
+  if (!n->nccl || n->aborted) return;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(n->device);
+  ncclCommAbort(n->nccl);
+  n->aborted = 1;
+  cudaSetDevice(previous);
+}
+
 const cg_backend_t cg_nccl_backend = {
     .interface_version = CG_BACKEND_INTERFACE_VERSION,
     .name = "nccl",
@@ -86,6 +101,7 @@ const cg_backend_t cg_nccl_backend = {
     .device_step_enqueue = cg_nccl_step_enqueue,
     .step_call = cg_nccl_step_call,
     .bucket_bytes = bucket_bytes,
+    .abort = abort_comm,
 };
 
 static const cg_comm_ops_t nccl_ops = {.backend_name = "nccl", .destroy_impl = destroy_impl,

@@ -35,8 +35,11 @@ typedef struct cg_compile_opts {
                        The environment variable CG_FUSION=0 turns it off too */
   size_t bucket_bytes; /* largest bucket; 0 (default): CG_BUCKET_BYTES from the environment (bytes, or with
                           a K, M or G suffix), else what the communicator's backend prefers for its topology */
+  double timeout_s; /* replay watchdog: a replay that has not finished this many seconds after it started fails
+                       with CG_ERR_TIMEOUT (see cg_plan_wait); 0 (default): CG_TIMEOUT (seconds) from the
+                       environment, else none; negative: none, whatever the environment says */
 } cg_compile_opts_t;
-#define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL, 1, 0}
+#define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL, 1, 0, 0.0}
 
 /* Compiles `graph`; opts may be NULL for defaults. Collective: every rank of
  * every communicator the graph uses must call it (in the same order relative to
@@ -147,6 +150,34 @@ typedef struct cg_plan_stats {
   size_t copy_bytes;   /* bytes this rank's buckets copy per run, packing and unpacking together */
 } cg_plan_stats_t;
 CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
+
+/* ---- the replay watchdog and the flight recorder (docs/watchdog.md)
+ *
+ * A plan compiled with a timeout (cg_compile_opts_t.timeout_s, or CG_TIMEOUT)
+ * bounds every replay: cg_plan_wait, cg_plan_test and cg_plan_run return
+ * CG_ERR_TIMEOUT once a replay has run that long, and cg_error_last() names
+ * the plan, this rank, the replay number, the step and node it was waiting
+ * for (kind, name, communicator and rank) and the last step that completed.
+ * The same report goes to stderr and to the handler below, and the flight
+ * recorder is dumped (CG_FLIGHT_DIR). A timed-out plan is dead: its
+ * communication is still posted, so it refuses to run again; its device
+ * communicators are aborted (NCCL's ncclCommAbort) so nothing waits on them.
+ * What MPI still holds cannot be taken back: after a timeout, end the job
+ * (MPI_Abort) as after any failed collective. */
+
+/* Called once per timeout, on the thread that noticed it, with the report
+ * (valid during the call). */
+typedef void (*cg_timeout_handler_t)(cg_status_t status, const char *report, void *arg);
+/* Sets the process's timeout handler (NULL: none). */
+CG_API cg_status_t cg_set_timeout_handler(cg_timeout_handler_t handler, void *arg);
+/* The plan's replay timeout in seconds (0: none). */
+CG_API cg_status_t cg_plan_timeout(double *seconds, const cg_plan_t *plan);
+
+/* Writes this process's flight recorder: the most recent plan events (replay
+ * started and finished, each collective step started and completed, with its
+ * communicator's id and sequence number, node and rank), oldest first, as
+ * text that `cgflight` merges across ranks to name where they diverged. */
+CG_API cg_status_t cg_flight_dump(FILE *file);
 
 /* The plan in Graphviz DOT: one cluster per lane, steps in their order, labelled
  * with what they do and the node they came from; solid edges are

@@ -888,7 +888,7 @@ static void row_backend_kind_name(fx_t *fx) {
 }
 static void row_status_string(fx_t *fx) {
   check_unknown(fx, "cg_status_string", cg_status_string((cg_status_t)-1), "unknown status");
-  check_unknown(fx, "cg_status_string", cg_status_string((cg_status_t)15), "unknown status");
+  check_unknown(fx, "cg_status_string", cg_status_string((cg_status_t)16), "unknown status");
   check_unknown(fx, "cg_status_string", cg_status_string((cg_status_t)INT_MAX), "unknown status");
 }
 static void row_error_last(fx_t *fx) {
@@ -1109,6 +1109,36 @@ static void row_plan_dump(fx_t *fx) {
   fclose(f);
 }
 
+static void row_plan_timeout(fx_t *fx) {
+  const char *fn = "cg_plan_timeout";
+  double seconds = -1;
+  EXPECT(fx, fn, cg_plan_timeout(NULL, fx->plan), IA);
+  EXPECT(fx, fn, cg_plan_timeout(&seconds, NULL), IA);
+  ck_assert(seconds == -1); /* outputs untouched on failure */
+}
+
+static void row_flight_dump(fx_t *fx) {
+  const char *fn = "cg_flight_dump";
+  EXPECT(fx, fn, cg_flight_dump(NULL), IA);
+  FILE *f = read_only_stream();
+  EXPECT(fx, fn, cg_flight_dump(f), CG_ERR_IO);
+  fclose(f);
+}
+
+/* Any handler (or none) is valid: setting one changes no object, and the
+ * previous one comes back. */
+static void count_timeouts(cg_status_t st, const char *report, void *arg) {
+  (void)st, (void)report;
+  ++*(int *)arg;
+}
+
+static void row_set_timeout_handler(fx_t *fx) {
+  static int calls;
+  EXPECT_NOOP(fx, cg_set_timeout_handler(count_timeouts, &calls));
+  EXPECT_NOOP(fx, cg_set_timeout_handler(NULL, NULL));
+  ck_assert_int_eq(calls, 0);
+}
+
 /* ---- rows: CUDA (names always in the table; bodies in CUDA builds) */
 
 static void row_child_graph(fx_t *fx) {
@@ -1318,6 +1348,9 @@ static const row_t rows[] = {
     {"cg_plan_stats", row_plan_stats},
     {"cg_plan_write_dot", row_plan_write_dot},
     {"cg_plan_dump", row_plan_dump},
+    {"cg_plan_timeout", row_plan_timeout},
+    {"cg_flight_dump", row_flight_dump},
+    {"cg_set_timeout_handler", row_set_timeout_handler},
     /* arena.h */
     {"cg_arena_create", row_arena_create},
     {"cg_arena_alloc", row_arena_alloc},
@@ -1345,7 +1378,7 @@ END_TEST
 START_TEST(args__table_has_no_duplicates) {
   for (int i = 0; i < N_ROWS; i++)
     for (int j = i + 1; j < N_ROWS; j++) ck_assert_msg(strcmp(rows[i].name, rows[j].name) != 0, "row %s twice", rows[i].name);
-  ck_assert_int_eq(N_ROWS, 55);
+  ck_assert_int_eq(N_ROWS, 58);
 }
 END_TEST
 
