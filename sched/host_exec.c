@@ -159,7 +159,7 @@ static cg_status_t time_out(cg_plan_t *plan, const char *caller) {
   char extra[160] = "";
   if (w.waiting != CG_NO_STEP && plan->steps[w.waiting].kind == CG_STEP_COLLECTIVE) {
     const cg_comm_t *comm = plan->steps[w.waiting].comm;
-    snprintf(extra, sizeof extra, "communicator %016llx, sequence number %llu, %u steps in flight",
+    snprintf(extra, sizeof extra, "communicator %016llx, sequence number %llu; steps in flight: %u",
              (unsigned long long)comm->id, (unsigned long long)r->seq[w.waiting], r->n_started);
     w.extra = extra;
   }

@@ -1,0 +1,139 @@
+/* Fault injection for the replay watchdog (issue 8): four allreduces
+ * ("layer3.grad" .. "layer0.grad") compiled with a timeout and replayed five
+ * times, on host buffers (MPI backend) or device buffers (NCCL), while the
+ * last rank misbehaves in replay 3:
+ *
+ *   sleep             sleeps three timeouts before its replay
+ *   exit              exits without a word (run it under mpiexec
+ *                     -disable-auto-cleanup, so the job outlives it)
+ *   differ            leaves layer1.grad out of its graph: the compile's
+ *                     cross-rank check fails on every rank
+ *   differ-unchecked  the same graph difference compiled without the check
+ *                     (check_ranks = 0) and without fusion, so only the
+ *                     replay can notice: the others wait for a fourth
+ *                     allreduce the faulty rank never makes. (Fused, the
+ *                     ranks' buckets would differ in size, which MPI does
+ *                     not compare: that is what the check is for.)
+ *   none              behaves
+ *
+ * Every rank that sees an error prints "FAULT-REPORT rank R: <status>:
+ * <detail>" on stdout, lets the others report for 5% of the timeout, and ends
+ * the job with MPI_Abort, as a training job would. Rank 0 prints the
+ * wall-clock time the faulty phase began ("FAULT-START <seconds>"), so a
+ * runner (run-faults) can tell how long the job took to end after it.
+ *
+ * Usage: fault_inject host|gpu FAULT TIMEOUT_SECONDS */
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commgraph.h"
+#include "commgraph/mpi.h"
+#if CG_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define COUNT (1 << 16)
+#define LAYERS 4
+#define REPLAYS 5
+#define FAULTY_REPLAY 3
+
+static int rank, size;
+
+static double wall_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void nap(double seconds) {
+  struct timespec t = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+  nanosleep(&t, NULL);
+}
+
+static void fail(cg_status_t st, double timeout_s) {
+  printf("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
+  fflush(stdout);
+  nap(0.05 * timeout_s);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+static void *buffer(int gpu) {
+  void *p = NULL;
+#if CG_HAVE_CUDA
+  if (gpu) {
+    if (cudaMalloc(&p, COUNT * sizeof(float)) != cudaSuccess || cudaMemset(p, 0, COUNT * sizeof(float)) != cudaSuccess)
+      return NULL;
+    return p;
+  }
+#endif
+  (void)gpu;
+  return calloc(COUNT, sizeof(float));
+}
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (argc != 4 || (strcmp(argv[1], "host") && strcmp(argv[1], "gpu"))) {
+    if (rank == 0) fprintf(stderr, "usage: fault_inject host|gpu none|sleep|exit|differ|differ-unchecked SECONDS\n");
+    MPI_Finalize();
+    return 2;
+  }
+  int gpu = strcmp(argv[1], "gpu") == 0, faulty = rank == size - 1;
+  const char *fault = argv[2];
+  double timeout_s = atof(argv[3]);
+  int unchecked = strcmp(fault, "differ-unchecked") == 0, differs = unchecked || strcmp(fault, "differ") == 0;
+
+  cg_comm_t *comm = NULL;
+  cg_comm_opts_t o = CG_COMM_OPTS_INIT;
+  if (gpu) {
+    o.backend = CG_BACKEND_NCCL;
+    o.device = CG_DEVICE_LOCAL_RANK;
+  }
+  cg_status_t st = cg_comm_create(&comm, MPI_COMM_WORLD, &o);
+  if (st != CG_SUCCESS) fail(st, timeout_s);
+  cg_graph_t *g = NULL;
+  cg_graph_opts_t go = CG_GRAPH_OPTS_INIT;
+  go.name = "train step";
+  if ((st = cg_graph_create(&g, &go)) != CG_SUCCESS) fail(st, timeout_s);
+  void *grads[LAYERS];
+  for (int l = LAYERS - 1; l >= 0; l--) {
+    if (!(grads[l] = buffer(gpu))) fail(CG_ERR_NO_MEMORY, timeout_s);
+    if (differs && faulty && l == 1) continue;
+    cg_node_t node;
+    char name[32];
+    snprintf(name, sizeof name, "layer%d.grad", l);
+    if ((st = cg_allreduce(&node, g, comm, grads[l], grads[l], COUNT, CG_FLOAT32, CG_AVG)) != CG_SUCCESS ||
+        (st = cg_node_name(g, node, name)) != CG_SUCCESS)
+      fail(st, timeout_s);
+  }
+  if (rank == 0 && differs) printf("FAULT-START %.6f\n", wall_s()), fflush(stdout);
+  cg_compile_opts_t co = CG_COMPILE_OPTS_INIT;
+  co.timeout_s = timeout_s;
+  co.check_ranks = !unchecked;
+  co.fusion = !unchecked;
+  cg_plan_t *plan = NULL;
+  if ((st = cg_compile(&plan, g, &co)) != CG_SUCCESS) fail(st, timeout_s);
+  cg_graph_destroy(g);
+
+  for (int replay = 1; replay <= REPLAYS; replay++) {
+    MPI_Barrier(MPI_COMM_WORLD); /* every replay starts together: the timeout measures the fault alone */
+    if (replay == FAULTY_REPLAY) {
+      if (rank == 0 && !differs) printf("FAULT-START %.6f\n", wall_s()), fflush(stdout);
+      if (faulty && strcmp(fault, "sleep") == 0) nap(3 * timeout_s);
+      if (faulty && strcmp(fault, "exit") == 0) _exit(0);
+    }
+    if ((st = cg_plan_run(plan)) != CG_SUCCESS) fail(st, timeout_s);
+  }
+  if (rank == 0) printf("FAULT-NONE all %d replays finished\n", REPLAYS);
+  cg_plan_destroy(plan);
+  cg_comm_destroy(comm);
+  MPI_Finalize();
+  return 0;
+}
