@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 #include "agreement.h"
 #include "backend.h"
@@ -489,6 +490,54 @@ static int step_marked(const cg_plan_t *p, uint32_t step) {
   return ((volatile unsigned *)p->cuda->marks)[step] >= (unsigned)p->replays;
 }
 
+typedef struct abort_job {
+  const cg_backend_t **backends;
+  void **impls;
+  uint32_t n;
+  int device;
+} abort_job_t;
+
+static void *run_abort(void *arg) {
+  abort_job_t *job = arg;
+  cudaSetDevice(job->device);
+  for (uint32_t i = 0; i < job->n; i++) job->backends[i]->abort(job->impls[i]);
+  free(job->backends);
+  free(job->impls);
+  free(job);
+  return NULL;
+}
+
+/* The communicators' abort hooks, on a thread of their own: ncclCommAbort
+ * of a blocking communicator whose kernels still spin may not return soon
+ * (non-blocking communicators are not built yet), and the caller must get
+ * its CG_ERR_TIMEOUT within the timeout. The communicators' impls stay
+ * allocated: a timed-out plan keeps its references, and destroying them
+ * skips what the abort freed. */
+static void abort_comms(cg_plan_t *p) {
+  abort_job_t *job = calloc(1, sizeof *job);
+  if (job) {
+    job->backends = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->backends);
+    job->impls = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->impls);
+  }
+  if (!job || !job->backends || !job->impls) goto fail;
+  job->device = p->device;
+  for (uint32_t c = 0; c < p->n_comms; c++) {
+    const cg_backend_t *b = p->comms[c].comm->ops->backend;
+    if (b && b->abort) job->backends[job->n] = b, job->impls[job->n++] = p->comms[c].comm->impl;
+  }
+  pthread_t thread;
+  pthread_attr_t attr;
+  if (job->n && pthread_attr_init(&attr) == 0) {
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int started = pthread_create(&thread, &attr, run_abort, job) == 0;
+    pthread_attr_destroy(&attr);
+    if (started) return;
+  }
+fail:
+  if (job) free(job->backends), free(job->impls);
+  free(job);
+}
+
 /* The replay ran past the timeout: the step waited for is the first in
  * capture order that is not done while everything it depends on is; the
  * flight recorder learns which collectives completed; the plan's
@@ -511,17 +560,16 @@ static cg_status_t time_out(cg_plan_t *p, const char *caller) {
     if (ready && w.waiting == CG_NO_STEP) w.waiting = i;
   }
   if (!p->cuda->marks) w.extra = "no progress marks: compiled without a timeout";
-  for (uint32_t c = 0; c < p->n_comms; c++) {
-    const cg_backend_t *b = p->comms[c].comm->ops->backend;
-    if (b && b->abort) b->abort(p->comms[c].comm->impl);
-  }
   if (w.waiting != CG_NO_STEP && p->steps[w.waiting].comm) {
-    snprintf(extra, sizeof extra, "communicator %016llx aborted with the plan's others",
+    snprintf(extra, sizeof extra, "communicator %016llx; the plan's communicators are being aborted",
              (unsigned long long)p->steps[w.waiting].comm->id);
     w.extra = extra;
   }
   p->cuda->running = 0;
-  return cg_watchdog_fire(p, caller, p->replays, &w);
+  /* the report first: aborting may take long, and the report is the point */
+  cg_status_t st = cg_watchdog_fire(p, caller, p->replays, &w);
+  abort_comms(p);
+  return st;
 }
 
 cg_status_t cg_cuda_plan_test(int *done, cg_plan_t *p) {

@@ -29,7 +29,10 @@ extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, cudaStream_t stream
 /* A step's progress mark for the watchdog (cuda_plan.c): the host reads the
  * count to learn which steps of the current replay are done. */
 __global__ void cg_progress_mark_kernel(unsigned *slot) {
-  atomicAdd_system(slot, 1u);
+  /* one writer at a time (replays of a plan run one after the other), so a
+   * plain increment; atomics on host memory over PCIe may not be supported */
+  volatile unsigned *v = slot;
+  *v = *v + 1u;
   __threadfence_system();
 }
 

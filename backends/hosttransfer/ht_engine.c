@@ -125,9 +125,10 @@ static void report(cg_ht_op_t *op, const cg_ht_part_t *part, const char *what) {
 static void complete_locked(cg_ht_op_t *op);
 
 static void finish(cg_ht_op_t *op) {
-  /* release: MPI's writes into staging memory are visible before the flag */
-  atomic_thread_fence(memory_order_release);
-  *op->done = 1;
+  /* a release store: MPI's writes into staging memory are visible before
+   * the flag (a fence before a plain store is not a release in C11, and
+   * ThreadSanitizer saw the difference) */
+  atomic_store_explicit((_Atomic uint32_t *)op->done, 1, memory_order_release);
 }
 
 /* Starts parts from op->started on: one (sequential) or all; a part that
@@ -163,16 +164,21 @@ static void launch_locked(cg_ht_op_t *op) {
 /* The op's calls ended: tell the GPU, and let the next op of its sequence
  * into MPI. */
 static void complete_locked(cg_ht_op_t *op) {
-  finish(op);
+  /* the window first, the flag last: once done reads 1, the engine is
+   * through with the op and its sequence (found by ThreadSanitizer: a waiter
+   * read in_mpi while the engine still updated it) */
   cg_ht_sequence_t *seq = op->seq;
-  if (!seq || !seq->window) return;
-  seq->in_mpi--;
-  cg_ht_op_t *next = seq->deferred;
-  if (!next) return;
-  seq->deferred = next->next_deferred;
-  if (!seq->deferred) seq->deferred_tail = NULL;
-  seq->in_mpi++;
-  launch_locked(next);
+  if (seq && seq->window) {
+    seq->in_mpi--;
+    cg_ht_op_t *next = seq->deferred;
+    if (next) {
+      seq->deferred = next->next_deferred;
+      if (!seq->deferred) seq->deferred_tail = NULL;
+      seq->in_mpi++;
+      launch_locked(next);
+    }
+  }
+  finish(op);
 }
 
 /* Starts the op, or queues it behind its sequence's window. */
@@ -209,7 +215,7 @@ static int progress_locked(void) {
     while (seq->cursor < seq->n_ops) {
       cg_ht_op_t *op = seq->ops[seq->cursor];
       if (atomic_load_explicit((_Atomic uint32_t *)op->ready, memory_order_acquire) != 1) break;
-      *op->ready = 0;
+      atomic_store_explicit((_Atomic uint32_t *)op->ready, 0, memory_order_relaxed);
       start_locked(op);
       moved = 1;
       if (++seq->cursor == seq->n_ops) seq->cursor = 0; /* the next replay starts over */

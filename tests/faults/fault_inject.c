@@ -98,6 +98,11 @@ int main(int argc, char **argv) {
   }
   cg_status_t st = cg_comm_create(&comm, MPI_COMM_WORLD, &o);
   if (st != CG_SUCCESS) fail(st, timeout_s);
+#if CG_HAVE_CUDA
+  int device = CG_DEVICE_HOST;
+  if (gpu && ((st = cg_comm_device(&device, comm)) != CG_SUCCESS || cudaSetDevice(device) != cudaSuccess))
+    fail(st != CG_SUCCESS ? st : CG_ERR_BACKEND, timeout_s);
+#endif
   cg_graph_t *g = NULL;
   cg_graph_opts_t go = CG_GRAPH_OPTS_INIT;
   go.name = "train step";
