@@ -19,7 +19,9 @@
  * Every rank that sees an error prints "FAULT-REPORT rank R: <status>:
  * <detail>" on stdout, lets the others report for 5% of the timeout, and ends
  * the job with MPI_Abort, as a training job would. Rank 0 prints the
- * wall-clock time the faulty phase began ("FAULT-START <seconds>"), so a
+ * wall-clock time the faulty phase began ("FAULT-START <seconds>": the
+ * compile for differ, the first replay for differ-unchecked, replay 3
+ * otherwise), so a
  * runner (run-faults) can tell how long the job took to end after it.
  *
  * Usage: fault_inject host|gpu FAULT TIMEOUT_SECONDS */
@@ -118,7 +120,7 @@ int main(int argc, char **argv) {
         (st = cg_node_name(g, node, name)) != CG_SUCCESS)
       fail(st, timeout_s);
   }
-  if (rank == 0 && differs) printf("FAULT-START %.6f\n", wall_s()), fflush(stdout);
+  if (rank == 0 && differs && !unchecked) printf("FAULT-START %.6f\n", wall_s()), fflush(stdout);
   cg_compile_opts_t co = CG_COMPILE_OPTS_INIT;
   co.timeout_s = timeout_s;
   co.check_ranks = !unchecked;
@@ -129,8 +131,10 @@ int main(int argc, char **argv) {
 
   for (int replay = 1; replay <= REPLAYS; replay++) {
     MPI_Barrier(MPI_COMM_WORLD); /* every replay starts together: the timeout measures the fault alone */
+    /* an unchecked difference shows from the first replay on */
+    if (rank == 0 && replay == (unchecked ? 1 : FAULTY_REPLAY) && (unchecked || !differs))
+      printf("FAULT-START %.6f\n", wall_s()), fflush(stdout);
     if (replay == FAULTY_REPLAY) {
-      if (rank == 0 && !differs) printf("FAULT-START %.6f\n", wall_s()), fflush(stdout);
       if (faulty && strcmp(fault, "sleep") == 0) nap(3 * timeout_s);
       if (faulty && strcmp(fault, "exit") == 0) _exit(0);
     }
