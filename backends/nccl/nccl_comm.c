@@ -1,6 +1,7 @@
 /* Communicators over NCCL: created from an MPI_Comm (rank 0's unique id goes
  * out over MPI) or wrapped around one the application owns. */
 #include <cuda_runtime_api.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,6 +16,17 @@ cg_status_t cg_nccl_fail(ncclResult_t result, ncclComm_t comm, const char *call)
                  last ? last : "", last && *last ? ")" : "");
 }
 
+ncclResult_t cg_nccl_settle(ncclComm_t comm, ncclResult_t r) {
+  while (r == ncclInProgress && comm) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
+    if (asked != ncclSuccess) return asked;
+    r = state;
+    if (r == ncclInProgress) sched_yield();
+  }
+  return r;
+}
+
 static void destroy_impl(void *impl) {
   cg_nccl_comm_t *n = impl;
   if (!n) return;
@@ -23,7 +35,7 @@ static void destroy_impl(void *impl) {
   cudaSetDevice(n->device);
   if (n->nccl && n->owns_nccl && !n->aborted) {
     /* flushes this rank's outstanding operations before the resources go */
-    ncclCommFinalize(n->nccl);
+    cg_nccl_settle(n->nccl, ncclCommFinalize(n->nccl));
     ncclCommDestroy(n->nccl);
   }
   if (n->barrier_word) cudaFree(n->barrier_word);
@@ -213,11 +225,16 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
   }
   cudaGetDevice(&previous);
   cerr = cudaSetDevice(device);
-  r = cerr == cudaSuccess ? ncclCommInitRank(&n->nccl, size, hello.id, rank) : ncclUnhandledCudaError;
+  /* non-blocking (issue 8): its calls return at once, and a timed-out
+   * plan's ncclCommAbort does not wait behind them */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  r = cerr == cudaSuccess ? ncclCommInitRankConfig(&n->nccl, size, hello.id, rank, &config) : ncclUnhandledCudaError;
+  if (r == ncclInProgress) r = cg_nccl_settle(n->nccl, r);
   cudaSetDevice(previous);
   if (r != ncclSuccess) n->nccl = NULL;
   if (!all_ranks_ok(r == ncclSuccess, n->control->control)) {
-    st = r != ncclSuccess ? cg_nccl_fail(r, NULL, "cg_comm_create: ncclCommInitRank")
+    st = r != ncclSuccess ? cg_nccl_fail(r, NULL, "cg_comm_create: ncclCommInitRankConfig")
                           : cg_fail(CG_ERR_BACKEND, "cg_comm_create: ncclCommInitRank failed on another rank");
     goto out;
   }

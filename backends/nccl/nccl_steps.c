@@ -69,8 +69,9 @@ cg_status_t cg_nccl_group_start(void *impl) {
 }
 
 cg_status_t cg_nccl_group_end(void *impl) {
-  ncclResult_t r = ncclGroupEnd();
-  return r == ncclSuccess ? CG_SUCCESS : cg_nccl_fail(r, ((cg_nccl_comm_t *)impl)->nccl, "ncclGroupEnd");
+  ncclComm_t comm = ((cg_nccl_comm_t *)impl)->nccl;
+  ncclResult_t r = cg_nccl_settle(comm, ncclGroupEnd());
+  return r == ncclSuccess ? CG_SUCCESS : cg_nccl_fail(r, comm, "ncclGroupEnd");
 }
 
 static const char *at(const void *base, size_t elems, size_t elem_size) {
@@ -101,7 +102,7 @@ static ncclResult_t exchange_blocks(cg_nccl_comm_t *n, const cg_step_t *s, cudaS
       if (r == ncclSuccess && p == rank && !in_place) r = ncclRecv(s->recv, count, t, root, n->nccl, stream);
     }
   }
-  ncclResult_t end = ncclGroupEnd();
+  ncclResult_t end = cg_nccl_settle(n->nccl, ncclGroupEnd());
   return r != ncclSuccess ? r : end;
 }
 
@@ -141,6 +142,7 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
       break;
     default: return cg_fail(CG_ERR_INTERNAL, "the NCCL backend got a %s step", cg_node_kind_name(s->op_kind));
   }
+  r = cg_nccl_settle(n->nccl, r);
   return r == ncclSuccess ? CG_SUCCESS : cg_nccl_fail(r, n->nccl, cg_nccl_step_call(s));
 }
 
@@ -254,7 +256,7 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
     goto out;
   }
   for (uint32_t i = 0; i < n_shapes; i++) {
-    ncclResult_t r = warm_collective(n, &shapes[i], scratch, rank, stream);
+    ncclResult_t r = cg_nccl_settle(n->nccl, warm_collective(n, &shapes[i], scratch, rank, stream));
     if (r != ncclSuccess) {
       st = cg_nccl_fail(r, n->nccl, "warm-up collective");
       goto out;
@@ -270,7 +272,7 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
       r = ncclSend(scratch + p, 1, ncclUint8, p, n->nccl, stream);
       if (r == ncclSuccess) r = ncclRecv(scratch + size + p, 1, ncclUint8, p, n->nccl, stream);
     }
-    ncclResult_t end = ncclGroupEnd();
+    ncclResult_t end = cg_nccl_settle(n->nccl, ncclGroupEnd());
     if (r != ncclSuccess || end != ncclSuccess) {
       st = cg_nccl_fail(r != ncclSuccess ? r : end, n->nccl, "warm-up send/receive");
       goto out;
