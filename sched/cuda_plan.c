@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <pthread.h>
 
 #include "agreement.h"
 #include "backend.h"
@@ -26,29 +25,10 @@
 #include "lower.h"
 #include "plan_internal.h"
 #include "plan_lock.h"
+#include "cuda_plan_state.h"
 #include "flight.h"
 #include "watchdog.h"
 
-struct cg_cuda_plan {
-  cudaStream_t *lanes;
-  uint32_t n_lanes;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cudaGraph_t *children; /* per step: the plan's own clone of a child-graph node's graph, else NULL */
-  unsigned *lock;        /* device word: the embedded plan's lock (plan_lock.cu) */
-  cudaGraph_t embed_graph; /* lock, the plan's graph as a child, unlock: what users embed */
-  cudaGraphExec_t embed_exec; /* embed_graph instantiated, for launches once the plan was embedded */
-  int embedded;          /* handed out or captured: replays take the lock from now on */
-  cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
-  int running;
-  int launched; /* by cg_plan_launch, on a stream the plan does not know */
-  /* the watchdog (plans with a timeout): per step, a count the graph adds 1
-   * to once the step is done (mapped host memory), and when cg_plan_start's
-   * replay began */
-  unsigned *marks, *marks_dev;
-  uint64_t started_ns;
-  uint64_t *seq_base; /* per plan communicator: its sequence number at the latest launch */
-};
 
 static cg_status_t cuda_fail(cudaError_t err, const char *where, const char *call) {
   return cg_fail(CG_ERR_BACKEND, "%s: %s: %s", where, call, cudaGetErrorString(err));
@@ -69,6 +49,9 @@ void cg_cuda_plan_free(cg_plan_t *p) {
     if (c->children[i]) cudaGraphDestroy(c->children[i]);
   free(c->children);
   if (c->lock) cudaFree(c->lock);
+  cg_cuda_watch_forget(p);
+  if (c->launch_done) cudaEventDestroy(c->launch_done);
+  free(c->timeout_report);
   if (c->marks) cudaFreeHost(c->marks);
   free(c->seq_base);
   if (c->run_done) cudaEventDestroy(c->run_done);
@@ -294,6 +277,10 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
     memset(c->marks, 0, bytes);
     if ((err = cudaHostGetDevicePointer((void **)&c->marks_dev, c->marks, 0)) != cudaSuccess)
       return cuda_fail(err, where, "cudaHostGetDevicePointer");
+    if ((err = cudaEventCreateWithFlags(&c->launch_done, cudaEventDisableTiming)) != cudaSuccess) {
+      c->launch_done = NULL;
+      return cuda_fail(err, where, "cudaEventCreateWithFlags (the watchdog's)");
+    }
   }
   /* the recorded graph owns the child graphs and may be destroyed after
    * compiling; the plan keeps its own copies, to capture again on rebinding */
@@ -425,11 +412,6 @@ static void note_launch(cg_plan_t *p) {
   cg_flight_plan(p, CG_FLIGHT_REPLAY_START, p->replays);
 }
 
-static uint64_t step_seq(const cg_plan_t *p, const cg_step_t *s) {
-  for (uint32_t c = 0; c < p->n_comms; c++)
-    if (p->comms[c].comm == s->comm) return p->cuda->seq_base[c] + s->comm_position;
-  return 0;
-}
 
 cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
   cg_status_t st = check_device_plan(plan, "cg_plan_launch");
@@ -445,11 +427,19 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
     c->embedded = 1;
     return capture_child_graph(stream, c->embed_graph, "cg_plan_launch (into the stream's capture)");
   }
+  if (plan->timed_out)
+    return cg_fail(CG_ERR_TIMEOUT, "cg_plan_launch: a replay of the plan timed out (%s); destroy the plan",
+                   c->timeout_report ? c->timeout_report : "see the log");
   cudaGraphExec_t exec = NULL;
   if ((st = launch_exec(&exec, plan, "cg_plan_launch")) != CG_SUCCESS) return st;
   if ((err = cudaGraphLaunch(exec, stream)) != cudaSuccess) return cuda_fail(err, "cg_plan_launch", "cudaGraphLaunch");
   note_launch(plan);
   c->launched = 1;
+  if (c->marks) {
+    if ((err = cudaEventRecord(c->launch_done, stream)) != cudaSuccess)
+      return cuda_fail(err, "cg_plan_launch", "cudaEventRecord (the watchdog's)");
+    return cg_cuda_watch_launch(plan);
+  }
   return CG_SUCCESS;
 }
 
@@ -482,103 +472,16 @@ cg_status_t cg_cuda_plan_start(cg_plan_t *p) {
   return CG_SUCCESS;
 }
 
-/* A step is done in the current replay once its mark has counted every
- * replay so far (launches through cg_plan_launch and cg_plan_start; replays
- * of a user's graph that embeds the plan are not counted, so there the report
- * can take a step for done that is not). */
-static int step_marked(const cg_plan_t *p, uint32_t step) {
-  return ((volatile unsigned *)p->cuda->marks)[step] >= (unsigned)p->replays;
-}
-
-typedef struct abort_job {
-  const cg_backend_t **backends;
-  void **impls;
-  uint32_t n;
-  int device;
-} abort_job_t;
-
-static void *run_abort(void *arg) {
-  abort_job_t *job = arg;
-  cudaSetDevice(job->device);
-  for (uint32_t i = 0; i < job->n; i++) job->backends[i]->abort(job->impls[i]);
-  free(job->backends);
-  free(job->impls);
-  free(job);
-  return NULL;
-}
-
-/* The communicators' abort hooks, on a thread of their own: ncclCommAbort
- * of a blocking communicator whose kernels still spin may not return soon
- * (non-blocking communicators are not built yet), and the caller must get
- * its CG_ERR_TIMEOUT within the timeout. The communicators' impls stay
- * allocated: a timed-out plan keeps its references, and destroying them
- * skips what the abort freed. */
-static void abort_comms(cg_plan_t *p) {
-  abort_job_t *job = calloc(1, sizeof *job);
-  if (job) {
-    job->backends = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->backends);
-    job->impls = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->impls);
-  }
-  if (!job || !job->backends || !job->impls) goto fail;
-  job->device = p->device;
-  for (uint32_t c = 0; c < p->n_comms; c++) {
-    const cg_backend_t *b = p->comms[c].comm->ops->backend;
-    if (b && b->abort) job->backends[job->n] = b, job->impls[job->n++] = p->comms[c].comm->impl;
-  }
-  pthread_t thread;
-  pthread_attr_t attr;
-  if (job->n && pthread_attr_init(&attr) == 0) {
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int started = pthread_create(&thread, &attr, run_abort, job) == 0;
-    pthread_attr_destroy(&attr);
-    if (started) return;
-  }
-fail:
-  if (job) free(job->backends), free(job->impls);
-  free(job);
-}
-
-/* The replay ran past the timeout: the step waited for is the first in
- * capture order that is not done while everything it depends on is; the
- * flight recorder learns which collectives completed; the plan's
- * communicators are aborted so the device stops waiting. */
-static cg_status_t time_out(cg_plan_t *p, const char *caller) {
-  cg_watchdog_where_t w = {CG_NO_STEP, CG_NO_STEP, 0, NULL};
-  char extra[200] = "";
-  for (uint32_t k = 0; k < p->n_steps && p->cuda->marks; k++) {
-    uint32_t i = p->issue_order[k];
-    const cg_step_t *s = &p->steps[i];
-    if (step_marked(p, i)) {
-      w.n_done++;
-      w.last_done = i;
-      if (s->kind == CG_STEP_COLLECTIVE)
-        cg_flight_step(p, CG_FLIGHT_STEP_DONE, p->replays, i, step_seq(p, s));
-      continue;
-    }
-    int ready = 1;
-    for (uint32_t e = 0; e < s->n_deps && ready; e++) ready = step_marked(p, s->deps[e]);
-    if (ready && w.waiting == CG_NO_STEP) w.waiting = i;
-  }
-  if (!p->cuda->marks) w.extra = "no progress marks: compiled without a timeout";
-  if (w.waiting != CG_NO_STEP && p->steps[w.waiting].comm) {
-    snprintf(extra, sizeof extra, "communicator %016llx; the plan's communicators are being aborted",
-             (unsigned long long)p->steps[w.waiting].comm->id);
-    w.extra = extra;
-  }
-  p->cuda->running = 0;
-  /* the report first: aborting may take long, and the report is the point */
-  cg_status_t st = cg_watchdog_fire(p, caller, p->replays, &w);
-  abort_comms(p);
-  return st;
-}
-
 cg_status_t cg_cuda_plan_test(int *done, cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   *done = 1;
   if (!c->running) return CG_SUCCESS;
   cudaError_t err = cudaEventQuery(c->run_done);
   if (err == cudaErrorNotReady) {
-    if (cg_watchdog_expired(p, c->started_ns)) return time_out(p, "cg_plan_test");
+    if (cg_watchdog_expired(p, c->started_ns)) {
+      c->running = 0;
+      return cg_cuda_time_out(p, "cg_plan_test", p->replays);
+    }
     *done = 0;
     return CG_SUCCESS;
   }
@@ -605,7 +508,10 @@ cg_status_t cg_cuda_plan_wait(cg_plan_t *p) {
       if (err == cudaSuccess) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
       return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cg_plan_wait", "the replay");
     }
-    if (cg_watchdog_expired(p, c->started_ns)) return time_out(p, "cg_plan_wait");
+    if (cg_watchdog_expired(p, c->started_ns)) {
+      c->running = 0;
+      return cg_cuda_time_out(p, "cg_plan_wait", p->replays);
+    }
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
   }

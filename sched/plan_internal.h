@@ -4,6 +4,7 @@
 #ifndef CG_SCHED_PLAN_INTERNAL_H
 #define CG_SCHED_PLAN_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "commgraph/config.h"
@@ -154,7 +155,8 @@ struct cg_plan {
   cg_host_run_t *run; /* executor state, NULL until first started */
   double timeout_s;   /* replay watchdog (watchdog.h); 0: none */
   uint64_t replays;   /* replays started (run, start, launch), for reports and the flight recorder */
-  int timed_out;      /* a replay timed out: its communication may still be posted, so no more replays */
+  atomic_int timed_out; /* a replay timed out (set by the watchdog's monitor thread too): its communication
+                           may still be posted, so no more replays */
   struct cg_cuda_plan *cuda; /* device plans: the CUDA graph and its streams */
 };
 

@@ -155,7 +155,10 @@ CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
  *
  * A plan compiled with a timeout (cg_compile_opts_t.timeout_s, or CG_TIMEOUT)
  * bounds every replay: cg_plan_wait, cg_plan_test and cg_plan_run return
- * CG_ERR_TIMEOUT once a replay has run that long, and cg_error_last() names
+ * CG_ERR_TIMEOUT once a replay has run that long; replays launched with
+ * cg_plan_launch are followed by a monitor thread, which reports one that
+ * makes no progress for that long (the next cg_plan_launch then fails with
+ * CG_ERR_TIMEOUT). cg_error_last() names
  * the plan, this rank, the replay number, the step and node it was waiting
  * for (kind, name, communicator and rank) and the last step that completed.
  * The same report goes to stderr and to the handler below, and the flight

@@ -24,7 +24,11 @@
  * otherwise), so a
  * runner (run-faults) can tell how long the job took to end after it.
  *
- * Usage: fault_inject host|gpu FAULT TIMEOUT_SECONDS */
+ * gpu-launch replays with cg_plan_launch on a stream instead of cg_plan_run:
+ * nobody waits inside commgraph, so the watchdog's monitor thread notices
+ * and the timeout handler reports and ends the job.
+ *
+ * Usage: fault_inject host|gpu|gpu-launch FAULT TIMEOUT_SECONDS */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
 #include <stdio.h>
@@ -37,6 +41,8 @@
 #include "commgraph/mpi.h"
 #if CG_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "commgraph/cuda.h"
 #endif
 
 #define COUNT (1 << 16)
@@ -64,9 +70,19 @@ static void fail(cg_status_t st, double timeout_s) {
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
+/* gpu-launch: the watchdog's handler, on its monitor thread */
+static double handler_timeout_s;
+static void on_timeout(cg_status_t st, const char *report, void *arg) {
+  (void)arg;
+  printf("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), report);
+  fflush(stdout);
+  nap(0.05 * handler_timeout_s);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
 static void *buffer(int gpu) {
-  void *p = NULL;
 #if CG_HAVE_CUDA
+  void *p = NULL;
   if (gpu) {
     if (cudaMalloc(&p, COUNT * sizeof(float)) != cudaSuccess || cudaMemset(p, 0, COUNT * sizeof(float)) != cudaSuccess)
       return NULL;
@@ -77,19 +93,41 @@ static void *buffer(int gpu) {
   return calloc(COUNT, sizeof(float));
 }
 
+/* A launch on the program's stream, then a wait that polls the stream (as
+ * a training loop would, between its own kernels); a hang ends in the
+ * handler. */
+static cg_status_t launch_and_wait(cg_plan_t *plan) {
+#if CG_HAVE_CUDA
+  static cudaStream_t stream;
+  if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return CG_ERR_BACKEND;
+  cg_status_t st = cg_plan_launch(plan, stream);
+  if (st != CG_SUCCESS) return st;
+  cudaError_t err;
+  while ((err = cudaStreamQuery(stream)) == cudaErrorNotReady) nap(1e-4);
+  return err == cudaSuccess ? CG_SUCCESS : CG_ERR_BACKEND;
+#else
+  (void)plan;
+  return CG_ERR_UNSUPPORTED;
+#endif
+}
+
 int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc != 4 || (strcmp(argv[1], "host") && strcmp(argv[1], "gpu"))) {
-    if (rank == 0) fprintf(stderr, "usage: fault_inject host|gpu none|sleep|exit|differ|differ-unchecked SECONDS\n");
+  if (argc != 4 || (strcmp(argv[1], "host") && strcmp(argv[1], "gpu") && strcmp(argv[1], "gpu-launch"))) {
+    if (rank == 0)
+      fprintf(stderr, "usage: fault_inject host|gpu|gpu-launch none|sleep|exit|differ|differ-unchecked SECONDS\n");
     MPI_Finalize();
     return 2;
   }
-  int gpu = strcmp(argv[1], "gpu") == 0, faulty = rank == size - 1;
+  int launch = strcmp(argv[1], "gpu-launch") == 0, gpu = launch || strcmp(argv[1], "gpu") == 0;
+  int faulty = rank == size - 1;
   const char *fault = argv[2];
   double timeout_s = atof(argv[3]);
+  handler_timeout_s = timeout_s;
+  if (launch) cg_set_timeout_handler(on_timeout, NULL);
   int unchecked = strcmp(fault, "differ-unchecked") == 0, differs = unchecked || strcmp(fault, "differ") == 0;
 
   cg_comm_t *comm = NULL;
@@ -138,7 +176,11 @@ int main(int argc, char **argv) {
       if (faulty && strcmp(fault, "sleep") == 0) nap(3 * timeout_s);
       if (faulty && strcmp(fault, "exit") == 0) _exit(0);
     }
-    if ((st = cg_plan_run(plan)) != CG_SUCCESS) fail(st, timeout_s);
+    if (launch) {
+      if ((st = launch_and_wait(plan)) != CG_SUCCESS) fail(st, timeout_s);
+    } else if ((st = cg_plan_run(plan)) != CG_SUCCESS) {
+      fail(st, timeout_s);
+    }
   }
   if (rank == 0) printf("FAULT-NONE all %d replays finished\n", REPLAYS);
   cg_plan_destroy(plan);

@@ -1,0 +1,52 @@
+/* A device plan's CUDA state, shared by the CUDA realizer (cuda_plan.c) and
+ * the device side of the replay watchdog (cuda_watchdog.c). */
+#ifndef CG_SCHED_CUDA_PLAN_STATE_H
+#define CG_SCHED_CUDA_PLAN_STATE_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "plan_internal.h"
+
+struct cg_cuda_plan {
+  cudaStream_t *lanes;
+  uint32_t n_lanes;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cudaGraph_t *children; /* per step: the plan's own clone of a child-graph node's graph, else NULL */
+  unsigned *lock;        /* device word: the embedded plan's lock (plan_lock.cu) */
+  cudaGraph_t embed_graph; /* lock, the plan's graph as a child, unlock: what users embed */
+  cudaGraphExec_t embed_exec; /* embed_graph instantiated, for launches once the plan was embedded */
+  int embedded;          /* handed out or captured: replays take the lock from now on */
+  cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
+  int running;
+  int launched; /* by cg_plan_launch, on a stream the plan does not know */
+  /* the watchdog (plans with a timeout): per step, a count the graph adds 1
+   * to once the step is done (mapped host memory), and when cg_plan_start's
+   * replay began */
+  unsigned *marks, *marks_dev;
+  uint64_t started_ns;
+  uint64_t *seq_base; /* per plan communicator: its sequence number at the latest launch */
+  /* cg_plan_launch's replays under the watchdog (cuda_watchdog.c): recorded
+   * on the user's stream after each launch; the monitor thread's state */
+  cudaEvent_t launch_done;
+  int watched;             /* listed with the monitor */
+  uint64_t progress_ns;    /* when the marks last moved */
+  uint64_t marks_seen;     /* their sum then */
+  char *timeout_report;    /* the monitor's report, for the next cg_plan_launch */
+};
+
+/* The communicator's sequence number of a collective step in the latest
+ * launch. */
+uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);
+/* The replay `replay` ran past the timeout: reports it (naming the step
+ * waited for and the last completed, from the progress marks), marks the
+ * plan timed out and aborts its communicators; CG_ERR_TIMEOUT. */
+cg_status_t cg_cuda_time_out(cg_plan_t *p, const char *caller, uint64_t replay);
+/* cg_plan_launch under a timeout: the monitor thread follows the plan's
+ * launched replays (its launch_done event) and reports a replay that makes
+ * no progress for the timeout. Forget drops the plan (before it is freed). */
+cg_status_t cg_cuda_watch_launch(cg_plan_t *p);
+void cg_cuda_watch_forget(cg_plan_t *p);
+
+#endif

@@ -1,0 +1,234 @@
+/* The device side of the replay watchdog (watchdog.h): what a timed-out
+ * replay was waiting for, read from the progress marks the graph writes;
+ * aborting the plan's communicators; and the monitor thread that follows
+ * replays launched on users' streams (cg_plan_launch), which nobody waits
+ * for inside commgraph.
+ *
+ * The monitor cannot know when a launched replay starts (it may queue behind
+ * the user's work), so it bounds progress instead: while a launched replay is
+ * outstanding, the plan's marks must move at least once per timeout. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "cuda_plan_state.h"
+#include "error.h"
+#include "flight.h"
+#include "watchdog.h"
+
+uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s) {
+  for (uint32_t c = 0; c < p->n_comms; c++)
+    if (p->comms[c].comm == s->comm) return p->cuda->seq_base[c] + s->comm_position;
+  return 0;
+}
+
+/* A step is done in replay `replay` once its mark has counted that many
+ * replays (launches through cg_plan_launch and cg_plan_start; replays of a
+ * user's graph that embeds the plan are not counted, so there the report can
+ * take a step for done that is not). */
+static int step_marked(const cg_plan_t *p, uint32_t step, uint64_t replay) {
+  return ((volatile unsigned *)p->cuda->marks)[step] >= (unsigned)replay;
+}
+
+typedef struct abort_job {
+  const cg_backend_t **backends;
+  void **impls;
+  uint32_t n;
+  int device;
+} abort_job_t;
+
+static void *run_abort(void *arg) {
+  abort_job_t *job = arg;
+  cudaSetDevice(job->device);
+  for (uint32_t i = 0; i < job->n; i++) job->backends[i]->abort(job->impls[i]);
+  free(job->backends);
+  free(job->impls);
+  free(job);
+  return NULL;
+}
+
+/* The communicators' abort hooks, on a thread of their own: ncclCommAbort
+ * whose kernels still spin did not return in time when communicators were
+ * blocking, and the caller must get its CG_ERR_TIMEOUT within the timeout. The communicators' impls stay
+ * allocated: a timed-out plan keeps its references, and destroying them
+ * skips what the abort freed. */
+static void abort_comms(cg_plan_t *p) {
+  abort_job_t *job = calloc(1, sizeof *job);
+  if (job) {
+    job->backends = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->backends);
+    job->impls = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->impls);
+  }
+  if (!job || !job->backends || !job->impls) goto fail;
+  job->device = p->device;
+  for (uint32_t c = 0; c < p->n_comms; c++) {
+    const cg_backend_t *b = p->comms[c].comm->ops->backend;
+    if (b && b->abort) job->backends[job->n] = b, job->impls[job->n++] = p->comms[c].comm->impl;
+  }
+  pthread_t thread;
+  pthread_attr_t attr;
+  if (job->n && pthread_attr_init(&attr) == 0) {
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int started = pthread_create(&thread, &attr, run_abort, job) == 0;
+    pthread_attr_destroy(&attr);
+    if (started) return;
+  }
+fail:
+  if (job) free(job->backends), free(job->impls);
+  free(job);
+}
+
+/* The replay ran past the timeout: the step waited for is the first in
+ * capture order that is not done while everything it depends on is; the
+ * flight recorder learns which collectives completed; the plan's
+ * communicators are aborted so the device stops waiting. */
+cg_status_t cg_cuda_time_out(cg_plan_t *p, const char *caller, uint64_t replay) {
+  cg_watchdog_where_t w = {CG_NO_STEP, CG_NO_STEP, 0, NULL};
+  char extra[200] = "";
+  for (uint32_t k = 0; k < p->n_steps && p->cuda->marks; k++) {
+    uint32_t i = p->issue_order[k];
+    const cg_step_t *s = &p->steps[i];
+    if (step_marked(p, i, replay)) {
+      w.n_done++;
+      w.last_done = i;
+      if (s->kind == CG_STEP_COLLECTIVE)
+        cg_flight_step(p, CG_FLIGHT_STEP_DONE, replay, i, cg_cuda_step_seq(p, s));
+      continue;
+    }
+    int ready = 1;
+    for (uint32_t e = 0; e < s->n_deps && ready; e++) ready = step_marked(p, s->deps[e], replay);
+    if (ready && w.waiting == CG_NO_STEP) w.waiting = i;
+  }
+  if (!p->cuda->marks) w.extra = "no progress marks: compiled without a timeout";
+  if (w.waiting != CG_NO_STEP && p->steps[w.waiting].comm) {
+    snprintf(extra, sizeof extra, "communicator %016llx; the plan's communicators are being aborted",
+             (unsigned long long)p->steps[w.waiting].comm->id);
+    w.extra = extra;
+  }
+  /* the report first: aborting may take long, and the report is the point */
+  cg_status_t st = cg_watchdog_fire(p, caller, replay, &w);
+  abort_comms(p);
+  return st;
+}
+
+
+/* ---- the monitor of launched replays */
+
+typedef struct watched {
+  cg_plan_t *plan;
+  struct watched *next;
+} watched_t;
+
+static pthread_mutex_t monitor_lock = PTHREAD_MUTEX_INITIALIZER;
+static watched_t *watch_list;
+static int monitor_running;
+
+static uint64_t marks_sum(const cg_plan_t *p) {
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < p->n_steps; i++) sum += ((volatile unsigned *)p->cuda->marks)[i];
+  return sum;
+}
+
+/* The replay the plan is in: one past the fewest replays any step has
+ * finished. */
+static uint64_t current_replay(const cg_plan_t *p) {
+  unsigned least = UINT32_MAX;
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    unsigned m = ((volatile unsigned *)p->cuda->marks)[i];
+    if (m < least) least = m;
+  }
+  return p->n_steps ? (uint64_t)least + 1 : p->replays;
+}
+
+/* One look at a plan, under monitor_lock: 1 when it leaves the list. */
+static int check_plan(cg_plan_t *p) {
+  struct cg_cuda_plan *c = p->cuda;
+  cudaSetDevice(p->device);
+  cudaError_t err = cudaEventQuery(c->launch_done);
+  if (err != cudaErrorNotReady) return 1; /* done (or failed: the user's stream says so) */
+  uint64_t now = cg_watchdog_now_ns(), sum = marks_sum(p);
+  if (sum != c->marks_seen) {
+    c->marks_seen = sum;
+    c->progress_ns = now;
+    return 0;
+  }
+  if (!cg_watchdog_expired(p, c->progress_ns)) return 0;
+  cg_cuda_time_out(p, "cg_plan_launch (watchdog)", current_replay(p));
+  free(c->timeout_report);
+  c->timeout_report = cg_copy_text(cg_error_last(), 4096);
+  return 1;
+}
+
+static void *monitor_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&monitor_lock);
+    for (watched_t **at = &watch_list; *at;) {
+      watched_t *w = *at;
+      if (check_plan(w->plan)) {
+        w->plan->cuda->watched = 0;
+        *at = w->next;
+        free(w);
+      } else {
+        at = &w->next;
+      }
+    }
+    pthread_mutex_unlock(&monitor_lock);
+    struct timespec nap = {0, 1000000}; /* 1 ms: timeouts are seconds */
+    nanosleep(&nap, NULL);
+  }
+  return NULL;
+}
+
+cg_status_t cg_cuda_watch_launch(cg_plan_t *p) {
+  struct cg_cuda_plan *c = p->cuda;
+  cg_status_t st = CG_SUCCESS;
+  pthread_mutex_lock(&monitor_lock);
+  if (!monitor_running) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) {
+      st = cg_fail(CG_ERR_NO_MEMORY, "cg_plan_launch: starting the watchdog's monitor thread");
+      goto out;
+    }
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    monitor_running = pthread_create(&thread, &attr, monitor_main, NULL) == 0;
+    pthread_attr_destroy(&attr);
+    if (!monitor_running) {
+      st = cg_fail(CG_ERR_NO_MEMORY, "cg_plan_launch: starting the watchdog's monitor thread");
+      goto out;
+    }
+  }
+  if (!c->watched) {
+    watched_t *w = malloc(sizeof *w);
+    if (!w) {
+      st = cg_fail(CG_ERR_NO_MEMORY, "cg_plan_launch: listing the plan with the watchdog");
+      goto out;
+    }
+    w->plan = p;
+    w->next = watch_list;
+    watch_list = w;
+    c->watched = 1;
+    c->progress_ns = cg_watchdog_now_ns();
+    c->marks_seen = marks_sum(p);
+  }
+out:
+  pthread_mutex_unlock(&monitor_lock);
+  return st;
+}
+
+void cg_cuda_watch_forget(cg_plan_t *p) {
+  pthread_mutex_lock(&monitor_lock);
+  for (watched_t **at = &watch_list; *at; at = &(*at)->next)
+    if ((*at)->plan == p) {
+      watched_t *w = *at;
+      *at = w->next;
+      free(w);
+      break;
+    }
+  if (p->cuda) p->cuda->watched = 0;
+  pthread_mutex_unlock(&monitor_lock);
+}
