@@ -80,6 +80,17 @@ static void on_timeout(cg_status_t st, const char *report, void *arg) {
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
+static void buffer_free(void *p, int gpu) {
+#if CG_HAVE_CUDA
+  if (gpu) {
+    cudaFree(p);
+    return;
+  }
+#endif
+  (void)gpu;
+  free(p);
+}
+
 static void *buffer(int gpu) {
 #if CG_HAVE_CUDA
   void *p = NULL;
@@ -185,6 +196,7 @@ int main(int argc, char **argv) {
   if (rank == 0) printf("FAULT-NONE all %d replays finished\n", REPLAYS);
   cg_plan_destroy(plan);
   cg_comm_destroy(comm);
+  for (int l = 0; l < LAYERS; l++) buffer_free(grads[l], gpu);
   MPI_Finalize();
   return 0;
 }
