@@ -472,46 +472,44 @@ cg_status_t cg_cuda_plan_start(cg_plan_t *p) {
   return CG_SUCCESS;
 }
 
+/* cg_plan_start's replay has ended (err: how the event says it did). */
+static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *caller) {
+  p->cuda->running = 0;
+  if (err != cudaSuccess) return cuda_fail(err, caller, "the replay");
+  cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
+  return CG_SUCCESS;
+}
+
+/* cg_plan_start's replay is still running: a timeout once it ran too long. */
+static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
+  if (!cg_watchdog_expired(p, p->cuda->started_ns)) return 0;
+  p->cuda->running = 0;
+  *st = cg_cuda_time_out(p, caller, p->replays);
+  return 1;
+}
+
 cg_status_t cg_cuda_plan_test(int *done, cg_plan_t *p) {
-  struct cg_cuda_plan *c = p->cuda;
+  cg_status_t st = CG_SUCCESS;
   *done = 1;
-  if (!c->running) return CG_SUCCESS;
-  cudaError_t err = cudaEventQuery(c->run_done);
-  if (err == cudaErrorNotReady) {
-    if (cg_watchdog_expired(p, c->started_ns)) {
-      c->running = 0;
-      return cg_cuda_time_out(p, "cg_plan_test", p->replays);
-    }
-    *done = 0;
-    return CG_SUCCESS;
-  }
-  c->running = 0;
-  if (err == cudaSuccess) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
-  return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cg_plan_test", "the replay");
+  if (!p->cuda->running) return CG_SUCCESS;
+  cudaError_t err = cudaEventQuery(p->cuda->run_done);
+  if (err != cudaErrorNotReady) return replay_ended(p, err, "cg_plan_test");
+  if (replay_expired(p, &st, "cg_plan_test")) return st;
+  *done = 0;
+  return CG_SUCCESS;
 }
 
 cg_status_t cg_cuda_plan_wait(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
+  cg_status_t st = CG_SUCCESS;
   if (!c->running) return CG_SUCCESS;
-  if (p->timeout_s <= 0) {
-    cudaError_t err = cudaEventSynchronize(c->run_done);
-    c->running = 0;
-    if (err == cudaSuccess) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
-    return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cg_plan_wait", "the replay");
-  }
+  if (p->timeout_s <= 0) return replay_ended(p, cudaEventSynchronize(c->run_done), "cg_plan_wait");
   /* polled, so the wait can end: a short sleep keeps a core free for the
    * progress thread and MPI */
   for (;;) {
     cudaError_t err = cudaEventQuery(c->run_done);
-    if (err != cudaErrorNotReady) {
-      c->running = 0;
-      if (err == cudaSuccess) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
-      return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cg_plan_wait", "the replay");
-    }
-    if (cg_watchdog_expired(p, c->started_ns)) {
-      c->running = 0;
-      return cg_cuda_time_out(p, "cg_plan_wait", p->replays);
-    }
+    if (err != cudaErrorNotReady) return replay_ended(p, err, "cg_plan_wait");
+    if (replay_expired(p, &st, "cg_plan_wait")) return st;
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
   }
