@@ -6,6 +6,7 @@
 #define CG_GRAPH_COMM_INTERNAL_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "commgraph/comm.h"
@@ -16,6 +17,10 @@ typedef struct cg_comm_ops {
   const char *backend_name;
   void (*destroy_impl)(void *impl); /* may be NULL */
   const struct cg_backend *backend; /* NULL: the communicator runs nothing */
+  /* 0 when the communicator's steps can read and write memory at `ptr` on
+   * `device` (the communicator's); -1 with the reason in `why`. NULL: any
+   * memory goes (offline communicators run nothing). */
+  int (*memory_fits)(int device, const void *ptr, char *why, size_t why_size);
 } cg_comm_ops_t;
 
 struct cg_comm {

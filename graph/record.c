@@ -112,8 +112,9 @@ static int layout_of(const collective_t *c, layout_t *l) {
   return 0;
 }
 
-/* Checks a buffer of `elems` elements: present when it has bytes, and not
- * running off the end of the address space. */
+/* Checks a buffer of `elems` elements: present when it has bytes, not
+ * running off the end of the address space, and memory the communicator can
+ * use (a device pointer on a host communicator fails here, not in MPI). */
 static cg_status_t check_buffer(const where_t *where, const char *what, const void *ptr, size_t elems, size_t elem_size,
                                 cg_span_t *span) {
   size_t bytes;
@@ -126,6 +127,12 @@ static cg_status_t check_buffer(const where_t *where, const char *what, const vo
   if (bytes > UINTPTR_MAX - start)
     return fail_at(where, CG_ERR_OVERFLOW, "%s at %p plus %zu bytes runs past the end of memory", what, ptr,
                    bytes);
+  const cg_comm_t *comm = where->call->comm;
+  char why[200];
+  int placed_wrong = bytes && comm && comm->ops && comm->ops->memory_fits &&
+                     comm->ops->memory_fits(comm->device, ptr, why, sizeof why) != 0;
+  if (placed_wrong)
+    return fail_at(where, CG_ERR_INVALID_ARGUMENT, "%s %p %s", what, ptr, why);
   *span = (cg_span_t){start, start + bytes};
   return CG_SUCCESS;
 }

@@ -540,25 +540,6 @@ cg_status_t cg_cuda_plan_quiesce(cg_plan_t *p, const char *where) {
   return CG_SUCCESS;
 }
 
-cg_status_t cg_cuda_check_memory(const cg_plan_t *p, const void *ptr, uint32_t node, const char *what,
-                                 const char *where) {
-  struct cudaPointerAttributes attr;
-  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
-  if (err != cudaSuccess) {
-    cudaGetLastError(); /* not sticky: clear it */
-    attr.type = cudaMemoryTypeUnregistered;
-  }
-  int on_device = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-  if (p->device == CG_DEVICE_HOST && attr.type == cudaMemoryTypeDevice)
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: node #%u: the new %s %p is device memory, but the plan runs on the "
-                   "host", where, node, what, ptr);
-  if (p->device != CG_DEVICE_HOST && (!on_device || (attr.type == cudaMemoryTypeDevice && attr.device != p->device)))
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: node #%u: the new %s %p is not memory of device %d, where the plan "
-                   "runs (%s)", where, node, what, ptr, p->device,
-                   on_device ? "it is on another device" : "it is host memory");
-  return CG_SUCCESS;
-}
-
 /* Points `*exec` at `graph`: updated in place where CUDA can, instantiated
  * anew otherwise. */
 static cg_status_t update_exec(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStream_t stream, const char *where) {

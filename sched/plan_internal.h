@@ -191,11 +191,9 @@ void cg_cuda_plan_free(cg_plan_t *plan);
 cg_status_t cg_cuda_plan_start(cg_plan_t *plan);
 /* cg_plan_rebind's device side: CG_ERR_IN_PROGRESS while cg_plan_start's
  * replay runs, else waits for the device when replays may be in flight;
- * checks that `ptr` is memory of the plan's device (a host plan: not device
- * memory); captures the steps again and updates the executable graphs. */
+ * captures the steps again and updates the executable graphs. (The new
+ * buffers' placement is checked by the communicators, memory_kind.h.) */
 cg_status_t cg_cuda_plan_quiesce(cg_plan_t *plan, const char *where);
-cg_status_t cg_cuda_check_memory(const cg_plan_t *plan, const void *ptr, uint32_t node, const char *what,
-                                 const char *where);
 cg_status_t cg_cuda_plan_recapture(cg_plan_t *plan, const char *where);
 cg_status_t cg_cuda_plan_test(int *done, cg_plan_t *plan);
 cg_status_t cg_cuda_plan_wait(cg_plan_t *plan);

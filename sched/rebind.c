@@ -168,13 +168,6 @@ static cg_status_t check_entry(const cg_plan_t *p, const cg_rebind_t *b, size_t 
   if (s->backend_state && backend && !backend->step_rebind)
     return cg_fail(CG_ERR_UNSUPPORTED, WHERE ": entry %zu: node #%u '%s': the %s backend cannot rebind its steps",
                    i, v, name, backend->name);
-#if CG_HAVE_CUDA
-  const void *ptrs[2] = {b->send, b->recv};
-  for (int k = 0; k < 2; k++)
-    if (new_spans[k].start < new_spans[k].end && (st = cg_cuda_check_memory(p, ptrs[k], v, k ? "recv" : "send",
-                                                                            WHERE)) != CG_SUCCESS)
-      return st;
-#endif
   moved[v] = 1;
   return CG_SUCCESS;
 }

@@ -8,6 +8,7 @@
 #include "graph_internal.h"
 #include "commgraph/mpi.h"
 #include "error.h"
+#include "memory_kind.h"
 #include "mpi_backend.h"
 
 /* Communicator ids agreed by all ranks of a communicator, so messages name a
@@ -139,7 +140,8 @@ const cg_backend_t cg_mpi_backend = {
     .bucket_bytes = bucket_bytes,
 };
 
-static const cg_comm_ops_t mpi_ops = {.backend_name = "mpi", .destroy_impl = cg_mpi_comm_close, .backend = &cg_mpi_backend};
+static const cg_comm_ops_t mpi_ops = {.backend_name = "mpi", .destroy_impl = cg_mpi_comm_close, .backend = &cg_mpi_backend,
+                                      .memory_fits = cg_memory_fits};
 
 cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level) {
   cg_status_t st = CG_SUCCESS;

@@ -8,6 +8,7 @@
 #include "commgraph/nccl.h"
 #include "error.h"
 #include "graph_internal.h"
+#include "memory_kind.h"
 #include "nccl_backend.h"
 
 cg_status_t cg_nccl_fail(ncclResult_t result, ncclComm_t comm, const char *call) {
@@ -117,7 +118,7 @@ const cg_backend_t cg_nccl_backend = {
 };
 
 static const cg_comm_ops_t nccl_ops = {.backend_name = "nccl", .destroy_impl = destroy_impl,
-                                       .backend = &cg_nccl_backend};
+                                       .backend = &cg_nccl_backend, .memory_fits = cg_memory_fits};
 
 /* Every rank learns whether all ranks succeeded so far, so a local failure
  * (a bad device ordinal on one rank) fails every rank instead of leaving the

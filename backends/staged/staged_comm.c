@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "graph_internal.h"
+#include "memory_kind.h"
 #include "staged_backend.h"
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
@@ -86,10 +87,10 @@ static cg_status_t warmup(void *impl, const cg_plan_t *plan, uint32_t comm_index
 const cg_backend_t cg_staged_backend = STAGED_BACKEND_TABLE("mpi-staged");
 const cg_backend_t cg_hosttransfer_backend = STAGED_BACKEND_TABLE("hosttransfer");
 
-static const cg_comm_ops_t staged_ops = {
-    .backend_name = "mpi-staged", .destroy_impl = destroy_impl, .backend = &cg_staged_backend};
-static const cg_comm_ops_t hosttransfer_ops = {
-    .backend_name = "hosttransfer", .destroy_impl = destroy_impl, .backend = &cg_hosttransfer_backend};
+static const cg_comm_ops_t staged_ops = {.backend_name = "mpi-staged", .destroy_impl = destroy_impl,
+                                         .backend = &cg_staged_backend, .memory_fits = cg_memory_fits};
+static const cg_comm_ops_t hosttransfer_ops = {.backend_name = "hosttransfer", .destroy_impl = destroy_impl,
+                                               .backend = &cg_hosttransfer_backend, .memory_fits = cg_memory_fits};
 
 const cg_staged_comm_t *cg_staged_comm_of(const cg_comm_t *comm) {
   return comm->ops == &staged_ops || comm->ops == &hosttransfer_ops ? comm->impl : NULL;

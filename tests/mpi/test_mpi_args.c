@@ -43,11 +43,7 @@
  * fails (ctest unit.check-arg-table) when one is missing. Rows of functions
  * that only exist in CUDA or NCCL builds keep their name in the table in
  * every build; their bodies are compiled only where the function exists.
- *
- * Library behaviour that does not meet the contract is marked KNOWN BUG
- * below; that one assertion only runs with CG_ARGS_STRICT=1 in the
- * environment (otherwise the row prints a note), so CI stays green until it is
- * fixed. */
+ */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -92,13 +88,6 @@ typedef struct fx {
   char msg[6000];
   struct snap *base;
 } fx_t;
-
-#if CG_HAVE_CUDA /* its only user, the known bug, needs device memory */
-static int strict(void) {
-  const char *s = getenv("CG_ARGS_STRICT");
-  return s && *s && strcmp(s, "0") != 0;
-}
-#endif
 
 static void note(fx_t *fx, const char *fmt, ...) CG_PRINTF_LIKE(2, 3);
 static void note(fx_t *fx, const char *fmt, ...) {
@@ -560,39 +549,91 @@ static void row_scatter(fx_t *fx) {
 static void row_send(fx_t *fx) { collective_row(fx, "cg_send", do_send, HAS_PEER | USES_SEND); }
 static void row_recv(fx_t *fx) { collective_row(fx, "cg_recv", do_recv, HAS_PEER | USES_RECV); }
 
-/* Device memory where the host communicator needs host memory: a GPU check. */
-static void row_allreduce(fx_t *fx) {
-  collective_row(fx, "cg_allreduce", do_allreduce, HAS_OP | USES_SEND | USES_RECV);
 #if CG_HAVE_CUDA
-  if (!fx->has_gpu) {
-    note(fx, "device pointers on a host communicator: skipped (no GPU)");
+/* An mpi-staged communicator on this rank's GPU (collective); NULL, with a
+ * note, where some rank cannot have one. */
+static cg_comm_t *device_comm_open(fx_t *fx, const char *what) {
+  cg_comm_opts_t o = CG_COMM_OPTS_INIT;
+  o.backend = CG_BACKEND_MPI;
+  o.device = CG_DEVICE_LOCAL_RANK;
+  cg_comm_t *dc = NULL;
+  cg_status_t st = cg_comm_create(&dc, MPI_COMM_WORLD, &o);
+  if (cg_mpi_all(st == CG_SUCCESS)) return dc;
+  note(fx, "%s: skipped (no mpi-staged communicator: %s)", what, cg_error_last());
+  cg_comm_destroy(dc);
+  return NULL;
+}
+
+/* Buffers in the wrong place: device memory on a host communicator, and
+ * pageable host memory or another GPU's memory on a device communicator, are
+ * refused when recorded; the memory each accepts is recorded. */
+static void allreduce_memory_rows(fx_t *fx) {
+  const char *fn = "cg_allreduce";
+  if (!cg_mpi_all(fx->has_gpu)) {
+    note(fx, "memory placement: skipped (no GPU on some rank)");
     return;
   }
   void *dev = NULL;
-  if (cudaMalloc(&dev, 64) != cudaSuccess) {
-    cudaGetLastError();
-    note(fx, "device pointers on a host communicator: skipped (cudaMalloc failed)");
-    return;
-  }
-  cg_graph_t *scratch = NULL;
-  ck_assert_cg_ok(cg_graph_create(&scratch, NULL));
-  clear_error();
-  cg_status_t st = cg_allreduce(NULL, scratch, fx->world, dev, dev, 4, CG_INT32, CG_SUM);
-  /* KNOWN BUG (unverified where this was written, no GPU there): recording
-   * reads no memory attributes, so a device pointer on a host (MPI backend)
-   * communicator is accepted and only the host executor would touch it.
-   * Expected: CG_ERR_INVALID_ARGUMENT naming cg_allreduce, as cg_plan_rebind
-   * does for the same mistake. */
-  if (strict())
-    CHECK(fx, st == CG_ERR_INVALID_ARGUMENT, "cg_allreduce of device memory on a host communicator returned %s",
-          cg_status_string(st));
-  else if (st == CG_SUCCESS)
-    note(fx, "KNOWN BUG: cg_allreduce accepts device memory on a host communicator (CG_ARGS_STRICT=1 fails it)");
-  cg_graph_destroy(scratch);
+  ck_assert_int_eq(cudaMalloc(&dev, 64), cudaSuccess);
+  EXPECT(fx, fn, cg_allreduce(NULL, fx->g, fx->world, dev, (char *)dev + 32, 4, CG_INT32, CG_SUM), IA);
+  EXPECT(fx, fn, cg_allreduce(NULL, fx->g, fx->world, fx->buf, dev, 4, CG_INT32, CG_SUM), IA);
+  CHECK(fx, strstr(cg_error_last(), "recv") && strstr(cg_error_last(), "runs on the host"),
+        "the error names neither the buffer nor the host: %s", cg_error_last());
   cudaFree(dev);
-  check_unchanged(fx, __LINE__, "device memory on a scratch graph");
+
+  cg_comm_t *dc = device_comm_open(fx, "memory placement on a device communicator");
+  if (!dc) return;
+  int device = 0, devices = 0, prev = 0;
+  ck_assert_cg_ok(cg_comm_device(&device, dc));
+  cudaGetDevice(&prev);
+  cudaSetDevice(device);
+  cudaGetDeviceCount(&devices);
+  void *mine = NULL, *managed = NULL, *pinned = NULL, *other = NULL;
+  ck_assert_int_eq(cudaMalloc(&mine, 64), cudaSuccess);
+  ck_assert_int_eq(cudaMallocManaged(&managed, 64, cudaMemAttachGlobal), cudaSuccess);
+  ck_assert_int_eq(cudaMallocHost(&pinned, 64), cudaSuccess);
+  int pageable_ok = 0;
+  cudaDeviceGetAttribute(&pageable_ok, cudaDevAttrPageableMemoryAccess, device);
+  cg_graph_t *dg = NULL;
+  ck_assert_cg_ok(cg_graph_create(&dg, NULL));
+  if (pageable_ok)
+    note(fx, "pageable host memory on a device communicator: not refused (device %d reads pageable memory)", device);
+  else {
+    EXPECT(fx, fn, cg_allreduce(NULL, dg, dc, fx->buf, fx->buf + 4, 4, CG_INT32, CG_SUM), IA);
+    CHECK(fx, strstr(cg_error_last(), "host memory"), "the error does not say host memory: %s", cg_error_last());
+    EXPECT(fx, fn, cg_allreduce(NULL, dg, dc, mine, fx->buf, 4, CG_INT32, CG_SUM), IA);
+  }
+  if (devices > 1) {
+    cudaSetDevice((device + 1) % devices);
+    ck_assert_int_eq(cudaMalloc(&other, 64), cudaSuccess);
+    cudaSetDevice(device);
+    EXPECT(fx, fn, cg_allreduce(NULL, dg, dc, other, (char *)other + 32, 4, CG_INT32, CG_SUM), IA);
+    CHECK(fx, strstr(cg_error_last(), "runs on device"), "the error does not name the device: %s", cg_error_last());
+  } else
+    note(fx, "another GPU's memory on a device communicator: skipped (one GPU)");
+  const void *good[3] = {mine, managed, pinned};
+  const char *good_name[3] = {"its device's memory", "managed memory", "pinned host memory"};
+  for (int k = 0; k < 3; k++) {
+    cg_status_t st = cg_allreduce(NULL, dg, dc, good[k], (char *)good[k] + 32, 4, CG_INT32, CG_SUM);
+    CHECK(fx, st == CG_SUCCESS, "a device communicator refused %s: %s", good_name[k], cg_error_last());
+  }
+  cg_graph_destroy(dg);
+  cudaFree(other);
+  cudaFree(mine);
+  cudaFree(managed);
+  cudaFreeHost(pinned);
+  cudaSetDevice(prev);
+  cg_comm_destroy(dc);
+  check_unchanged(fx, __LINE__, "memory placement rows");
+}
+#endif
+
+static void row_allreduce(fx_t *fx) {
+  collective_row(fx, "cg_allreduce", do_allreduce, HAS_OP | USES_SEND | USES_RECV);
+#if CG_HAVE_CUDA
+  allreduce_memory_rows(fx);
 #else
-  note(fx, "device pointers: skipped (built without CUDA)");
+  note(fx, "memory placement: skipped (built without CUDA)");
 #endif
 }
 
@@ -1047,16 +1088,8 @@ static void row_plan_rebind(fx_t *fx) {
   cudaFree(dev);
   /* host memory where the plan needs device memory: a plan of an mpi-staged
    * communicator on this rank's GPU */
-  cg_comm_opts_t o = CG_COMM_OPTS_INIT;
-  o.backend = CG_BACKEND_MPI;
-  o.device = CG_DEVICE_LOCAL_RANK;
-  cg_comm_t *dc = NULL;
-  st = cg_comm_create(&dc, MPI_COMM_WORLD, &o);
-  if (!cg_mpi_all(st == CG_SUCCESS)) {
-    note(fx, "host pointers in a device plan: skipped (no mpi-staged communicator: %s)", cg_error_last());
-    cg_comm_destroy(dc);
-    return;
-  }
+  cg_comm_t *dc = device_comm_open(fx, "host pointers in a device plan");
+  if (!dc) return;
   int device = 0;
   ck_assert_cg_ok(cg_comm_device(&device, dc));
   void *dbuf = NULL;
@@ -1071,11 +1104,16 @@ static void row_plan_rebind(fx_t *fx) {
   ck_assert_cg_ok(cg_allreduce(&dn, dg, dc, dbuf, (char *)dbuf + 32, 4, CG_INT32, CG_SUM));
   st = cg_compile(&dp, dg, NULL);
   ck_assert_all_ranks(st == CG_SUCCESS, "compiling a device plan");
+  int pageable_ok = 0;
+  cudaDeviceGetAttribute(&pageable_ok, cudaDevAttrPageableMemoryAccess, device);
   e = (cg_rebind_t){dn, b + 16, b + 20};
   clear_error();
   st = cg_plan_rebind(dp, &e, 1);
-  CHECK(fx, st == IA && strstr(cg_error_last(), fn), "rebinding a device plan to host memory returned %s (%s)",
-        cg_status_string(st), cg_error_last());
+  if (pageable_ok)
+    note(fx, "rebinding a device plan to pageable host memory: not refused (device %d reads pageable memory)", device);
+  else
+    CHECK(fx, st == IA && strstr(cg_error_last(), fn), "rebinding a device plan to host memory returned %s (%s)",
+          cg_status_string(st), cg_error_last());
   cg_plan_destroy(dp);
   cg_graph_destroy(dg);
   cg_comm_destroy(dc);

@@ -1,0 +1,119 @@
+/* Buffer placement (memory_kind.h). The runtime's cudaPointerGetAttributes
+ * would create a context on the current GPU the first time it is called, and
+ * a host-only MPI program must not get one per rank on GPU 0 for recording a
+ * collective. The driver's cuPointerGetAttributes creates none, so it is
+ * looked up in libcuda at run time: a machine without a driver has no device
+ * memory to mistake. */
+#define _POSIX_C_SOURCE 200809L
+#include "memory_kind.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "commgraph/comm.h"
+#include "commgraph/config.h"
+
+#if CG_HAVE_CUDA
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+
+typedef CUresult (*init_fn)(unsigned int flags);
+typedef CUresult (*pointer_attributes_fn)(unsigned int n, CUpointer_attribute *attributes, void **data,
+                                          CUdeviceptr ptr);
+typedef CUresult (*device_get_fn)(CUdevice *device, int ordinal);
+typedef CUresult (*device_attribute_fn)(int *value, CUdevice_attribute attribute, CUdevice device);
+
+static struct {
+  pointer_attributes_fn pointer_attributes;
+  device_get_fn device_get;
+  device_attribute_fn device_attribute;
+} driver;
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+
+static void load_driver(void) {
+  /* kept open for the life of the process, like the runtime keeps it */
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return;
+  init_fn init = (init_fn)dlsym(lib, "cuInit");
+  pointer_attributes_fn pointer_attributes = (pointer_attributes_fn)dlsym(lib, "cuPointerGetAttributes");
+  if (!init || !pointer_attributes || init(0) != CUDA_SUCCESS) return;
+  driver.device_get = (device_get_fn)dlsym(lib, "cuDeviceGet");
+  driver.device_attribute = (device_attribute_fn)dlsym(lib, "cuDeviceGetAttribute");
+  driver.pointer_attributes = pointer_attributes;
+}
+
+void cg_memory_locate(cg_memory_kind_t *kind, int *device, const void *ptr) {
+  *kind = CG_MEMORY_HOST;
+  *device = -1;
+  pthread_once(&driver_once, load_driver);
+  if (!driver.pointer_attributes || !ptr) return;
+  /* cuPointerGetAttributes leaves zeros for memory CUDA does not know
+   * instead of failing; bool attributes fill their first byte */
+  unsigned int type = 0, managed = 0;
+  int ordinal = -1;
+  CUpointer_attribute attributes[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                       CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void *data[3] = {&type, &managed, &ordinal};
+  if (driver.pointer_attributes(3, attributes, data, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) {
+    /* the ordinal needs a driver of CUDA 9.2 or later; the type does not */
+    type = managed = 0;
+    ordinal = -1;
+    if (driver.pointer_attributes(2, attributes, data, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) return;
+  }
+  if (managed)
+    *kind = CG_MEMORY_MANAGED;
+  else if (type == CU_MEMORYTYPE_DEVICE) {
+    *kind = CG_MEMORY_DEVICE;
+    *device = ordinal;
+  } else if (type == CU_MEMORYTYPE_HOST)
+    *kind = CG_MEMORY_PINNED;
+}
+
+/* Whether GPU `ordinal` reads pageable host memory directly (HMM, ATS). */
+static int reads_pageable_memory(int ordinal) {
+  CUdevice device = 0;
+  int value = 0;
+  if (!driver.device_get || !driver.device_attribute || driver.device_get(&device, ordinal) != CUDA_SUCCESS)
+    return 0;
+  return driver.device_attribute(&value, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, device) == CUDA_SUCCESS && value;
+}
+
+int cg_memory_fits(int device, const void *ptr, char *why, size_t why_size) {
+  cg_memory_kind_t kind;
+  int holder = -1;
+  cg_memory_locate(&kind, &holder, ptr);
+  if (device == CG_DEVICE_HOST) {
+    if (kind != CG_MEMORY_DEVICE) return 0;
+    snprintf(why, why_size, "is memory of device %d, but the communicator runs on the host and needs host memory "
+             "(pageable, pinned or managed)", holder);
+    return -1;
+  }
+  if (kind == CG_MEMORY_MANAGED || kind == CG_MEMORY_PINNED) return 0;
+  if (kind == CG_MEMORY_DEVICE && holder == device) return 0;
+  if (kind == CG_MEMORY_HOST && reads_pageable_memory(device)) return 0;
+  if (kind == CG_MEMORY_DEVICE)
+    snprintf(why, why_size, "is memory of device %d, but the communicator runs on device %d", holder, device);
+  else
+    snprintf(why, why_size, "is host memory CUDA does not know, but the communicator runs on device %d and needs its "
+             "device memory, managed memory or pinned host memory", device);
+  return -1;
+}
+
+#else /* built without CUDA: no device memory can be told apart */
+
+void cg_memory_locate(cg_memory_kind_t *kind, int *device, const void *ptr) {
+  (void)ptr;
+  *kind = CG_MEMORY_HOST;
+  *device = -1;
+}
+
+int cg_memory_fits(int device, const void *ptr, char *why, size_t why_size) {
+  (void)device;
+  (void)ptr;
+  (void)why;
+  (void)why_size;
+  return 0;
+}
+
+#endif
