@@ -4,8 +4,8 @@
  * The fused buffer of a bucket lays its members out one after another (for
  * allgather's receive and reduce_scatter's send buffer, rank block by rank
  * block: block q holds every member's block q). A side whose members' buffers
- * already sit exactly there, relative to the first, is used directly: no
- * copy. Otherwise the side is staged, and the staging buffer is chosen so the
+ * already sit exactly there, relative to the first, and inside one
+ * allocation, is used directly: no copy. Otherwise the side is staged, and the staging buffer is chosen so the
  * collective runs in place where NCCL and MPI allow it: an allreduce packs
  * its inputs into its output buffer (the members' own, if contiguous), an
  * allgather into its own rank's block of the output, and a reduce_scatter
@@ -18,6 +18,7 @@
 
 #include "error.h"
 #include "lower.h"
+#include "memory_kind.h"
 
 #define STAGING_ALIGN 256
 
@@ -38,7 +39,8 @@ typedef struct side {
 
 static size_t align_up(size_t v) { return (v + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN; }
 
-/* Whether every non-empty block already lies at its fused position. */
+/* Whether every non-empty block already lies at its fused position, inside
+ * one allocation (memory_kind.h). */
 static void find_direct(side_t *s, size_t elem) {
   s->direct = 1;
   s->base = 0;
@@ -57,6 +59,7 @@ static void find_direct(side_t *s, size_t elem) {
     }
     s->direct = b->ptr == s->base + offset;
   }
+  if (s->direct && !cg_memory_one_allocation((const void *)s->base, s->elems * elem)) s->direct = 0;
 }
 
 typedef struct bucket_sides {

@@ -70,6 +70,21 @@ void cg_memory_locate(cg_memory_kind_t *kind, int *device, const void *ptr) {
     *kind = CG_MEMORY_PINNED;
 }
 
+int cg_memory_one_allocation(const void *ptr, size_t bytes) {
+  pthread_once(&driver_once, load_driver);
+  if (!driver.pointer_attributes || !ptr || bytes == 0) return 1;
+  unsigned int type = 0;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  CUpointer_attribute attributes[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                       CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void *data[3] = {&type, &start, &size};
+  if (driver.pointer_attributes(3, attributes, data, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) return 0;
+  if (type == 0) return 1; /* pageable host memory */
+  uintptr_t first = (uintptr_t)ptr;
+  return first >= (uintptr_t)start && bytes <= (uintptr_t)start + size - first;
+}
+
 /* Whether GPU `ordinal` reads pageable host memory directly (HMM, ATS). */
 static int reads_pageable_memory(int ordinal) {
   CUdevice device = 0;
@@ -114,6 +129,12 @@ int cg_memory_fits(int device, const void *ptr, char *why, size_t why_size) {
   (void)why;
   (void)why_size;
   return 0;
+}
+
+int cg_memory_one_allocation(const void *ptr, size_t bytes) {
+  (void)ptr;
+  (void)bytes;
+  return 1;
 }
 
 #endif

@@ -25,4 +25,11 @@ void cg_memory_locate(cg_memory_kind_t *kind, int *device, const void *ptr);
  * pageable memory itself). */
 int cg_memory_fits(int device, const void *ptr, char *why, size_t why_size);
 
+/* 1 when [ptr, ptr + bytes) lies inside one CUDA allocation, or in memory
+ * CUDA does not know (nothing to split there); 0 when it crosses from one
+ * allocation into another. Kernels read across neighbouring allocations, but
+ * cudaMemcpy, IPC registration and CUDA-aware MPI take one allocation at a
+ * time, so fusion runs a bucket in its members' own memory only inside one. */
+int cg_memory_one_allocation(const void *ptr, size_t bytes);
+
 #endif

@@ -181,8 +181,16 @@ static void complete_locked(cg_ht_op_t *op) {
   finish(op);
 }
 
+static int aborted_op(const cg_ht_op_t *op) {
+  return op->n_parts && atomic_load_explicit(&op->parts[0]->mpi->aborted, memory_order_relaxed);
+}
+
 /* Starts the op, or queues it behind its sequence's window. */
 static void start_locked(cg_ht_op_t *op) {
+  if (aborted_op(op)) {
+    finish(op);
+    return;
+  }
   cg_ht_sequence_t *seq = op->seq;
   if (seq && seq->window) {
     if (seq->in_mpi >= seq->window) {
@@ -338,6 +346,31 @@ void cg_ht_engine_unwatch(cg_ht_sequence_t *seq) {
     }
   mtx_unlock(&engine.lock);
   cg_ht_engine_forget(seq->ops, seq->n_ops);
+}
+
+void cg_ht_engine_abort(cg_mpi_comm_t *mpi) {
+  call_once(&engine_once, init_engine);
+  mtx_lock(&engine.lock);
+  atomic_store_explicit(&mpi->aborted, 1, memory_order_relaxed);
+  for (cg_ht_op_t **at = &engine.in_flight; *at;) {
+    cg_ht_op_t *op = *at;
+    if (!aborted_op(op)) {
+      at = &op->next_in_flight;
+      continue;
+    }
+    *at = op->next_in_flight;
+    /* an op waits for its window only while another of its sequence is in
+     * flight, so every waiting op of `mpi` is found here */
+    cg_ht_sequence_t *seq = op->seq;
+    for (cg_ht_op_t *waiting = seq ? seq->deferred : NULL; waiting; waiting = waiting->next_deferred)
+      finish(waiting);
+    if (seq) {
+      seq->deferred = seq->deferred_tail = NULL;
+      seq->in_mpi = 0;
+    }
+    finish(op);
+  }
+  mtx_unlock(&engine.lock);
 }
 
 void cg_ht_engine_forget(cg_ht_op_t *const *ops, uint32_t n) {

@@ -84,6 +84,12 @@ void cg_ht_engine_unwatch(cg_ht_sequence_t *seq);
 /* Drops ops about to be freed from the in-flight list (a replay abandoned
  * mid-way must not leave the engine holding them). */
 void cg_ht_engine_forget(cg_ht_op_t *const *ops, uint32_t n);
+/* A replay on `mpi` timed out: its ops in flight or waiting for their window
+ * are dropped and their done flags raised, and later ops of `mpi` raise
+ * theirs at once, without MPI, so the GPU's waits end and its streams drain
+ * (the buffers hold no result). MPI cannot cancel a collective, so requests
+ * already posted stay with MPI. */
+void cg_ht_engine_abort(cg_mpi_comm_t *mpi);
 
 /* Flags: `n` pairs (ready, done) in pinned device-mapped memory, zeroed;
  * ops take them with cg_ht_flags_assign. */

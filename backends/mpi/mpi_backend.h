@@ -6,6 +6,7 @@
 #ifndef CG_BACKENDS_MPI_BACKEND_H
 #define CG_BACKENDS_MPI_BACKEND_H
 
+#include <stdatomic.h>
 #include <mpi.h>
 
 #include "backend.h"
@@ -17,6 +18,9 @@ typedef struct cg_mpi_comm {
   MPI_Datatype half; /* two opaque bytes: float16 and bfloat16 elements */
   MPI_Op own_ops[CG_DTYPE_COUNT][4]; /* [dtype][sum, prod, min, max]; MPI_OP_NULL: MPI's own */
   int one_node; /* every rank shares one node (MPI_COMM_TYPE_SHARED); the same on every rank */
+  /* a timed-out replay aborted it (device backends, ht_engine.h): its ops
+   * finish without MPI from then on, and what MPI may still write is leaked */
+  atomic_int aborted;
 } cg_mpi_comm_t;
 
 extern const cg_backend_t cg_mpi_backend;

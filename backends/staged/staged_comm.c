@@ -64,6 +64,11 @@ static cg_status_t warmup(void *impl, const cg_plan_t *plan, uint32_t comm_index
   return CG_SUCCESS;
 }
 
+/* A timed-out replay: raise the done flags the GPU waits on (ht_engine.h). */
+static void abort_comm(void *impl) {
+  cg_ht_engine_abort(((cg_staged_comm_t *)impl)->mpi);
+}
+
 #define STAGED_BACKEND_TABLE(backend_name)              \
   {                                                     \
     .interface_version = CG_BACKEND_INTERFACE_VERSION,  \
@@ -82,6 +87,7 @@ static cg_status_t warmup(void *impl, const cg_plan_t *plan, uint32_t comm_index
     .step_rebind = cg_staged_step_rebind,               \
     .step_call = cg_staged_step_call,                   \
     .bucket_bytes = bucket_bytes,                       \
+    .abort = abort_comm,                                \
   }
 
 const cg_backend_t cg_staged_backend = STAGED_BACKEND_TABLE("mpi-staged");

@@ -339,7 +339,9 @@ void cg_staged_step_release(void *comm_impl, void *state) {
   free(st->group_done);
   free(st->seq_ops);
   cg_ht_flags_free(&st->flags);
-  staging_free(st->staging, st->staging_bytes, sc, st->direct);
+  /* after an abort MPI may still write the staging memory (left to it, as
+   * cg_mpi_step_release leaves requests in flight) */
+  if (!atomic_load(&sc->mpi->aborted)) staging_free(st->staging, st->staging_bytes, sc, st->direct);
   free(st);
 }
 

@@ -26,11 +26,19 @@
  *
  * gpu-launch replays with cg_plan_launch on a stream instead of cg_plan_run:
  * nobody waits inside commgraph, so the watchdog's monitor thread notices
- * and the timeout handler reports and ends the job.
+ * and the timeout handler reports and ends the job. gpu-staged is gpu on the
+ * mpi-staged backend (MPI through host staging) instead of NCCL.
  *
- * Usage: fault_inject host|gpu|gpu-launch FAULT TIMEOUT_SECONDS */
+ * In gpu and gpu-staged, a rank that reports also checks that the watchdog's
+ * abort let its GPU go: cudaDeviceSynchronize must return within the 5% of
+ * the timeout it waits anyway ("FAULT-DRAINED rank R after S s", or
+ * "FAULT-STUCK rank R").
+ *
+ * Usage: fault_inject host|gpu|gpu-staged|gpu-launch FAULT TIMEOUT_SECONDS */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,10 +71,48 @@ static void nap(double seconds) {
   nanosleep(&t, NULL);
 }
 
+static int gpu_run; /* gpu or gpu-staged: replays with cg_plan_run on a GPU */
+
+#if CG_HAVE_CUDA
+static atomic_int drained;
+static void *synchronize_device(void *arg) {
+  (void)arg;
+  cudaDeviceSynchronize();
+  atomic_store(&drained, 1);
+  return NULL;
+}
+#endif
+
+/* Waits `seconds` for the GPU to finish what it has (a thread of its own:
+ * cudaDeviceSynchronize itself has no time limit) and says whether it did. */
+static void wait_drained(double seconds) {
+#if CG_HAVE_CUDA
+  pthread_t thread;
+  double began = wall_s();
+  if (pthread_create(&thread, NULL, synchronize_device, NULL) != 0) {
+    nap(seconds);
+    return;
+  }
+  pthread_detach(thread);
+  while (!atomic_load(&drained) && wall_s() - began < seconds) nap(1e-3);
+  if (atomic_load(&drained))
+    printf("FAULT-DRAINED rank %d after %.3f s\n", rank, wall_s() - began);
+  else
+    printf("FAULT-STUCK rank %d: the GPU still runs the plan %.3f s after the report\n", rank, seconds);
+  fflush(stdout);
+  nap(seconds - (wall_s() - began));
+#else
+  nap(seconds);
+#endif
+}
+
 static void fail(cg_status_t st, double timeout_s) {
   printf("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
   fflush(stdout);
-  nap(0.05 * timeout_s);
+  if (gpu_run)
+    wait_drained(0.05 * timeout_s);
+  else
+    nap(0.05 * timeout_s);
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
@@ -127,13 +173,17 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc != 4 || (strcmp(argv[1], "host") && strcmp(argv[1], "gpu") && strcmp(argv[1], "gpu-launch"))) {
+  if (argc != 4 || (strcmp(argv[1], "host") && strcmp(argv[1], "gpu") && strcmp(argv[1], "gpu-staged") &&
+                    strcmp(argv[1], "gpu-launch"))) {
     if (rank == 0)
-      fprintf(stderr, "usage: fault_inject host|gpu|gpu-launch none|sleep|exit|differ|differ-unchecked SECONDS\n");
+      fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-launch none|sleep|exit|differ|differ-unchecked "
+              "SECONDS\n");
     MPI_Finalize();
     return 2;
   }
-  int launch = strcmp(argv[1], "gpu-launch") == 0, gpu = launch || strcmp(argv[1], "gpu") == 0;
+  int launch = strcmp(argv[1], "gpu-launch") == 0, staged = strcmp(argv[1], "gpu-staged") == 0;
+  gpu_run = staged || strcmp(argv[1], "gpu") == 0;
+  int gpu = launch || gpu_run;
   int faulty = rank == size - 1;
   const char *fault = argv[2];
   double timeout_s = atof(argv[3]);
@@ -144,7 +194,7 @@ int main(int argc, char **argv) {
   cg_comm_t *comm = NULL;
   cg_comm_opts_t o = CG_COMM_OPTS_INIT;
   if (gpu) {
-    o.backend = CG_BACKEND_NCCL;
+    o.backend = staged ? CG_BACKEND_MPI : CG_BACKEND_NCCL;
     o.device = CG_DEVICE_LOCAL_RANK;
   }
   cg_status_t st = cg_comm_create(&comm, MPI_COMM_WORLD, &o);
