@@ -6,8 +6,9 @@
  * sequence order across replays (the cursor wraps), the one-at-a-time window
  * (later chunks deferred, none lost), posting from another thread (as a host
  * node does), and a chain broadcast's sequential parts with a tag per chunk,
- * for every root. Values are random integers, outputs poisoned before each
- * replay. */
+ * for every root; and the abort after a timeout (cg_ht_engine_abort) with a
+ * rank that never joins. Values are random integers, outputs poisoned before
+ * each replay. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -179,6 +180,75 @@ static void run_replays(int chain, int root, uint32_t window, int by) {
   rig_teardown(&r);
 }
 
+static double seconds_since(const struct timespec *start) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)(now.tv_sec - start->tv_sec) + 1e-9 * (double)(now.tv_nsec - start->tv_nsec);
+}
+
+static int all_poisoned(const int32_t *p, size_t n) {
+  int32_t poison;
+  memset(&poison, CG_MPI_POISON, sizeof poison);
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != poison) return 0;
+  return 1;
+}
+
+/* The last rank never joins the replay: the others' first chunk stays in
+ * MPI and the rest wait behind the window. The abort raises every done flag
+ * (the GPU's waits end), takes no result from MPI, and later replays of the
+ * communicator finish without MPI, by ready flag and by post alike. At the
+ * end the last rank joins the one collective left posted, so MPI ends
+ * clean. */
+START_TEST(engine__abort_raises_the_done_flags_and_later_ops_skip_mpi) {
+  rig_t r;
+  rig_setup(&r, 0, 0, 1);
+  int n = cg_mpi_size(), me = cg_mpi_rank(), stuck = me != n - 1;
+  ck_assert_cg_ok(cg_ht_engine_watch(&r.seq));
+  int32_t *expect = malloc(sizeof(int32_t) * CHUNKS * CHUNK);
+  ck_assert_ptr_nonnull(expect);
+  fill_replay(&r, 0, 0, cg_test_seed(), expect);
+  int ok = 1;
+  if (stuck) {
+    for (int k = 0; k < CHUNKS; k++) raise_flag(r.ops[k].ready);
+    struct timespec nap = {0, 100 * 1000 * 1000}, start;
+    nanosleep(&nap, NULL);
+    for (int k = 0; k < CHUNKS; k++) ok &= atomic_load((_Atomic uint32_t *)&r.flags[k][1]) == 0;
+    ck_assert_msg(ok, "rank %d: a done flag rose while a rank was missing", me);
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    cg_ht_engine_abort(r.mpi);
+    ck_assert_msg(wait_all_done(&r), "rank %d: the abort left a done flag down", me);
+    ck_assert_msg(seconds_since(&start) < 5.0, "rank %d: the abort took %.3f s", me, seconds_since(&start));
+    ck_assert_msg(all_poisoned(r.recv + CHUNK, (size_t)(CHUNKS - 1) * CHUNK),
+                  "rank %d: chunks that never reached MPI were written", me);
+    ck_assert_uint_eq(r.seq.in_mpi, 0);
+    ck_assert_ptr_null(r.seq.deferred);
+    /* a later replay by ready flag, then by post: done at once, no MPI */
+    for (int k = 0; k < CHUNKS; k++) raise_flag(r.ops[k].ready);
+    ck_assert_msg(wait_all_done(&r), "rank %d: a replay after the abort did not finish", me);
+    for (int k = 0; k < CHUNKS; k++) ck_assert_uint_eq(r.flags[k][0], 0);
+    cg_ht_engine_unwatch(&r.seq);
+    post_all(&r);
+    ck_assert_msg(wait_all_done(&r), "rank %d: a post after the abort did not finish", me);
+    ck_assert_msg(all_poisoned(r.recv + CHUNK, (size_t)(CHUNKS - 1) * CHUNK),
+                  "rank %d: a replay after the abort reached MPI", me);
+  } else {
+    cg_ht_engine_unwatch(&r.seq);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  /* the late rank joins the first chunk's allreduce, the only one posted
+   * (nonblocking: MPI never matches a blocking collective with one) */
+  if (!stuck) {
+    MPI_Request late;
+    MPI_Iallreduce(r.send, r.recv, CHUNK, MPI_INT32_T, MPI_SUM, r.mpi->data, &late);
+    MPI_Wait(&late, MPI_STATUS_IGNORE);
+  }
+  ck_assert_all_ranks(1, "the late rank joined");
+  free(expect);
+  rig_teardown(&r);
+}
+END_TEST
+
 START_TEST(engine__ready_flags_post_in_order_across_replays_one_at_a_time) { run_replays(0, 0, 1, 0); }
 END_TEST
 
@@ -200,6 +270,7 @@ int main(void) {
   tcase_add_test(t, engine__ready_flags_post_with_no_window);
   tcase_add_test(t, engine__posts_from_another_thread_like_a_host_node);
   tcase_add_test(t, engine__chain_broadcast_from_every_root);
+  tcase_add_test(t, engine__abort_raises_the_done_flags_and_later_ops_skip_mpi);
   suite_add_tcase(s, t);
   return cg_mpi_test_main(s);
 }
