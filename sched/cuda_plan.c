@@ -484,7 +484,7 @@ static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *calle
 static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
   if (!cg_watchdog_expired(p, p->cuda->started_ns)) return 0;
   p->cuda->running = 0;
-  *st = cg_cuda_time_out(p, caller, p->replays);
+  *st = cg_watchdog_notify_waiter(cg_cuda_time_out(p, caller, p->replays));
   return 1;
 }
 

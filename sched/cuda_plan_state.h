@@ -41,7 +41,8 @@ struct cg_cuda_plan {
 uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);
 /* The replay `replay` ran past the timeout: reports it (naming the step
  * waited for and the last completed, from the progress marks), marks the
- * plan timed out and aborts its communicators; CG_ERR_TIMEOUT. */
+ * plan timed out and aborts its communicators; CG_ERR_TIMEOUT. The handler
+ * is the caller's to call (cg_watchdog_notify*). */
 cg_status_t cg_cuda_time_out(cg_plan_t *p, const char *caller, uint64_t replay);
 /* cg_plan_launch under a timeout: the monitor thread follows the plan's
  * launched replays (its launch_done event) and reports a replay that makes

@@ -35,8 +35,7 @@ static int step_marked(const cg_plan_t *p, uint32_t step, uint64_t replay) {
 }
 
 typedef struct abort_job {
-  const cg_backend_t **backends;
-  void **impls;
+  cg_comm_t **comms; /* retained: the user may destroy plan and communicators meanwhile */
   uint32_t n;
   int device;
 } abort_job_t;
@@ -44,29 +43,31 @@ typedef struct abort_job {
 static void *run_abort(void *arg) {
   abort_job_t *job = arg;
   cudaSetDevice(job->device);
-  for (uint32_t i = 0; i < job->n; i++) job->backends[i]->abort(job->impls[i]);
-  free(job->backends);
-  free(job->impls);
+  for (uint32_t i = 0; i < job->n; i++) job->comms[i]->ops->backend->abort(job->comms[i]->impl);
+  /* the last reference frees the communicator here, after its abort */
+  for (uint32_t i = 0; i < job->n; i++) cg_comm_release(job->comms[i]);
+  free(job->comms);
   free(job);
   return NULL;
 }
 
 /* The communicators' abort hooks, on a thread of their own: ncclCommAbort
  * whose kernels still spin did not return in time when communicators were
- * blocking, and the caller must get its CG_ERR_TIMEOUT within the timeout. The communicators' impls stay
- * allocated: a timed-out plan keeps its references, and destroying them
- * skips what the abort freed. */
+ * blocking, and the caller must get its CG_ERR_TIMEOUT within the timeout.
+ * The job holds a reference to each communicator, so a caller that destroys
+ * the plan and its communicators right after the timeout does not free one
+ * under its abort (and the destroy then skips what the abort freed). */
 static void abort_comms(cg_plan_t *p) {
   abort_job_t *job = calloc(1, sizeof *job);
-  if (job) {
-    job->backends = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->backends);
-    job->impls = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->impls);
-  }
-  if (!job || !job->backends || !job->impls) goto fail;
+  if (job) job->comms = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->comms);
+  if (!job || !job->comms) goto fail;
   job->device = p->device;
   for (uint32_t c = 0; c < p->n_comms; c++) {
-    const cg_backend_t *b = p->comms[c].comm->ops->backend;
-    if (b && b->abort) job->backends[job->n] = b, job->impls[job->n++] = p->comms[c].comm->impl;
+    cg_comm_t *comm = p->comms[c].comm;
+    if (comm->ops->backend && comm->ops->backend->abort) {
+      cg_comm_retain(comm);
+      job->comms[job->n++] = comm;
+    }
   }
   pthread_t thread;
   pthread_attr_t attr;
@@ -76,8 +77,9 @@ static void abort_comms(cg_plan_t *p) {
     pthread_attr_destroy(&attr);
     if (started) return;
   }
+  for (uint32_t i = 0; i < job->n; i++) cg_comm_release(job->comms[i]);
 fail:
-  if (job) free(job->backends), free(job->impls);
+  if (job) free(job->comms);
   free(job);
 }
 
@@ -108,8 +110,9 @@ cg_status_t cg_cuda_time_out(cg_plan_t *p, const char *caller, uint64_t replay) 
              (unsigned long long)p->steps[w.waiting].comm->id);
     w.extra = extra;
   }
-  /* the report first: aborting may take long, and the report is the point */
-  cg_status_t st = cg_watchdog_fire(p, caller, replay, &w);
+  /* the report first: aborting may take long, and the report is the point
+   * (the abort runs on its own thread anyway) */
+  cg_status_t st = cg_watchdog_report(p, caller, replay, &w);
   abort_comms(p);
   return st;
 }
@@ -143,8 +146,10 @@ static uint64_t current_replay(const cg_plan_t *p) {
   return p->n_steps ? (uint64_t)least + 1 : p->replays;
 }
 
-/* One look at a plan, under monitor_lock: 1 when it leaves the list. */
-static int check_plan(cg_plan_t *p) {
+/* One look at a plan, under monitor_lock: 1 when it leaves the list. A
+ * timed-out plan leaves it with its report in *fired (malloc'd) for the
+ * handler, which runs after the lock is released and may destroy plans. */
+static int check_plan(cg_plan_t *p, char **fired) {
   struct cg_cuda_plan *c = p->cuda;
   cudaSetDevice(p->device);
   cudaError_t err = cudaEventQuery(c->launch_done);
@@ -159,16 +164,18 @@ static int check_plan(cg_plan_t *p) {
   cg_cuda_time_out(p, "cg_plan_launch (watchdog)", current_replay(p));
   free(c->timeout_report);
   c->timeout_report = cg_copy_text(cg_error_last(), 4096);
+  *fired = cg_copy_text(cg_error_last(), 4096);
   return 1;
 }
 
 static void *monitor_main(void *arg) {
   (void)arg;
   for (;;) {
+    char *fired = NULL;
     pthread_mutex_lock(&monitor_lock);
     for (watched_t **at = &watch_list; *at;) {
       watched_t *w = *at;
-      if (check_plan(w->plan)) {
+      if (!fired && check_plan(w->plan, &fired)) { /* one report per pass: each gets its handler call */
         w->plan->cuda->watched = 0;
         *at = w->next;
         free(w);
@@ -177,6 +184,11 @@ static void *monitor_main(void *arg) {
       }
     }
     pthread_mutex_unlock(&monitor_lock);
+    if (fired) {
+      cg_watchdog_notify(fired);
+      free(fired);
+      continue;
+    }
     struct timespec nap = {0, 1000000}; /* 1 ms: timeouts are seconds */
     nanosleep(&nap, NULL);
   }

@@ -56,7 +56,15 @@ static void plan_rank(char *buf, size_t size, const cg_plan_t *plan) {
     snprintf(buf, size, "a plan without communicators");
 }
 
-cg_status_t cg_watchdog_fire(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w) {
+void cg_watchdog_notify(const char *report) {
+  pthread_mutex_lock(&handler_lock);
+  cg_timeout_handler_t fn = handler;
+  void *arg = handler_arg;
+  pthread_mutex_unlock(&handler_lock);
+  if (fn) fn(CG_ERR_TIMEOUT, report, arg);
+}
+
+cg_status_t cg_watchdog_report(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w) {
   char rank[64], waiting[700] = "an unknown step", last[700] = "none", report[2300];
   plan_rank(rank, sizeof rank, plan);
   if (w->waiting != CG_NO_STEP) cg_step_describe(waiting, sizeof waiting, plan, w->waiting);
@@ -72,10 +80,21 @@ cg_status_t cg_watchdog_fire(cg_plan_t *plan, const char *caller, uint64_t repla
            w->extra ? "; " : "", w->extra ? w->extra : "", dump[0] ? "; flight recorder: " : "", dump);
   fprintf(stderr, "commgraph: %s\n", report);
   fflush(stderr);
-  pthread_mutex_lock(&handler_lock);
-  cg_timeout_handler_t fn = handler;
-  void *arg = handler_arg;
-  pthread_mutex_unlock(&handler_lock);
-  if (fn) fn(CG_ERR_TIMEOUT, report, arg);
   return cg_fail(CG_ERR_TIMEOUT, "%s", report);
+}
+
+cg_status_t cg_watchdog_notify_waiter(cg_status_t st) {
+  char *report = cg_copy_text(cg_error_last(), 4096);
+  if (!report) {
+    cg_watchdog_notify(cg_error_last());
+    return st;
+  }
+  cg_watchdog_notify(report);
+  st = cg_fail(st, "%s", report); /* the handler may have called the library */
+  free(report);
+  return st;
+}
+
+cg_status_t cg_watchdog_fire(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w) {
+  return cg_watchdog_notify_waiter(cg_watchdog_report(plan, caller, replay, w));
 }

@@ -28,8 +28,19 @@ typedef struct cg_watchdog_where {
 
 /* Reports the timeout of the plan's replay `replay`: fails with
  * CG_ERR_TIMEOUT naming caller, plan, rank, replay, the step waited for and
- * the last completed; prints the report on stderr, passes it to the
- * handler, records it and dumps the flight recorder (CG_FLIGHT_DIR). */
+ * the last completed (the report is then cg_error_last()); prints it on
+ * stderr, records it and dumps the flight recorder (CG_FLIGHT_DIR). The
+ * handler is not called: cg_watchdog_notify does that, last, since it may
+ * destroy the plan. */
+cg_status_t cg_watchdog_report(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w);
+/* Passes a report to the handler set with cg_set_timeout_handler, if any. */
+void cg_watchdog_notify(const char *report);
+/* The handler hears the report in cg_error_last() (of status `st`), which
+ * still holds it afterwards; returns `st`. For a caller that waits
+ * (cg_plan_wait, _test, _run): the handler runs on its thread and must not
+ * destroy the plan there. */
+cg_status_t cg_watchdog_notify_waiter(cg_status_t st);
+/* cg_watchdog_report, then cg_watchdog_notify_waiter. */
 cg_status_t cg_watchdog_fire(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w);
 
 #endif

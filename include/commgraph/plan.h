@@ -169,10 +169,12 @@ CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
  * (MPI_Abort) as after any failed collective. */
 
 /* Called once per timeout, on the thread that noticed it, with the report
- * (valid during the call). For a cg_plan_launch replay that is the
- * watchdog's monitor thread, which holds its list of plans meanwhile: the
- * handler may log, signal or end the job (MPI_Abort), but must not destroy
- * plans. */
+ * (valid during the call); it may log, signal or end the job (MPI_Abort).
+ * For a cg_plan_launch replay that is the watchdog's monitor thread, and the
+ * handler may also destroy plans and communicators, the timed-out one
+ * included. Inside cg_plan_wait, cg_plan_test or cg_plan_run it runs on the
+ * caller's thread, which still uses that plan: destroy it after the call
+ * returns. */
 typedef void (*cg_timeout_handler_t)(cg_status_t status, const char *report, void *arg);
 /* Sets the process's timeout handler (NULL: none). */
 CG_API cg_status_t cg_set_timeout_handler(cg_timeout_handler_t handler, void *arg);
