@@ -1,0 +1,169 @@
+/* The watchdog of cg_plan_launch on one GPU, without MPI: a device plan of
+ * user work (two child graphs around a host function) replayed on the test's
+ * stream. A host function that sleeps past the timeout stalls the replay;
+ * the monitor thread reports it naming the node, and its handler may destroy
+ * the plan (the monitor calls it after letting go of its list). Healthy
+ * launches never fire. Skips (exit 77, reason printed) without a GPU. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commgraph/cuda.h"
+#include "test_support.h"
+
+#define CUDA_OK(expr)                                                                               \
+  do {                                                                                              \
+    cudaError_t cuda_err_ = (expr);                                                                 \
+    ck_assert_msg(cuda_err_ == cudaSuccess, "%s failed: %s", #expr, cudaGetErrorString(cuda_err_)); \
+  } while (0)
+
+#define TIMEOUT_S 0.3
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void nap(double seconds) {
+  struct timespec t = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+  nanosleep(&t, NULL);
+}
+
+static double sleep_s; /* how long the host function sleeps */
+static void sleepy(void *arg) {
+  (void)arg;
+  nap(sleep_s);
+}
+
+static struct {
+  cg_plan_t *victim; /* destroyed by the handler */
+  atomic_int calls;
+  double at;
+  char report[4096];
+} heard;
+
+static void on_timeout(cg_status_t status, const char *report, void *arg) {
+  (void)arg;
+  heard.at = now_s();
+  snprintf(heard.report, sizeof heard.report, "%s: %s", cg_status_string(status), report);
+  cg_plan_destroy(heard.victim); /* allowed on the monitor thread */
+  heard.victim = NULL;
+  atomic_fetch_add(&heard.calls, 1);
+}
+
+static cudaGraph_t memset_graph(unsigned *dev, size_t n, unsigned value) {
+  cudaGraph_t graph;
+  cudaGraphNode_t node;
+  CUDA_OK(cudaGraphCreate(&graph, 0));
+  struct cudaMemsetParams p = {.dst = dev, .value = value, .elementSize = 4, .width = n, .height = 1};
+  CUDA_OK(cudaGraphAddMemsetNode(&node, graph, NULL, 0, &p));
+  return graph;
+}
+
+/* memset 1 -> host function 'sleepy' -> memset 2, compiled with the timeout */
+static cg_plan_t *stalling_plan(unsigned *dev, size_t n) {
+  cg_graph_t *g;
+  cg_node_t a, h, b;
+  cg_graph_opts_t go = CG_GRAPH_OPTS_INIT;
+  go.name = "stall";
+  ck_assert_cg_ok(cg_graph_create(&g, &go));
+  cudaGraph_t first = memset_graph(dev, n, 1), second = memset_graph(dev, n, 2);
+  ck_assert_cg_ok(cg_child_graph(&a, g, first, NULL));
+  ck_assert_cg_ok(cg_host_func(&h, g, sleepy, NULL, NULL));
+  ck_assert_cg_ok(cg_node_name(g, h, "sleepy"));
+  ck_assert_cg_ok(cg_child_graph(&b, g, second, NULL));
+  CUDA_OK(cudaGraphDestroy(first));
+  CUDA_OK(cudaGraphDestroy(second));
+  cg_compile_opts_t co = CG_COMPILE_OPTS_INIT;
+  co.timeout_s = TIMEOUT_S;
+  cg_plan_t *plan = NULL;
+  ck_assert_cg_ok(cg_compile(&plan, g, &co));
+  cg_graph_destroy(g);
+  double t = 0;
+  ck_assert_cg_ok(cg_plan_timeout(&t, plan));
+  ck_assert(t == TIMEOUT_S);
+  return plan;
+}
+
+START_TEST(gpu_watchdog__healthy_launches_never_fire) {
+  const size_t n = 1 << 16;
+  unsigned *dev, host;
+  cudaStream_t stream;
+  CUDA_OK(cudaMalloc((void **)&dev, n * sizeof *dev));
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  memset(&heard, 0, sizeof heard);
+  ck_assert_cg_ok(cg_set_timeout_handler(on_timeout, NULL));
+  sleep_s = 0.001;
+  cg_plan_t *plan = stalling_plan(dev, n);
+  for (int i = 0; i < 50; i++) ck_assert_cg_ok(cg_plan_launch(plan, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  nap(2 * TIMEOUT_S); /* the monitor had time to misjudge */
+  ck_assert_int_eq(atomic_load(&heard.calls), 0);
+  ck_assert_cg_ok(cg_plan_launch(plan, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaMemcpy(&host, dev, sizeof host, cudaMemcpyDeviceToHost));
+  ck_assert_uint_eq(host, 0x02020202u);
+  cg_plan_destroy(plan);
+  ck_assert_cg_ok(cg_set_timeout_handler(NULL, NULL));
+  CUDA_OK(cudaStreamDestroy(stream));
+  CUDA_OK(cudaFree(dev));
+}
+END_TEST
+
+START_TEST(gpu_watchdog__stalled_launch_is_reported_and_the_handler_destroys_the_plan) {
+  const size_t n = 1 << 16;
+  unsigned *dev;
+  cudaStream_t stream;
+  CUDA_OK(cudaMalloc((void **)&dev, n * sizeof *dev));
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  memset(&heard, 0, sizeof heard);
+  ck_assert_cg_ok(cg_set_timeout_handler(on_timeout, NULL));
+  sleep_s = 6 * TIMEOUT_S;
+  heard.victim = stalling_plan(dev, n);
+  double launched = now_s();
+  ck_assert_cg_ok(cg_plan_launch(heard.victim, stream));
+  while (atomic_load(&heard.calls) == 0 && now_s() - launched < 5.0) nap(0.001);
+  ck_assert_msg(atomic_load(&heard.calls) == 1, "the handler was called %d times in 5 s", atomic_load(&heard.calls));
+  double after = heard.at - launched;
+  /* progress stops when the host function begins, just after the launch */
+  ck_assert_msg(after >= TIMEOUT_S && after < TIMEOUT_S + 0.2, "reported %.3f s after the launch (timeout %.1f s)",
+                after, TIMEOUT_S);
+  ck_assert_msg(strstr(heard.report, "timed out") && strstr(heard.report, "cg_plan_launch") &&
+                    strstr(heard.report, "'sleepy'") && strstr(heard.report, "plan 'stall'"),
+                "report: %s", heard.report);
+  ck_assert_ptr_null(heard.victim);
+  /* the replay ends when the host function wakes; the plan is gone */
+  CUDA_OK(cudaStreamSynchronize(stream));
+  nap(2 * TIMEOUT_S);
+  ck_assert_int_eq(atomic_load(&heard.calls), 1);
+  ck_assert_cg_ok(cg_set_timeout_handler(NULL, NULL));
+  CUDA_OK(cudaStreamDestroy(stream));
+  CUDA_OK(cudaFree(dev));
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("gpu_watchdog");
+  TCase *tc = tcase_create("gpu_watchdog");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, gpu_watchdog__healthy_launches_never_fire);
+  tcase_add_test(tc, gpu_watchdog__stalled_launch_is_reported_and_the_handler_destroys_the_plan);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  int devices = 0;
+  cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    const char *required = getenv("CG_REQUIRE_GPU");
+    printf("%s gpu_watchdog: no usable GPU (%s)\n", required ? "FAILED" : "SKIPPED",
+           err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0 devices");
+    return required ? 1 : 77;
+  }
+  return cg_test_main(suite());
+}
