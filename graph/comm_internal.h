@@ -34,6 +34,9 @@ struct cg_comm {
   /* collectives issued over it by every plan, in order: the flight
    * recorder's sequence numbers, equal across ranks while they agree */
   atomic_uint_least64_t issued;
+  /* a timed-out replay aborted it (sched/cuda_watchdog.c): its backend ran
+   * its abort once, and no plan starts on it any more */
+  atomic_int aborted;
   const cg_comm_ops_t *ops;
   void *impl;
 };

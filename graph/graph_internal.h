@@ -104,7 +104,10 @@ cg_status_t cg_graph_record_user_node(cg_node_t *out, cg_graph_t *graph, const c
 /* The bytes collective node `n` (a send, receive or barrier too) reads
  * (spans[0]) and writes (spans[1]) on this rank, after the checks recording
  * makes of its buffers (present, not past the end of memory, aliased only in
- * an in-place form); failures name `caller` and node #index. */
-cg_status_t cg_collective_spans(cg_span_t spans[2], const cg_node_rec_t *n, uint32_t index, const char *caller);
+ * an in-place form, and with `check_placement`, memory its communicator can
+ * use); failures name `caller` and node #index. Placement is asked of new
+ * buffers only: old ones may have been freed by now. */
+cg_status_t cg_collective_spans(cg_span_t spans[2], const cg_node_rec_t *n, uint32_t index, const char *caller,
+                                int check_placement);
 
 #endif

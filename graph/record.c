@@ -28,6 +28,7 @@ typedef struct where {
   const cg_graph_t *graph; /* NULL when checking a compiled plan's node (cg_plan_rebind) */
   const collective_t *call;
   uint32_t node;           /* the node's index */
+  int placement;           /* ask the communicator whether it can use the buffers */
 } where_t;
 
 static cg_status_t fail_at(const where_t *w, cg_status_t status, const char *fmt, ...) CG_PRINTF_LIKE(3, 4);
@@ -129,7 +130,7 @@ static cg_status_t check_buffer(const where_t *where, const char *what, const vo
                    bytes);
   const cg_comm_t *comm = where->call->comm;
   char why[200];
-  int placed_wrong = bytes && comm && comm->ops && comm->ops->memory_fits &&
+  int placed_wrong = where->placement && bytes && comm && comm->ops && comm->ops->memory_fits &&
                      comm->ops->memory_fits(comm->device, ptr, why, sizeof why) != 0;
   if (placed_wrong)
     return fail_at(where, CG_ERR_INVALID_ARGUMENT, "%s %p %s", what, ptr, why);
@@ -173,17 +174,18 @@ static cg_status_t check_buffers(cg_span_t spans[2], const where_t *where, const
   return st;
 }
 
-cg_status_t cg_collective_spans(cg_span_t spans[2], const cg_node_rec_t *n, uint32_t index, const char *caller) {
+cg_status_t cg_collective_spans(cg_span_t spans[2], const cg_node_rec_t *n, uint32_t index, const char *caller,
+                                int check_placement) {
   collective_t c = {.caller = caller, .kind = n->kind, .comm = n->comm, .send = n->send, .recv = n->recv,
                     .count = n->count, .dtype = n->dtype, .root = n->root};
-  const where_t where = {NULL, &c, index};
+  const where_t where = {NULL, &c, index, check_placement};
   spans[0] = spans[1] = (cg_span_t){0, 0};
   return check_buffers(spans, &where, &c);
 }
 
 static cg_status_t record_collective(cg_node_t *out, cg_graph_t *g, const collective_t *c) {
   if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL graph", c->caller);
-  const where_t where_data = {g, c, g->n_nodes}, *where = &where_data;
+  const where_t where_data = {g, c, g->n_nodes, 1}, *where = &where_data;
   if (!c->comm) return fail_at(where, CG_ERR_INVALID_ARGUMENT, "NULL communicator");
   if ((unsigned)c->dtype >= CG_DTYPE_COUNT)
     return fail_at(where, CG_ERR_INVALID_ENUM, "unknown data type %d", (int)c->dtype);
@@ -271,7 +273,7 @@ cg_status_t cg_recv(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm, void *buf, s
 cg_status_t cg_barrier(cg_node_t *out, cg_graph_t *g, cg_comm_t *comm) {
   collective_t c = {.caller = "cg_barrier", .kind = CG_NODE_BARRIER, .comm = comm};
   if (!g) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_barrier: NULL graph");
-  const where_t where_data = {g, &c, g->n_nodes}, *where = &where_data;
+  const where_t where_data = {g, &c, g->n_nodes, 0}, *where = &where_data;
   if (!comm) return fail_at(where, CG_ERR_INVALID_ARGUMENT, "NULL communicator");
   cg_node_rec_t proto = {.kind = CG_NODE_BARRIER, .comm = comm, .dtype = CG_UINT8, .root = -1, .is_fence = 1};
   return cg_graph_add_node(g, &proto, NULL, out);
@@ -295,7 +297,7 @@ cg_status_t cg_graph_record_user_node(cg_node_t *out, cg_graph_t *g, const cg_no
   cg_status_t st = CG_SUCCESS;
   cg_span_t *spans = NULL;
   collective_t c = {.caller = caller, .kind = proto->kind};
-  const where_t where_data = {g, &c, g->n_nodes}, *where = &where_data;
+  const where_t where_data = {g, &c, g->n_nodes, 0}, *where = &where_data;
   cg_node_rec_t node = *proto;
   node.root = -1;
   node.is_fence = !access || access->everything;

@@ -14,7 +14,7 @@
 
 #include "plan_internal.h"
 
-#define CG_BACKEND_INTERFACE_VERSION 3u
+#define CG_BACKEND_INTERFACE_VERSION 4u
 
 /* Where a backend's steps may read and write. */
 #define CG_BACKEND_HOST_MEMORY 1u
@@ -75,8 +75,12 @@ struct cg_backend {
 
   /* A replay on this communicator timed out: make whatever it left on the
    * device stop waiting (NCCL: ncclCommAbort), so the process can go on or
-   * exit. The communicator runs nothing afterwards. NULL: nothing to do. */
+   * exit. The communicator runs nothing afterwards. NULL: nothing to do.
+   * Called once per communicator; on a thread of its own unless
+   * abort_never_blocks, then inline, before the timeout is returned (so a
+   * caller that destroys the plan next finds the communicator aborted). */
   void (*abort)(void *comm_impl);
+  int abort_never_blocks;
 };
 
 typedef struct cg_backend cg_backend_t;

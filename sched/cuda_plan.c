@@ -427,9 +427,7 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
     c->embedded = 1;
     return capture_child_graph(stream, c->embed_graph, "cg_plan_launch (into the stream's capture)");
   }
-  if (plan->timed_out)
-    return cg_fail(CG_ERR_TIMEOUT, "cg_plan_launch: a replay of the plan timed out (%s); destroy the plan",
-                   c->timeout_report ? c->timeout_report : "see the log");
+  if ((st = cg_cuda_check_runnable(plan, "cg_plan_launch")) != CG_SUCCESS) return st;
   cudaGraphExec_t exec = NULL;
   if ((st = launch_exec(&exec, plan, "cg_plan_launch")) != CG_SUCCESS) return st;
   if ((err = cudaGraphLaunch(exec, stream)) != cudaSuccess) return cuda_fail(err, "cg_plan_launch", "cudaGraphLaunch");
@@ -455,10 +453,9 @@ cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
 cg_status_t cg_cuda_plan_start(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   int done = 1;
-  if (p->timed_out)
-    return cg_fail(CG_ERR_TIMEOUT, "cg_plan_start: a replay of the plan timed out and its communicators were "
-                   "aborted; destroy the plan");
-  cg_status_t st = cg_cuda_plan_test(&done, p);
+  cg_status_t st = cg_cuda_check_runnable(p, "cg_plan_start");
+  if (st != CG_SUCCESS) return st;
+  st = cg_cuda_plan_test(&done, p);
   if (st != CG_SUCCESS) return st;
   if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: the plan's previous run has not finished");
   cudaGraphExec_t exec = NULL;

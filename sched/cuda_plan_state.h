@@ -44,6 +44,12 @@ uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);
  * plan timed out and aborts its communicators; CG_ERR_TIMEOUT. The handler
  * is the caller's to call (cg_watchdog_notify*). */
 cg_status_t cg_cuda_time_out(cg_plan_t *p, const char *caller, uint64_t replay);
+/* A copy of the monitor's report of the plan's timed-out launch (free it);
+ * NULL if none. */
+char *cg_cuda_timeout_report(const cg_plan_t *p);
+/* CG_ERR_TIMEOUT when the plan timed out or one of its communicators was
+ * aborted after a timeout (of any plan): nothing runs on those any more. */
+cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller);
 /* cg_plan_launch under a timeout: the monitor thread follows the plan's
  * launched replays (its launch_done event) and reports a replay that makes
  * no progress for the timeout. Forget drops the plan (before it is freed). */

@@ -42,8 +42,11 @@ typedef struct abort_job {
 
 static void *run_abort(void *arg) {
   abort_job_t *job = arg;
+  int previous = 0;
+  cudaGetDevice(&previous);
   cudaSetDevice(job->device);
   for (uint32_t i = 0; i < job->n; i++) job->comms[i]->ops->backend->abort(job->comms[i]->impl);
+  cudaSetDevice(previous);
   /* the last reference frees the communicator here, after its abort */
   for (uint32_t i = 0; i < job->n; i++) cg_comm_release(job->comms[i]);
   free(job->comms);
@@ -51,34 +54,43 @@ static void *run_abort(void *arg) {
   return NULL;
 }
 
-/* The communicators' abort hooks, on a thread of their own: ncclCommAbort
- * whose kernels still spin did not return in time when communicators were
- * blocking, and the caller must get its CG_ERR_TIMEOUT within the timeout.
- * The job holds a reference to each communicator, so a caller that destroys
- * the plan and its communicators right after the timeout does not free one
- * under its abort (and the destroy then skips what the abort freed). */
+/* The communicators' abort hooks, each communicator's once. Hooks that
+ * never block (the MPI progress engine's) run here, so the communicator is
+ * aborted before the caller hears of the timeout; the others (NCCL) on a
+ * thread of their own: ncclCommAbort whose kernels still spin did not
+ * return in time when communicators were blocking, and the caller must get
+ * its CG_ERR_TIMEOUT within the timeout. That thread holds a reference to
+ * each communicator, so a caller that destroys the plan and its
+ * communicators right after the timeout does not free one under its abort
+ * (and the destroy then skips what the abort freed). */
 static void abort_comms(cg_plan_t *p) {
   abort_job_t *job = calloc(1, sizeof *job);
   if (job) job->comms = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->comms);
-  if (!job || !job->comms) goto fail;
-  job->device = p->device;
+  if (job) job->device = p->device;
   for (uint32_t c = 0; c < p->n_comms; c++) {
     cg_comm_t *comm = p->comms[c].comm;
-    if (comm->ops->backend && comm->ops->backend->abort) {
-      cg_comm_retain(comm);
-      job->comms[job->n++] = comm;
+    const cg_backend_t *b = comm->ops->backend;
+    if (!b || !b->abort || atomic_exchange(&comm->aborted, 1)) continue;
+    if (b->abort_never_blocks || !job || !job->comms) {
+      b->abort(comm->impl); /* inline also when no thread can be had */
+      continue;
     }
+    cg_comm_retain(comm);
+    job->comms[job->n++] = comm;
   }
-  pthread_t thread;
-  pthread_attr_t attr;
-  if (job->n && pthread_attr_init(&attr) == 0) {
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int started = pthread_create(&thread, &attr, run_abort, job) == 0;
-    pthread_attr_destroy(&attr);
+  if (job && job->n) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    int started = 0;
+    if (pthread_attr_init(&attr) == 0) {
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      started = pthread_create(&thread, &attr, run_abort, job) == 0;
+      pthread_attr_destroy(&attr);
+    }
     if (started) return;
+    run_abort(job); /* frees the job */
+    return;
   }
-  for (uint32_t i = 0; i < job->n; i++) cg_comm_release(job->comms[i]);
-fail:
   if (job) free(job->comms);
   free(job);
 }
@@ -148,7 +160,7 @@ static uint64_t current_replay(const cg_plan_t *p) {
 
 /* One look at a plan, under monitor_lock: 1 when it leaves the list. A
  * timed-out plan leaves it with its report in *fired (malloc'd) for the
- * handler, which runs after the lock is released and may destroy plans. */
+ * handler, which runs on its own thread and may destroy plans. */
 static int check_plan(cg_plan_t *p, char **fired) {
   struct cg_cuda_plan *c = p->cuda;
   cudaSetDevice(p->device);
@@ -168,6 +180,27 @@ static int check_plan(cg_plan_t *p, char **fired) {
   return 1;
 }
 
+static void *notify_main(void *arg) {
+  cg_watchdog_notify(arg);
+  free(arg);
+  return NULL;
+}
+
+/* The handler on a thread of its own: it may destroy plans, which waits for
+ * the device, and the monitor must go on watching the others meanwhile (a
+ * second hung plan would otherwise never be reported). */
+static void notify_detached(char *report) {
+  pthread_t thread;
+  pthread_attr_t attr;
+  int started = 0;
+  if (pthread_attr_init(&attr) == 0) {
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    started = pthread_create(&thread, &attr, notify_main, report) == 0;
+    pthread_attr_destroy(&attr);
+  }
+  if (!started) notify_main(report);
+}
+
 static void *monitor_main(void *arg) {
   (void)arg;
   for (;;) {
@@ -185,8 +218,7 @@ static void *monitor_main(void *arg) {
     }
     pthread_mutex_unlock(&monitor_lock);
     if (fired) {
-      cg_watchdog_notify(fired);
-      free(fired);
+      notify_detached(fired);
       continue;
     }
     struct timespec nap = {0, 1000000}; /* 1 ms: timeouts are seconds */
@@ -243,4 +275,29 @@ void cg_cuda_watch_forget(cg_plan_t *p) {
     }
   if (p->cuda) p->cuda->watched = 0;
   pthread_mutex_unlock(&monitor_lock);
+}
+
+char *cg_cuda_timeout_report(const cg_plan_t *p) {
+  pthread_mutex_lock(&monitor_lock); /* the monitor writes it under the lock */
+  char *copy = p->cuda->timeout_report ? cg_copy_text(p->cuda->timeout_report, 4096) : NULL;
+  pthread_mutex_unlock(&monitor_lock);
+  return copy;
+}
+
+cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller) {
+  if (p->timed_out) {
+    char *report = cg_cuda_timeout_report(p);
+    cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: a replay of the plan timed out and its communicators were "
+                             "aborted (%s); destroy the plan", caller, report ? report : "see the log");
+    free(report);
+    return st;
+  }
+  for (uint32_t c = 0; c < p->n_comms; c++) {
+    const cg_comm_t *comm = p->comms[c].comm;
+    if (atomic_load(&comm->aborted))
+      return cg_fail(CG_ERR_TIMEOUT, "%s: %s communicator %016llx (rank %d of %d) was aborted after a replay on it "
+                     "timed out (in this plan or another); create a new communicator and compile again", caller,
+                     comm->ops->backend_name, (unsigned long long)comm->id, comm->rank, comm->size);
+  }
+  return CG_SUCCESS;
 }

@@ -2,8 +2,9 @@
  * would create a context on the current GPU the first time it is called, and
  * a host-only MPI program must not get one per rank on GPU 0 for recording a
  * collective. The driver's cuPointerGetAttributes creates none, so it is
- * looked up in libcuda at run time: a machine without a driver has no device
- * memory to mistake. */
+ * looked up in libcuda at run time, once the process has loaded libcuda:
+ * before that (and on a machine without a driver) there is no device memory
+ * to mistake. */
 #define _POSIX_C_SOURCE 200809L
 #include "memory_kind.h"
 
@@ -17,6 +18,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 typedef CUresult (*init_fn)(unsigned int flags);
 typedef CUresult (*pointer_attributes_fn)(unsigned int n, CUpointer_attribute *attributes, void **data,
@@ -29,25 +31,41 @@ static struct {
   device_get_fn device_get;
   device_attribute_fn device_attribute;
 } driver;
-static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t driver_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int driver_loaded; /* 1 once `driver` is filled (release) */
 
-static void load_driver(void) {
-  /* kept open for the life of the process, like the runtime keeps it */
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return;
-  init_fn init = (init_fn)dlsym(lib, "cuInit");
-  pointer_attributes_fn pointer_attributes = (pointer_attributes_fn)dlsym(lib, "cuPointerGetAttributes");
-  if (!init || !pointer_attributes || init(0) != CUDA_SUCCESS) return;
-  driver.device_get = (device_get_fn)dlsym(lib, "cuDeviceGet");
-  driver.device_attribute = (device_attribute_fn)dlsym(lib, "cuDeviceGetAttribute");
-  driver.pointer_attributes = pointer_attributes;
+/* Whether the driver's functions are at hand. Memory CUDA knows of can only
+ * exist once the process has loaded libcuda (the CUDA runtime does on its
+ * first call), so it is never loaded here (RTLD_NOLOAD): a host-only program
+ * pays neither the load nor cuInit. Until it is loaded every call looks
+ * again. */
+static int driver_ready(void) {
+  if (atomic_load_explicit(&driver_loaded, memory_order_acquire)) return 1;
+  pthread_mutex_lock(&driver_lock);
+  void *lib = atomic_load_explicit(&driver_loaded, memory_order_relaxed)
+                  ? NULL
+                  : dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (lib) {
+    init_fn init = (init_fn)dlsym(lib, "cuInit");
+    pointer_attributes_fn pointer_attributes = (pointer_attributes_fn)dlsym(lib, "cuPointerGetAttributes");
+    if (init && pointer_attributes && init(0) == CUDA_SUCCESS) {
+      /* the reference stays for the life of the process */
+      driver.device_get = (device_get_fn)dlsym(lib, "cuDeviceGet");
+      driver.device_attribute = (device_attribute_fn)dlsym(lib, "cuDeviceGetAttribute");
+      driver.pointer_attributes = pointer_attributes;
+      atomic_store_explicit(&driver_loaded, 1, memory_order_release);
+    } else {
+      dlclose(lib);
+    }
+  }
+  pthread_mutex_unlock(&driver_lock);
+  return atomic_load_explicit(&driver_loaded, memory_order_acquire);
 }
 
 void cg_memory_locate(cg_memory_kind_t *kind, int *device, const void *ptr) {
   *kind = CG_MEMORY_HOST;
   *device = -1;
-  pthread_once(&driver_once, load_driver);
-  if (!driver.pointer_attributes || !ptr) return;
+  if (!ptr || !driver_ready()) return;
   /* cuPointerGetAttributes leaves zeros for memory CUDA does not know
    * instead of failing; bool attributes fill their first byte */
   unsigned int type = 0, managed = 0;
@@ -71,15 +89,19 @@ void cg_memory_locate(cg_memory_kind_t *kind, int *device, const void *ptr) {
 }
 
 int cg_memory_one_allocation(const void *ptr, size_t bytes) {
-  pthread_once(&driver_once, load_driver);
-  if (!driver.pointer_attributes || !ptr || bytes == 0) return 1;
+  if (!ptr || bytes == 0 || !driver_ready()) return 1;
   unsigned int type = 0;
   CUdeviceptr start = 0;
   size_t size = 0;
   CUpointer_attribute attributes[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
                                        CU_POINTER_ATTRIBUTE_RANGE_SIZE};
   void *data[3] = {&type, &start, &size};
-  if (driver.pointer_attributes(3, attributes, data, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) return 0;
+  if (driver.pointer_attributes(3, attributes, data, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) {
+    /* no range to be had: memory CUDA does not know is not split, anything
+     * else is copied to be safe */
+    type = 0;
+    return driver.pointer_attributes(1, attributes, data, (CUdeviceptr)(uintptr_t)ptr) == CUDA_SUCCESS && type == 0;
+  }
   if (type == 0) return 1; /* pageable host memory */
   uintptr_t first = (uintptr_t)ptr;
   return first >= (uintptr_t)start && bytes <= (uintptr_t)start + size - first;
@@ -88,6 +110,7 @@ int cg_memory_one_allocation(const void *ptr, size_t bytes) {
 /* Whether GPU `ordinal` reads pageable host memory directly (HMM, ATS). */
 static int reads_pageable_memory(int ordinal) {
   CUdevice device = 0;
+  if (!driver_ready()) return 0;
   int value = 0;
   if (!driver.device_get || !driver.device_attribute || driver.device_get(&device, ordinal) != CUDA_SUCCESS)
     return 0;

@@ -67,7 +67,7 @@ static cg_status_t collect(interval_set_t *set, const cg_plan_t *p) {
       cg_node_rec_t rec = {.kind = pn->kind, .comm = pn->comm, .send = pn->send, .recv = pn->recv,
                            .count = pn->count, .dtype = pn->dtype, .root = pn->root};
       cg_span_t spans[2];
-      cg_status_t st = cg_collective_spans(spans, &rec, v, WHERE);
+      cg_status_t st = cg_collective_spans(spans, &rec, v, WHERE, 0);
       if (st != CG_SUCCESS) return st;
       ok = push(set, spans[0].start, spans[0].end, v, 0) && push(set, spans[1].start, spans[1].end, v, 1);
     } else {
@@ -152,10 +152,10 @@ static cg_status_t check_entry(const cg_plan_t *p, const cg_rebind_t *b, size_t 
   cg_node_rec_t rec = {.kind = pn->kind, .comm = pn->comm, .send = pn->send, .recv = pn->recv, .count = pn->count,
                        .dtype = pn->dtype, .root = pn->root};
   cg_span_t old_spans[2], new_spans[2];
-  cg_status_t st = cg_collective_spans(old_spans, &rec, v, WHERE);
+  cg_status_t st = cg_collective_spans(old_spans, &rec, v, WHERE, 0);
   rec.send = b->send;
   rec.recv = b->recv;
-  if (st == CG_SUCCESS) st = cg_collective_spans(new_spans, &rec, v, WHERE);
+  if (st == CG_SUCCESS) st = cg_collective_spans(new_spans, &rec, v, WHERE, 1);
   if (st != CG_SUCCESS) return st;
   int was_in_place = reads_what_it_writes(old_spans), is_in_place = reads_what_it_writes(new_spans);
   if (was_in_place != is_in_place)
@@ -288,6 +288,10 @@ cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, size_t n) 
   if (!n) return CG_SUCCESS;
   if (cg_host_run_active(plan))
     return cg_fail(CG_ERR_IN_PROGRESS, WHERE ": the plan is running: wait for it first");
+  /* its communication may still be posted and write the staging a rebind
+   * would free */
+  if (plan->timed_out)
+    return cg_fail(CG_ERR_TIMEOUT, WHERE ": a replay of the plan timed out; destroy the plan");
   cg_status_t st = CG_SUCCESS;
   uint8_t *moved = calloc(plan->n_names ? plan->n_names : 1, 1);
   uint8_t *step_moved = calloc(plan->n_steps ? plan->n_steps : 1, 1);

@@ -88,6 +88,7 @@ static void abort_comm(void *impl) {
     .step_call = cg_staged_step_call,                   \
     .bucket_bytes = bucket_bytes,                       \
     .abort = abort_comm,                                \
+    .abort_never_blocks = 1,                            \
   }
 
 const cg_backend_t cg_staged_backend = STAGED_BACKEND_TABLE("mpi-staged");

@@ -168,13 +168,13 @@ CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
  * What MPI still holds cannot be taken back: after a timeout, end the job
  * (MPI_Abort) as after any failed collective. */
 
-/* Called once per timeout, on the thread that noticed it, with the report
- * (valid during the call); it may log, signal or end the job (MPI_Abort).
- * For a cg_plan_launch replay that is the watchdog's monitor thread, and the
- * handler may also destroy plans and communicators, the timed-out one
- * included. Inside cg_plan_wait, cg_plan_test or cg_plan_run it runs on the
- * caller's thread, which still uses that plan: destroy it after the call
- * returns. */
+/* Called once per timeout with the report (valid during the call); it may
+ * log, signal or end the job (MPI_Abort). For a cg_plan_launch replay it
+ * runs on a thread of its own, started by the watchdog's monitor, and may
+ * also destroy plans and communicators, the timed-out one included (then no
+ * other thread may use that plan any more). Inside cg_plan_wait,
+ * cg_plan_test or cg_plan_run it runs on the caller's thread, which still
+ * uses that plan: destroy it after the call returns. */
 typedef void (*cg_timeout_handler_t)(cg_status_t status, const char *report, void *arg);
 /* Sets the process's timeout handler (NULL: none). */
 CG_API cg_status_t cg_set_timeout_handler(cg_timeout_handler_t handler, void *arg);

@@ -30,8 +30,8 @@
  * mpi-staged backend (MPI through host staging) instead of NCCL.
  *
  * In gpu and gpu-staged, a rank that reports also checks that the watchdog's
- * abort let its GPU go: cudaDeviceSynchronize must return within the 5% of
- * the timeout it waits anyway ("FAULT-DRAINED rank R after S s", or
+ * abort let its GPU go: cudaDeviceSynchronize must return cudaSuccess within
+ * the 5% of the timeout it waits anyway ("FAULT-DRAINED rank R after S s", or
  * "FAULT-STUCK rank R").
  *
  * Usage: fault_inject host|gpu|gpu-staged|gpu-launch FAULT TIMEOUT_SECONDS */
@@ -75,9 +75,10 @@ static int gpu_run; /* gpu or gpu-staged: replays with cg_plan_run on a GPU */
 
 #if CG_HAVE_CUDA
 static atomic_int drained;
+static _Atomic cudaError_t drain_error;
 static void *synchronize_device(void *arg) {
   (void)arg;
-  cudaDeviceSynchronize();
+  atomic_store(&drain_error, cudaDeviceSynchronize());
   atomic_store(&drained, 1);
   return NULL;
 }
@@ -95,8 +96,11 @@ static void wait_drained(double seconds) {
   }
   pthread_detach(thread);
   while (!atomic_load(&drained) && wall_s() - began < seconds) nap(1e-3);
-  if (atomic_load(&drained))
+  if (atomic_load(&drained) && atomic_load(&drain_error) == cudaSuccess)
     printf("FAULT-DRAINED rank %d after %.3f s\n", rank, wall_s() - began);
+  else if (atomic_load(&drained))
+    printf("FAULT-STUCK rank %d: cudaDeviceSynchronize after the abort failed: %s\n", rank,
+           cudaGetErrorString(atomic_load(&drain_error)));
   else
     printf("FAULT-STUCK rank %d: the GPU still runs the plan %.3f s after the report\n", rank, seconds);
   fflush(stdout);

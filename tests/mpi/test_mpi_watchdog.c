@@ -20,6 +20,7 @@ typedef struct late {
   int me_late;      /* this rank is the late one */
   int replay, late_replay;
   double sleep_s;
+  cg_node_t second; /* the allreduce after the nap */
 } late_t;
 
 /* Between the two collectives: the late rank sleeps in the late replay. */
@@ -64,6 +65,7 @@ static cg_plan_t *late_plan(cg_comm_t *comm, float *a, float *b, late_t *late, d
   ck_assert_cg_ok(cg_allreduce(&second, g, comm, b, b, N, CG_FLOAT32, CG_SUM));
   ck_assert_cg_ok(cg_node_name(g, second, "layer0.grad"));
   ck_assert_cg_ok(cg_depend(g, nap, second));
+  late->second = second;
   cg_compile_opts_t o = CG_COMPILE_OPTS_INIT;
   o.name = "train step";
   o.timeout_s = timeout_s;
@@ -133,9 +135,12 @@ static void late_rank_times_out_the_others(int use_run) {
     expect_in(text, "start\treplay=3\tplan=train step");
     expect_in(text, "name=layer0.grad");
     free(text);
-    /* dead: its second collective is still posted */
+    /* dead: its second collective is still posted, and may still write
+     * what a rebind would move */
     ck_assert_cg_status(cg_plan_start(plan), CG_ERR_TIMEOUT);
     ck_assert_cg_status(cg_plan_run(plan), CG_ERR_TIMEOUT);
+    cg_rebind_t moved = {late.second, a, a};
+    ck_assert_cg_status(cg_plan_rebind(plan, &moved, 1), CG_ERR_TIMEOUT);
   }
   /* the late rank's replay completed the others' posted allreduce */
   MPI_Barrier(MPI_COMM_WORLD);
