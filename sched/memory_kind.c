@@ -33,6 +33,7 @@ static struct {
 } driver;
 static pthread_mutex_t driver_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int driver_loaded; /* 1 once `driver` is filled (release) */
+static int driver_unusable;      /* loaded, but cuInit failed: no CUDA memory can exist; under driver_lock */
 
 /* Whether the driver's functions are at hand. Memory CUDA knows of can only
  * exist once the process has loaded libcuda (the CUDA runtime does on its
@@ -42,7 +43,7 @@ static atomic_int driver_loaded; /* 1 once `driver` is filled (release) */
 static int driver_ready(void) {
   if (atomic_load_explicit(&driver_loaded, memory_order_acquire)) return 1;
   pthread_mutex_lock(&driver_lock);
-  void *lib = atomic_load_explicit(&driver_loaded, memory_order_relaxed)
+  void *lib = atomic_load_explicit(&driver_loaded, memory_order_relaxed) || driver_unusable
                   ? NULL
                   : dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (lib) {
@@ -55,6 +56,7 @@ static int driver_ready(void) {
       driver.pointer_attributes = pointer_attributes;
       atomic_store_explicit(&driver_loaded, 1, memory_order_release);
     } else {
+      driver_unusable = 1;
       dlclose(lib);
     }
   }
