@@ -359,6 +359,7 @@ void cg_ht_engine_abort(cg_mpi_comm_t *mpi) {
       continue;
     }
     *at = op->next_in_flight;
+    atomic_store(&op->abandoned, 1);
     /* an op waits for its window only while another of its sequence is in
      * flight, so every waiting op of `mpi` is found here */
     cg_ht_sequence_t *seq = op->seq;

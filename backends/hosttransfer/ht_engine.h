@@ -53,6 +53,9 @@ typedef struct cg_ht_op {
   uint8_t *part_done;
   struct cg_ht_op *next_in_flight, *next_deferred;
   atomic_int reported; /* a failure was printed */
+  /* an abort took it from the engine while MPI still held its requests:
+   * MPI may still write its buffers (cg_ht_engine_abort) */
+  atomic_int abandoned;
 } cg_ht_op_t;
 
 /* The ops of one step (its chunks), posted in order. At most `window` of
@@ -88,7 +91,7 @@ void cg_ht_engine_forget(cg_ht_op_t *const *ops, uint32_t n);
  * are dropped and their done flags raised, and later ops of `mpi` raise
  * theirs at once, without MPI, so the GPU's waits end and its streams drain
  * (the buffers hold no result). MPI cannot cancel a collective, so requests
- * already posted stay with MPI. */
+ * already posted stay with MPI: their ops are marked `abandoned`. */
 void cg_ht_engine_abort(cg_mpi_comm_t *mpi);
 
 /* Flags: `n` pairs (ready, done) in pinned device-mapped memory, zeroed;

@@ -327,9 +327,11 @@ void cg_staged_step_release(void *comm_impl, void *state) {
   if (st->watched) cg_ht_engine_unwatch(&st->seq);
   cg_ht_op_t *group_op = &st->group_op;
   cg_ht_engine_forget(&group_op, 1);
+  int abandoned = atomic_load(&group_op->abandoned);
   for (uint32_t k = 0; st->chunks && k < st->n_chunks; k++) {
     cg_ht_op_t *op = &st->chunks[k].op;
     cg_ht_engine_forget(&op, 1);
+    abandoned |= atomic_load(&op->abandoned);
     if (st->chunks[k].part.mpi_state) cg_mpi_step_release(sc->mpi, st->chunks[k].part.mpi_state);
     if (st->chunks[k].forward.mpi_state) cg_mpi_step_release(sc->mpi, st->chunks[k].forward.mpi_state);
   }
@@ -339,9 +341,10 @@ void cg_staged_step_release(void *comm_impl, void *state) {
   free(st->group_done);
   free(st->seq_ops);
   cg_ht_flags_free(&st->flags);
-  /* after an abort MPI may still write the staging memory (left to it, as
-   * cg_mpi_step_release leaves requests in flight) */
-  if (!atomic_load(&sc->mpi->aborted)) staging_free(st->staging, st->staging_bytes, sc, st->direct);
+  /* MPI may still write the staging memory of a step an abort took from
+   * the engine mid-flight (left to it, as cg_mpi_step_release leaves
+   * requests in flight) */
+  if (!abandoned) staging_free(st->staging, st->staging_bytes, sc, st->direct);
   free(st);
 }
 

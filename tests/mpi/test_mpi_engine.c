@@ -221,6 +221,9 @@ START_TEST(engine__abort_raises_the_done_flags_and_later_ops_skip_mpi) {
     ck_assert_msg(seconds_since(&start) < 5.0, "rank %d: the abort took %.3f s", me, seconds_since(&start));
     ck_assert_msg(all_poisoned(r.recv + CHUNK, (size_t)(CHUNKS - 1) * CHUNK),
                   "rank %d: chunks that never reached MPI were written", me);
+    /* only the chunk MPI still holds is marked: its memory must not be freed */
+    ck_assert_int_eq(atomic_load(&r.ops[0].abandoned), 1);
+    for (int k = 1; k < CHUNKS; k++) ck_assert_int_eq(atomic_load(&r.ops[k].abandoned), 0);
     ck_assert_uint_eq(r.seq.in_mpi, 0);
     ck_assert_ptr_null(r.seq.deferred);
     /* a later replay by ready flag, then by post: done at once, no MPI */
