@@ -34,6 +34,17 @@ static int step_marked(const cg_plan_t *p, uint32_t step, uint64_t replay) {
   return ((volatile unsigned *)p->cuda->marks)[step] >= (unsigned)replay;
 }
 
+/* Runs fn(arg) on a detached thread of its own; 0 if none could be started. */
+static int start_detached(void *(*fn)(void *), void *arg) {
+  pthread_t thread;
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return 0;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int started = pthread_create(&thread, &attr, fn, arg) == 0;
+  pthread_attr_destroy(&attr);
+  return started;
+}
+
 typedef struct abort_job {
   cg_comm_t **comms; /* retained: the user may destroy plan and communicators meanwhile */
   uint32_t n;
@@ -79,16 +90,7 @@ static void abort_comms(cg_plan_t *p) {
     job->comms[job->n++] = comm;
   }
   if (job && job->n) {
-    pthread_t thread;
-    pthread_attr_t attr;
-    int started = 0;
-    if (pthread_attr_init(&attr) == 0) {
-      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-      started = pthread_create(&thread, &attr, run_abort, job) == 0;
-      pthread_attr_destroy(&attr);
-    }
-    if (started) return;
-    run_abort(job); /* frees the job */
+    if (!start_detached(run_abort, job)) run_abort(job); /* frees the job */
     return;
   }
   if (job) free(job->comms);
@@ -190,15 +192,7 @@ static void *notify_main(void *arg) {
  * the device, and the monitor must go on watching the others meanwhile (a
  * second hung plan would otherwise never be reported). */
 static void notify_detached(char *report) {
-  pthread_t thread;
-  pthread_attr_t attr;
-  int started = 0;
-  if (pthread_attr_init(&attr) == 0) {
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    started = pthread_create(&thread, &attr, notify_main, report) == 0;
-    pthread_attr_destroy(&attr);
-  }
-  if (!started) notify_main(report);
+  if (!start_detached(notify_main, report)) notify_main(report);
 }
 
 static void *monitor_main(void *arg) {
@@ -231,20 +225,9 @@ cg_status_t cg_cuda_watch_launch(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   cg_status_t st = CG_SUCCESS;
   pthread_mutex_lock(&monitor_lock);
-  if (!monitor_running) {
-    pthread_t thread;
-    pthread_attr_t attr;
-    if (pthread_attr_init(&attr) != 0) {
-      st = cg_fail(CG_ERR_NO_MEMORY, "cg_plan_launch: starting the watchdog's monitor thread");
-      goto out;
-    }
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    monitor_running = pthread_create(&thread, &attr, monitor_main, NULL) == 0;
-    pthread_attr_destroy(&attr);
-    if (!monitor_running) {
-      st = cg_fail(CG_ERR_NO_MEMORY, "cg_plan_launch: starting the watchdog's monitor thread");
-      goto out;
-    }
+  if (!monitor_running && !(monitor_running = start_detached(monitor_main, NULL))) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "cg_plan_launch: starting the watchdog's monitor thread");
+    goto out;
   }
   if (!c->watched) {
     watched_t *w = malloc(sizeof *w);

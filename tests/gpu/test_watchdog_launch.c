@@ -156,14 +156,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  int devices = 0;
-  cudaError_t err = cudaGetDeviceCount(&devices);
-  if (err != cudaSuccess || devices == 0) {
-    const char *required = getenv("CG_REQUIRE_GPU");
-    printf("%s gpu_watchdog: no usable GPU (%s)\n", required ? "FAILED" : "SKIPPED",
-           err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0 devices");
-    return required ? 1 : 77;
-  }
-  return cg_test_main(suite());
-}
+int main(void) { return cg_test_gpu_main(suite(), "gpu_watchdog"); }

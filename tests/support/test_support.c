@@ -4,6 +4,11 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "commgraph/config.h"
+#if CG_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 static uint64_t seed;
 static uint64_t state;
 
@@ -112,6 +117,21 @@ char *cg_test_dot_text(const cg_graph_t *graph) {
   fclose(f);
   return text;
 }
+
+#if CG_HAVE_CUDA
+int cg_test_gpu_main(Suite *suite, const char *name) {
+  int devices = 0;
+  cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    const char *required = getenv("CG_REQUIRE_GPU");
+    printf("%s %s: no usable GPU (%s)\n", required ? "FAILED" : "SKIPPED", name,
+           err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0 devices");
+    srunner_free(srunner_create(suite)); /* frees the suite */
+    return required ? 1 : 77;
+  }
+  return cg_test_main(suite);
+}
+#endif
 
 int cg_test_main(Suite *suite) {
   printf("seed: CG_TEST_SEED=%llu\n", (unsigned long long)cg_test_seed());

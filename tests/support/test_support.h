@@ -71,4 +71,9 @@ char *cg_test_dot_text(const cg_graph_t *graph);
 /* Runs `suite`, prints the seed, returns the process exit status. */
 int cg_test_main(Suite *suite);
 
+/* cg_test_main for a suite that needs a GPU: without one it prints why and
+ * returns 77 (ctest's skip), or fails under CG_REQUIRE_GPU (scripts/gpu-test,
+ * where a skip is a failure). CUDA builds only. */
+int cg_test_gpu_main(Suite *suite, const char *name);
+
 #endif
