@@ -1,4 +1,7 @@
+#include <stdio.h>
 #include <stdlib.h>
+#include <threads.h>
+#include <time.h>
 
 #include "comm_internal.h"
 #include "error.h"
@@ -67,6 +70,31 @@ cg_comm_t *cg_comm_lookup(uint64_t id) {
   return found;
 }
 
+double cg_comm_abort_wait_s = 10.0;
+
+static void free_comm(cg_comm_t *comm) {
+  if (comm->ops && comm->ops->destroy_impl) comm->ops->destroy_impl(comm->impl);
+  free(comm);
+}
+
+/* 1 when the abort ended and the caller frees the communicator; 0 when the
+ * wait ran out and the abort's end will free it. */
+static int wait_for_abort(cg_comm_t *comm) {
+  const struct timespec nap = {.tv_nsec = 1000000};
+  /* counted in naps: oversleeping only makes the wait longer */
+  for (double waited = 0; waited < cg_comm_abort_wait_s; waited += 1e-3) {
+    if (atomic_load(&comm->aborting) == CG_COMM_ABORT_NONE) return 1;
+    thrd_sleep(&nap, NULL);
+  }
+  int running = CG_COMM_ABORT_RUNNING;
+  if (!atomic_compare_exchange_strong(&comm->aborting, &running, CG_COMM_ABORT_ORPHANED)) return 1; /* just ended */
+  fprintf(stderr,
+          "commgraph: destroying communicator %016llx (rank %d of %d): its abort has not ended after %g s; "
+          "it is freed when the abort ends\n",
+          (unsigned long long)comm->id, comm->rank, comm->size, cg_comm_abort_wait_s);
+  return 0;
+}
+
 void cg_comm_release(cg_comm_t *comm) {
   if (!comm) return;
   int last;
@@ -89,8 +117,16 @@ void cg_comm_release(cg_comm_t *comm) {
     last = atomic_fetch_sub(&comm->refs, 1) == 1;
   }
   if (!last) return;
-  if (comm->ops && comm->ops->destroy_impl) comm->ops->destroy_impl(comm->impl);
-  free(comm);
+  if (atomic_load(&comm->aborting) != CG_COMM_ABORT_NONE && !wait_for_abort(comm)) return;
+  free_comm(comm);
+}
+
+void cg_comm_abort_begin(cg_comm_t *comm) { atomic_store(&comm->aborting, CG_COMM_ABORT_RUNNING); }
+
+void cg_comm_abort_end(cg_comm_t *comm) {
+  int running = CG_COMM_ABORT_RUNNING;
+  if (atomic_compare_exchange_strong(&comm->aborting, &running, CG_COMM_ABORT_NONE)) return;
+  free_comm(comm); /* orphaned: its last release gave up waiting */
 }
 
 void cg_comm_destroy(cg_comm_t *comm) { cg_comm_release(comm); }

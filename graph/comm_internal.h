@@ -37,6 +37,9 @@ struct cg_comm {
   /* a timed-out replay aborted it (sched/cuda_watchdog.c): its backend ran
    * its abort once, and no plan starts on it any more */
   atomic_int aborted;
+  /* CG_COMM_ABORT_*: whether an abort thread (sched/cuda_watchdog.c) still
+   * works on it; see cg_comm_abort_begin */
+  atomic_int aborting;
   const cg_comm_ops_t *ops;
   void *impl;
 };
@@ -49,6 +52,22 @@ void cg_comm_retain(cg_comm_t *comm);
 int cg_comm_register(cg_comm_t *comm);
 /* The live registered communicator with this id, retained; NULL if none. */
 cg_comm_t *cg_comm_lookup(uint64_t id);
+/* Drops a reference; the last one frees the communicator, after any abort
+ * in flight on it has ended (see cg_comm_abort_begin). */
 void cg_comm_release(cg_comm_t *comm);
+
+enum { CG_COMM_ABORT_NONE, CG_COMM_ABORT_RUNNING, CG_COMM_ABORT_ORPHANED };
+/* An abort thread holds no reference to the communicators it aborts, so that
+ * the communicator, and the MPI calls that free it, go on the thread that
+ * lets go of it last, never on the abort thread. Call begin while a
+ * reference keeps the communicator alive; call end when the abort has
+ * ended, and touch the communicator no more. The last release waits for
+ * end, for at most cg_comm_abort_wait_s seconds; after that it leaves the
+ * communicator to end, which then frees it (a hung abort must not hang the
+ * destroy, and the free must not come under the abort). */
+void cg_comm_abort_begin(cg_comm_t *comm);
+void cg_comm_abort_end(cg_comm_t *comm);
+/* 10 s; tests shorten it */
+extern double cg_comm_abort_wait_s;
 
 #endif

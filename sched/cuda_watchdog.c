@@ -46,7 +46,7 @@ static int start_detached(void *(*fn)(void *), void *arg) {
 }
 
 typedef struct abort_job {
-  cg_comm_t **comms; /* retained: the user may destroy plan and communicators meanwhile */
+  cg_comm_t **comms; /* not retained: see cg_comm_abort_begin */
   uint32_t n;
   int device;
 } abort_job_t;
@@ -58,8 +58,7 @@ static void *run_abort(void *arg) {
   cudaSetDevice(job->device);
   for (uint32_t i = 0; i < job->n; i++) job->comms[i]->ops->backend->abort(job->comms[i]->impl);
   cudaSetDevice(previous);
-  /* the last reference frees the communicator here, after its abort */
-  for (uint32_t i = 0; i < job->n; i++) cg_comm_release(job->comms[i]);
+  for (uint32_t i = 0; i < job->n; i++) cg_comm_abort_end(job->comms[i]); /* then never touched again */
   free(job->comms);
   free(job);
   return NULL;
@@ -70,10 +69,11 @@ static void *run_abort(void *arg) {
  * aborted before the caller hears of the timeout; the others (NCCL) on a
  * thread of their own: ncclCommAbort whose kernels still spin did not
  * return in time when communicators were blocking, and the caller must get
- * its CG_ERR_TIMEOUT within the timeout. That thread holds a reference to
- * each communicator, so a caller that destroys the plan and its
- * communicators right after the timeout does not free one under its abort
- * (and the destroy then skips what the abort freed). */
+ * its CG_ERR_TIMEOUT within the timeout. That thread holds no reference
+ * (cg_comm_abort_begin): a caller that destroys the plan and its
+ * communicators right after the timeout waits in the last release until
+ * the abort has ended (and the destroy then skips what the abort freed), so
+ * the communicator and its MPI duplicates are freed on the caller's thread. */
 static void abort_comms(cg_plan_t *p) {
   abort_job_t *job = calloc(1, sizeof *job);
   if (job) job->comms = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->comms);
@@ -86,7 +86,7 @@ static void abort_comms(cg_plan_t *p) {
       b->abort(comm->impl); /* inline also when no thread can be had */
       continue;
     }
-    cg_comm_retain(comm);
+    cg_comm_abort_begin(comm); /* the plan's reference keeps it alive here */
     job->comms[job->n++] = comm;
   }
   if (job && job->n) {

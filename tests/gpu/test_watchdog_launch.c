@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "commgraph/cuda.h"
 #include "test_support.h"
@@ -22,21 +21,10 @@
 
 #define TIMEOUT_S 0.3
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void nap(double seconds) {
-  struct timespec t = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-  nanosleep(&t, NULL);
-}
-
 static double sleep_s; /* how long the host function sleeps */
 static void sleepy(void *arg) {
   (void)arg;
-  nap(sleep_s);
+  cg_test_nap(sleep_s);
 }
 
 static struct {
@@ -48,7 +36,7 @@ static struct {
 
 static void on_timeout(cg_status_t status, const char *report, void *arg) {
   (void)arg;
-  heard.at = now_s();
+  heard.at = cg_test_now_s();
   snprintf(heard.report, sizeof heard.report, "%s: %s", cg_status_string(status), report);
   cg_plan_destroy(heard.victim); /* allowed: the handler has a thread of its own */
   heard.victim = NULL;
@@ -101,7 +89,7 @@ START_TEST(gpu_watchdog__healthy_launches_never_fire) {
   cg_plan_t *plan = stalling_plan(dev, n);
   for (int i = 0; i < 50; i++) ck_assert_cg_ok(cg_plan_launch(plan, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
-  nap(2 * TIMEOUT_S); /* the monitor had time to misjudge */
+  cg_test_nap(2 * TIMEOUT_S); /* the monitor had time to misjudge */
   ck_assert_int_eq(atomic_load(&heard.calls), 0);
   ck_assert_cg_ok(cg_plan_launch(plan, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
@@ -124,9 +112,9 @@ START_TEST(gpu_watchdog__stalled_launch_is_reported_and_the_handler_destroys_the
   ck_assert_cg_ok(cg_set_timeout_handler(on_timeout, NULL));
   sleep_s = 6 * TIMEOUT_S;
   heard.victim = stalling_plan(dev, n);
-  double launched = now_s();
+  double launched = cg_test_now_s();
   ck_assert_cg_ok(cg_plan_launch(heard.victim, stream));
-  while (atomic_load(&heard.calls) == 0 && now_s() - launched < 5.0) nap(0.001);
+  while (atomic_load(&heard.calls) == 0 && cg_test_now_s() - launched < 5.0) cg_test_nap(0.001);
   ck_assert_msg(atomic_load(&heard.calls) == 1, "the handler was called %d times in 5 s", atomic_load(&heard.calls));
   double after = heard.at - launched;
   /* progress stops when the host function begins, just after the launch */
@@ -138,7 +126,7 @@ START_TEST(gpu_watchdog__stalled_launch_is_reported_and_the_handler_destroys_the
   ck_assert_ptr_null(heard.victim);
   /* the replay ends when the host function wakes; the plan is gone */
   CUDA_OK(cudaStreamSynchronize(stream));
-  nap(2 * TIMEOUT_S);
+  cg_test_nap(2 * TIMEOUT_S);
   ck_assert_int_eq(atomic_load(&heard.calls), 1);
   ck_assert_cg_ok(cg_set_timeout_handler(NULL, NULL));
   CUDA_OK(cudaStreamDestroy(stream));

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mpi_test.h"
 
@@ -27,8 +26,7 @@ typedef struct late {
 static void maybe_sleep(void *arg) {
   late_t *l = arg;
   if (++l->replay == l->late_replay && l->me_late) {
-    struct timespec t = {(time_t)l->sleep_s, (long)((l->sleep_s - (double)(time_t)l->sleep_s) * 1e9)};
-    nanosleep(&t, NULL);
+    cg_test_nap(l->sleep_s);
   }
 }
 
@@ -42,12 +40,6 @@ static void hear(cg_status_t st, const char *report, void *arg) {
   ck_assert_int_eq(st, CG_ERR_TIMEOUT);
   h->calls++;
   snprintf(h->report, sizeof h->report, "%s", report);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* first (allreduce) -> sleep (host function) -> second (allreduce) */
@@ -96,10 +88,10 @@ static void late_rank_times_out_the_others(int use_run) {
   ck_assert_cg_ok(cg_set_timeout_handler(hear, &heard));
   for (int r = 1; r <= 2; r++) ck_assert_cg_ok(cg_plan_run(plan));
 
-  double t0 = now_s();
+  double t0 = cg_test_now_s();
   cg_status_t st = use_run ? cg_plan_run(plan) : cg_plan_start(plan);
   if (!use_run && st == CG_SUCCESS) st = cg_plan_wait(plan);
-  double took = now_s() - t0;
+  double took = cg_test_now_s() - t0;
   char detail[2600];
   snprintf(detail, sizeof detail, "%s", cg_error_last());
   ck_assert_cg_ok(cg_set_timeout_handler(NULL, NULL));
@@ -167,11 +159,11 @@ START_TEST(watchdog__cg_plan_test_reports_the_timeout) {
   ck_assert(a && b);
   late_t late = {.me_late = me == late_rank, .late_replay = 1, .sleep_s = 3 * TIMEOUT_S};
   cg_plan_t *plan = late_plan(comm, a, b, &late, late.me_late ? -1 : TIMEOUT_S);
-  double t0 = now_s();
+  double t0 = cg_test_now_s();
   cg_status_t st = cg_plan_start(plan);
   int done = 0;
   while (st == CG_SUCCESS && !done) st = cg_plan_test(&done, plan);
-  double took = now_s() - t0;
+  double took = cg_test_now_s() - t0;
   if (late.me_late) {
     ck_assert_cg_ok(st);
   } else {

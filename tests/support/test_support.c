@@ -12,6 +12,17 @@
 static uint64_t seed;
 static uint64_t state;
 
+double cg_test_now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void cg_test_nap(double seconds) {
+  struct timespec t = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+  nanosleep(&t, NULL);
+}
+
 uint64_t cg_test_seed(void) {
   if (!seed) {
     const char *env = getenv("CG_TEST_SEED");

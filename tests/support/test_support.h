@@ -35,6 +35,10 @@ uint64_t cg_test_below(uint64_t bound);
                   cg_status_string(cg_test_status_), cg_error_last(), cg_status_string(expected));     \
   } while (0)
 
+/* Monotonic seconds, and a sleep of `seconds`, for tests of timeouts. */
+double cg_test_now_s(void);
+void cg_test_nap(double seconds);
+
 /* A host function that does nothing, for recording host-function nodes. */
 void cg_test_noop(void *arg);
 
