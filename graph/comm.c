@@ -78,7 +78,7 @@ static void free_comm(cg_comm_t *comm) {
 }
 
 /* 1 when the abort ended and the caller frees the communicator; 0 when the
- * wait ran out and the abort's end will free it. */
+ * wait ran out and the communicator is left to the abort's end. */
 static int wait_for_abort(cg_comm_t *comm) {
   const struct timespec nap = {.tv_nsec = 1000000};
   /* counted in naps: oversleeping only makes the wait longer */
@@ -86,12 +86,15 @@ static int wait_for_abort(cg_comm_t *comm) {
     if (atomic_load(&comm->aborting) == CG_COMM_ABORT_NONE) return 1;
     thrd_sleep(&nap, NULL);
   }
+  /* once orphaned the communicator is the abort thread's: read it before */
+  unsigned long long id = (unsigned long long)comm->id;
+  int rank = comm->rank, size = comm->size;
   int running = CG_COMM_ABORT_RUNNING;
   if (!atomic_compare_exchange_strong(&comm->aborting, &running, CG_COMM_ABORT_ORPHANED)) return 1; /* just ended */
   fprintf(stderr,
           "commgraph: destroying communicator %016llx (rank %d of %d): its abort has not ended after %g s; "
-          "it is freed when the abort ends\n",
-          (unsigned long long)comm->id, comm->rank, comm->size, cg_comm_abort_wait_s);
+          "its backend resources are left behind\n",
+          id, rank, size, cg_comm_abort_wait_s);
   return 0;
 }
 
@@ -124,9 +127,11 @@ void cg_comm_release(cg_comm_t *comm) {
 void cg_comm_abort_begin(cg_comm_t *comm) { atomic_store(&comm->aborting, CG_COMM_ABORT_RUNNING); }
 
 void cg_comm_abort_end(cg_comm_t *comm) {
-  int running = CG_COMM_ABORT_RUNNING;
-  if (atomic_compare_exchange_strong(&comm->aborting, &running, CG_COMM_ABORT_NONE)) return;
-  free_comm(comm); /* orphaned: its last release gave up waiting */
+  int seen = CG_COMM_ABORT_RUNNING;
+  if (atomic_compare_exchange_strong(&comm->aborting, &seen, CG_COMM_ABORT_NONE)) return;
+  /* orphaned: its last release gave up waiting. Only the struct goes: the
+   * backend's destroy would call MPI (and CUDA) on this thread. */
+  if (seen == CG_COMM_ABORT_ORPHANED) free(comm);
 }
 
 void cg_comm_destroy(cg_comm_t *comm) { cg_comm_release(comm); }

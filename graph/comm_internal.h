@@ -62,9 +62,10 @@ enum { CG_COMM_ABORT_NONE, CG_COMM_ABORT_RUNNING, CG_COMM_ABORT_ORPHANED };
  * lets go of it last, never on the abort thread. Call begin while a
  * reference keeps the communicator alive; call end when the abort has
  * ended, and touch the communicator no more. The last release waits for
- * end, for at most cg_comm_abort_wait_s seconds; after that it leaves the
- * communicator to end, which then frees it (a hung abort must not hang the
- * destroy, and the free must not come under the abort). */
+ * end, for about cg_comm_abort_wait_s seconds; after that it leaves the
+ * communicator to end, which frees the struct but leaks the backend's
+ * resources, whose destroy would call MPI on the abort thread (a hung abort
+ * must not hang the destroy, and nothing may be freed under the abort). */
 void cg_comm_abort_begin(cg_comm_t *comm);
 void cg_comm_abort_end(cg_comm_t *comm);
 /* 10 s; tests shorten it */

@@ -56,9 +56,11 @@ static void *run_abort(void *arg) {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(job->device);
-  for (uint32_t i = 0; i < job->n; i++) job->comms[i]->ops->backend->abort(job->comms[i]->impl);
+  for (uint32_t i = 0; i < job->n; i++) {
+    job->comms[i]->ops->backend->abort(job->comms[i]->impl);
+    cg_comm_abort_end(job->comms[i]); /* then never touched again: its destroy may go on now */
+  }
   cudaSetDevice(previous);
-  for (uint32_t i = 0; i < job->n; i++) cg_comm_abort_end(job->comms[i]); /* then never touched again */
   free(job->comms);
   free(job);
   return NULL;
