@@ -32,7 +32,9 @@
  * In gpu and gpu-staged, a rank that reports also checks that the watchdog's
  * abort let its GPU go: cudaDeviceSynchronize must return cudaSuccess within
  * the 5% of the timeout it waits anyway ("FAULT-DRAINED rank R after S s", or
- * "FAULT-STUCK rank R").
+ * "FAULT-STUCK rank R"). A drained rank then destroys its plan and
+ * communicator, as a job that carries on would ("FAULT-DESTROYED rank R
+ * after S s"): the destroy waits for the communicator's abort to end.
  *
  * Usage: fault_inject host|gpu|gpu-staged|gpu-launch FAULT TIMEOUT_SECONDS */
 #define _POSIX_C_SOURCE 200809L
@@ -67,6 +69,7 @@ static double wall_s(void) {
 }
 
 static void nap(double seconds) {
+  if (seconds <= 0) return;
   struct timespec t = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
   nanosleep(&t, NULL);
 }
@@ -84,19 +87,18 @@ static void *synchronize_device(void *arg) {
 }
 #endif
 
-/* Waits `seconds` for the GPU to finish what it has (a thread of its own:
- * cudaDeviceSynchronize itself has no time limit) and says whether it did. */
-static void wait_drained(double seconds) {
+/* Waits up to `seconds` for the GPU to finish what it has (a thread of its
+ * own: cudaDeviceSynchronize itself has no time limit) and says whether it
+ * did; 1 if it did. */
+static int wait_drained(double seconds) {
 #if CG_HAVE_CUDA
   pthread_t thread;
   double began = wall_s();
-  if (pthread_create(&thread, NULL, synchronize_device, NULL) != 0) {
-    nap(seconds);
-    return;
-  }
+  if (pthread_create(&thread, NULL, synchronize_device, NULL) != 0) return 0;
   pthread_detach(thread);
   while (!atomic_load(&drained) && wall_s() - began < seconds) nap(1e-3);
-  if (atomic_load(&drained) && atomic_load(&drain_error) == cudaSuccess)
+  int ok = atomic_load(&drained) && atomic_load(&drain_error) == cudaSuccess;
+  if (ok)
     printf("FAULT-DRAINED rank %d after %.3f s\n", rank, wall_s() - began);
   else if (atomic_load(&drained))
     printf("FAULT-STUCK rank %d: cudaDeviceSynchronize after the abort failed: %s\n", rank,
@@ -104,19 +106,34 @@ static void wait_drained(double seconds) {
   else
     printf("FAULT-STUCK rank %d: the GPU still runs the plan %.3f s after the report\n", rank, seconds);
   fflush(stdout);
-  nap(seconds - (wall_s() - began));
+  return ok;
 #else
-  nap(seconds);
+  (void)seconds;
+  return 0;
 #endif
 }
 
+/* What a job that carries on after the error would do: destroy the plan
+ * and its communicator. After an abort, the communicator's destroy waits
+ * for the abort to end (graph/comm.c), so this also times the abort. */
+static cg_plan_t *plan_in_use;
+static cg_comm_t *comm_in_use;
+static void destroy_after_drain(void) {
+  double began = wall_s();
+  cg_plan_destroy(plan_in_use);
+  cg_comm_destroy(comm_in_use);
+  plan_in_use = NULL;
+  comm_in_use = NULL;
+  printf("FAULT-DESTROYED rank %d after %.3f s\n", rank, wall_s() - began);
+  fflush(stdout);
+}
+
 static void fail(cg_status_t st, double timeout_s) {
+  double began = wall_s();
   printf("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
   fflush(stdout);
-  if (gpu_run)
-    wait_drained(0.05 * timeout_s);
-  else
-    nap(0.05 * timeout_s);
+  if (gpu_run && wait_drained(0.05 * timeout_s)) destroy_after_drain();
+  nap(0.05 * timeout_s - (wall_s() - began));
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
@@ -203,6 +220,7 @@ int main(int argc, char **argv) {
   }
   cg_status_t st = cg_comm_create(&comm, MPI_COMM_WORLD, &o);
   if (st != CG_SUCCESS) fail(st, timeout_s);
+  comm_in_use = comm;
 #if CG_HAVE_CUDA
   int device = CG_DEVICE_HOST;
   if (gpu && ((st = cg_comm_device(&device, comm)) != CG_SUCCESS || cudaSetDevice(device) != cudaSuccess))
@@ -229,8 +247,10 @@ int main(int argc, char **argv) {
   co.check_ranks = !unchecked;
   co.fusion = !unchecked;
   cg_plan_t *plan = NULL;
-  if ((st = cg_compile(&plan, g, &co)) != CG_SUCCESS) fail(st, timeout_s);
-  cg_graph_destroy(g);
+  st = cg_compile(&plan, g, &co);
+  cg_graph_destroy(g); /* before fail(): its communicator destroy is then the last reference */
+  if (st != CG_SUCCESS) fail(st, timeout_s);
+  plan_in_use = plan;
 
   for (int replay = 1; replay <= REPLAYS; replay++) {
     MPI_Barrier(MPI_COMM_WORLD); /* every replay starts together: the timeout measures the fault alone */
