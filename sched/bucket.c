@@ -5,8 +5,9 @@
  * allgather's receive and reduce_scatter's send buffer, rank block by rank
  * block: block q holds every member's block q). A side whose members' buffers
  * already sit exactly there, relative to the first, and inside one
- * allocation, is used directly: no copy. Otherwise the side is staged, and the staging buffer is chosen so the
- * collective runs in place where NCCL and MPI allow it: an allreduce packs
+ * allocation, is used directly: no copy. Otherwise the side is staged, and
+ * the staging buffer is chosen so the collective runs in place where NCCL
+ * and MPI allow it: an allreduce packs
  * its inputs into its output buffer (the members' own, if contiguous), an
  * allgather into its own rank's block of the output, and a reduce_scatter
  * receives into its own rank's block of the staged input. Packing into the
