@@ -77,9 +77,21 @@ static void free_comm(cg_comm_t *comm) {
   free(comm);
 }
 
+/* Hands a communicator whose abort is running to the abort's end. 1 when
+ * the abort ended meanwhile and the caller frees the communicator. */
+static int orphan(cg_comm_t *comm) {
+  int running = CG_COMM_ABORT_RUNNING;
+  return !atomic_compare_exchange_strong(&comm->aborting, &running, CG_COMM_ABORT_ORPHANED);
+}
+
 /* 1 when the abort ended and the caller frees the communicator; 0 when the
- * wait ran out and the communicator is left to the abort's end. */
+ * communicator is left to the abort's end: at once when its host side can be
+ * detached here, else once the wait ran out. */
 static int wait_for_abort(cg_comm_t *comm) {
+  if (comm->ops && comm->ops->detach_host) {
+    comm->ops->detach_host(comm->impl);
+    return orphan(comm);
+  }
   const struct timespec nap = {.tv_nsec = 1000000};
   /* counted in naps: oversleeping only makes the wait longer */
   for (double waited = 0; waited < cg_comm_abort_wait_s; waited += 1e-3) {
@@ -89,8 +101,7 @@ static int wait_for_abort(cg_comm_t *comm) {
   /* once orphaned the communicator is the abort thread's: read it before */
   unsigned long long id = (unsigned long long)comm->id;
   int rank = comm->rank, size = comm->size;
-  int running = CG_COMM_ABORT_RUNNING;
-  if (!atomic_compare_exchange_strong(&comm->aborting, &running, CG_COMM_ABORT_ORPHANED)) return 1; /* just ended */
+  if (orphan(comm)) return 1; /* just ended */
   fprintf(stderr,
           "commgraph: destroying communicator %016llx (rank %d of %d): its abort has not ended after %g s; "
           "its backend resources are left behind\n",
@@ -129,9 +140,14 @@ void cg_comm_abort_begin(cg_comm_t *comm) { atomic_store(&comm->aborting, CG_COM
 void cg_comm_abort_end(cg_comm_t *comm) {
   int seen = CG_COMM_ABORT_RUNNING;
   if (atomic_compare_exchange_strong(&comm->aborting, &seen, CG_COMM_ABORT_NONE)) return;
-  /* orphaned: its last release gave up waiting. Only the struct goes: the
-   * backend's destroy would call MPI (and CUDA) on this thread. */
-  if (seen == CG_COMM_ABORT_ORPHANED) free(comm);
+  if (seen != CG_COMM_ABORT_ORPHANED) return;
+  /* orphaned by its last release: with the host side detached the rest goes
+   * here; otherwise only the struct (the backend's destroy would call MPI on
+   * this thread) */
+  if (comm->ops && comm->ops->detach_host)
+    free_comm(comm);
+  else
+    free(comm);
 }
 
 void cg_comm_destroy(cg_comm_t *comm) { cg_comm_release(comm); }

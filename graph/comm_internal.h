@@ -16,6 +16,10 @@ struct cg_backend;
 typedef struct cg_comm_ops {
   const char *backend_name;
   void (*destroy_impl)(void *impl); /* may be NULL */
+  /* Frees what must be freed on the thread that lets go of the communicator
+   * (MPI duplicates), so that destroy_impl may then run on any thread. NULL:
+   * destroy_impl must run on the releasing thread. See cg_comm_abort_begin. */
+  void (*detach_host)(void *impl);
   const struct cg_backend *backend; /* NULL: the communicator runs nothing */
   /* 0 when the communicator's steps can read and write memory at `ptr` on
    * `device` (the communicator's); -1 with the reason in `why`. NULL: any
@@ -61,11 +65,19 @@ enum { CG_COMM_ABORT_NONE, CG_COMM_ABORT_RUNNING, CG_COMM_ABORT_ORPHANED };
  * the communicator, and the MPI calls that free it, go on the thread that
  * lets go of it last, never on the abort thread. Call begin while a
  * reference keeps the communicator alive; call end when the abort has
- * ended, and touch the communicator no more. The last release waits for
- * end, for about cg_comm_abort_wait_s seconds; after that it leaves the
- * communicator to end, which frees the struct but leaks the backend's
- * resources, whose destroy would call MPI on the abort thread (a hung abort
- * must not hang the destroy, and nothing may be freed under the abort). */
+ * ended, and touch the communicator no more.
+ *
+ * When the last release comes while the abort runs:
+ *  - with ops->detach_host, it detaches the host side at once (MPI, on the
+ *    releasing thread) and leaves the rest to the abort's end, which runs
+ *    destroy_impl and frees the struct. The release never waits: a backend's
+ *    teardown after an abort (NCCL's takes a good part of a second) stays off
+ *    the program's path.
+ *  - without, it waits for end, for about cg_comm_abort_wait_s seconds; after
+ *    that it leaves the communicator to end, which frees the struct but leaks
+ *    the backend's resources, whose destroy would call MPI on the abort
+ *    thread (a hung abort must not hang the destroy, and nothing may be freed
+ *    under the abort). */
 void cg_comm_abort_begin(cg_comm_t *comm);
 void cg_comm_abort_end(cg_comm_t *comm);
 /* 10 s; tests shorten it */

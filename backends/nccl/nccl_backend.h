@@ -1,20 +1,34 @@
-/* The NCCL backend's private state: the NCCL communicator, whether commgraph
- * owns it, the MPI duplicates that carry control traffic (the cross-rank check;
- * never data), and a small device buffer for barriers (NCCL has none). */
+/* The NCCL backend's private state: the plan's NCCL communicator and the
+ * user's (cg_comm_nccl), whether commgraph owns them, the MPI duplicates that
+ * carry control traffic (the cross-rank check; never data), and a small
+ * device buffer for barriers (NCCL has none).
+ *
+ * cg_comm_create makes two NCCL communicators over the same ranks: the
+ * plan's, non-blocking, so that a timed-out replay's ncclCommAbort never waits
+ * behind a call; and the user's, blocking as ncclCommInitRank makes it, so
+ * that a program's own NCCL calls on it never see ncclInProgress. Plans never
+ * use the user's, so its calls never interleave with a capture.
+ * cg_comm_from_nccl has only the user's communicator, as the user made it:
+ * `nccl` and `user_nccl` are then the same. */
 #ifndef CG_BACKENDS_NCCL_BACKEND_H
 #define CG_BACKENDS_NCCL_BACKEND_H
 
 #include <mpi.h>
 #include <nccl.h>
+#include <stdatomic.h>
 
 #include "backend.h"
 #include "mpi/mpi_backend.h"
 
 typedef struct cg_nccl_comm {
   cg_mpi_comm_t *control;
-  ncclComm_t nccl;
-  int owns_nccl; /* 0 for cg_comm_from_nccl */
-  int aborted;   /* ncclCommAbort ran (a replay timed out): nothing left to finalize */
+  ncclComm_t nccl;      /* the plan's: warm-up, capture, abort */
+  ncclComm_t user_nccl; /* cg_comm_nccl's; commgraph makes no call on it but create and destroy */
+  /* CG_NCCL_USER_*: whether cg_comm_nccl handed user_nccl out, or the abort
+   * of a timed-out replay took it along because nobody had it */
+  atomic_int user_state;
+  int owns_nccl;        /* 0 for cg_comm_from_nccl */
+  int aborted;          /* ncclCommAbort ran on `nccl` (a replay timed out): nothing left to finalize */
   int device;
   void *barrier_word; /* device memory, one int32 */
   int peer_links;     /* every rank on one node, each GPU reaching the others directly (NVLink or PCIe
@@ -29,6 +43,8 @@ typedef struct cg_nccl_comm {
 #define CG_NCCL_BUCKET_BYTES_PEER ((size_t)256 << 20)
 #define CG_NCCL_BUCKET_BYTES_NETWORK ((size_t)25 << 20)
 
+enum { CG_NCCL_USER_UNTOUCHED, CG_NCCL_USER_HANDED_OUT, CG_NCCL_USER_ABORTED };
+
 extern const cg_backend_t cg_nccl_backend;
 
 /* cg_comm_create's NCCL path: opts already checked; collective over `mpi`. */
@@ -40,7 +56,10 @@ const cg_mpi_comm_t *cg_nccl_comm_control(const cg_comm_t *comm);
 cg_status_t cg_nccl_fail(ncclResult_t result, ncclComm_t comm, const char *call);
 /* A non-blocking communicator's call may return ncclInProgress: waits until
  * the communicator has finished it (ncclCommGetAsyncError) and returns how it
- * ended; any other result as it is. */
+ * ended; any other result as it is. Every NCCL call of the backend goes
+ * through it, so the backend is right whether NCCL_COMM_BLOCKING (which
+ * overrides config.blocking) is unset, 0 or 1, and whether a wrapped
+ * communicator is blocking or not. */
 ncclResult_t cg_nccl_settle(ncclComm_t comm, ncclResult_t result);
 
 /* Steps (nccl_steps.c), referenced by the backend table. */

@@ -28,21 +28,47 @@ ncclResult_t cg_nccl_settle(ncclComm_t comm, ncclResult_t r) {
   return r;
 }
 
+/* Ends the communicators commgraph owns. The user's is aborted when a replay
+ * timed out (finalizing may then wait for peers that are gone) unless the
+ * abort took it along; otherwise both are finalized (flushing this rank's
+ * outstanding operations), the plan's (non-blocking) in NCCL's thread while
+ * the user's (blocking) ends on this one. */
+static void end_owned(cg_nccl_comm_t *n) {
+  int user_left = n->user_nccl && n->user_nccl != n->nccl && atomic_load(&n->user_state) != CG_NCCL_USER_ABORTED;
+  if (n->aborted) {
+    if (user_left) ncclCommAbort(n->user_nccl);
+    return;
+  }
+  ncclResult_t plan_final = n->nccl ? ncclCommFinalize(n->nccl) : ncclSuccess;
+  if (user_left) {
+    cg_nccl_settle(n->user_nccl, ncclCommFinalize(n->user_nccl));
+    ncclCommDestroy(n->user_nccl);
+  }
+  if (n->nccl) {
+    cg_nccl_settle(n->nccl, plan_final);
+    ncclCommDestroy(n->nccl);
+  }
+}
+
 static void destroy_impl(void *impl) {
   cg_nccl_comm_t *n = impl;
   if (!n) return;
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(n->device);
-  if (n->nccl && n->owns_nccl && !n->aborted) {
-    /* flushes this rank's outstanding operations before the resources go */
-    cg_nccl_settle(n->nccl, ncclCommFinalize(n->nccl));
-    ncclCommDestroy(n->nccl);
-  }
+  if (n->owns_nccl) end_owned(n);
   if (n->barrier_word) cudaFree(n->barrier_word);
   cudaSetDevice(previous);
   cg_mpi_comm_close(n->control);
   free(n);
+}
+
+/* After a timeout the last release frees the MPI duplicates on its own
+ * thread, and the NCCL teardown (destroy_impl) follows on the abort thread. */
+static void detach_host(void *impl) {
+  cg_nccl_comm_t *n = impl;
+  cg_mpi_comm_close(n->control);
+  n->control = NULL;
 }
 
 static cg_status_t control_allgather_start(void **request, void *impl, const void *mine, void *all, size_t bytes) {
@@ -85,7 +111,10 @@ static int find_peer_links(int device, const cg_mpi_comm_t *control) {
 /* A timed-out replay's kernels wait for peers that will not come;
  * ncclCommAbort stops them and frees the communicator's resources. A
  * communicator of the user's (cg_comm_from_nccl) is aborted too: its
- * operations in our graph would otherwise hang the device forever. */
+ * operations in our graph would otherwise hang the device forever. The
+ * user's communicator of cg_comm_create goes along only if cg_comm_nccl never
+ * handed it out: otherwise the program may be inside a call on it, which an
+ * abort must not race, and the destroy aborts it. */
 static void abort_comm(void *impl) {
   cg_nccl_comm_t *n = impl;
   if (!n->nccl || n->aborted) return;
@@ -94,6 +123,10 @@ static void abort_comm(void *impl) {
   cudaSetDevice(n->device);
   ncclCommAbort(n->nccl);
   n->aborted = 1;
+  int untouched = CG_NCCL_USER_UNTOUCHED;
+  if (n->owns_nccl && n->user_nccl != n->nccl &&
+      atomic_compare_exchange_strong(&n->user_state, &untouched, CG_NCCL_USER_ABORTED))
+    ncclCommAbort(n->user_nccl);
   cudaSetDevice(previous);
 }
 
@@ -118,7 +151,8 @@ const cg_backend_t cg_nccl_backend = {
 };
 
 static const cg_comm_ops_t nccl_ops = {.backend_name = "nccl", .destroy_impl = destroy_impl,
-                                       .backend = &cg_nccl_backend, .memory_fits = cg_memory_fits};
+                                       .detach_host = detach_host, .backend = &cg_nccl_backend,
+                                       .memory_fits = cg_memory_fits};
 
 /* Every rank learns whether all ranks succeeded so far, so a local failure
  * (a bad device ordinal on one rank) fails every rank instead of leaving the
@@ -169,15 +203,41 @@ static cg_status_t finish(cg_comm_t **out, cg_nccl_comm_t *n, int rank, int size
   return CG_SUCCESS;
 }
 
-/* Frees a communicator that failed half-way: an NCCL communicator commgraph
- * created is aborted, not finalized (finalizing waits for peers that may have
- * given up). */
+/* Frees a communicator that failed half-way: NCCL communicators commgraph
+ * created are aborted, not finalized (finalizing waits for peers that may
+ * have given up). */
 static void discard(cg_nccl_comm_t *n) {
-  if (n && n->nccl && n->owns_nccl) {
-    ncclCommAbort(n->nccl);
-    n->nccl = NULL;
+  if (n && n->owns_nccl) {
+    if (n->user_nccl && n->user_nccl != n->nccl) ncclCommAbort(n->user_nccl);
+    if (n->nccl) ncclCommAbort(n->nccl);
+    n->nccl = n->user_nccl = NULL;
   }
   destroy_impl(n);
+}
+
+/* The plan's communicator (non-blocking) and the user's (blocking), made at
+ * the same time: the non-blocking init goes on in NCCL's thread while the
+ * blocking one runs on ours, so the pair takes about as long as one. Either
+ * setting may be overridden by NCCL_COMM_BLOCKING, so both are settled. On
+ * failure *why says which. */
+static ncclResult_t init_pair(cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId ids[2], char *why,
+                              size_t why_size) {
+  ncclConfig_t plan_config = NCCL_CONFIG_INITIALIZER, user_config = NCCL_CONFIG_INITIALIZER;
+  plan_config.blocking = 0;
+  user_config.blocking = 1;
+  ncclResult_t plan = ncclCommInitRankConfig(&n->nccl, size, ids[0], rank, &plan_config);
+  ncclResult_t user = ncclCommInitRankConfig(&n->user_nccl, size, ids[1], rank, &user_config);
+  plan = plan == ncclInProgress ? cg_nccl_settle(n->nccl, plan) : plan;
+  user = user == ncclInProgress ? cg_nccl_settle(n->user_nccl, user) : user;
+  /* a communicator whose init failed is left alone: NCCL may have freed it */
+  if (plan != ncclSuccess) n->nccl = NULL;
+  if (user != ncclSuccess) n->user_nccl = NULL;
+  if (plan != ncclSuccess) {
+    snprintf(why, why_size, "the plan's communicator");
+    return plan;
+  }
+  if (user != ncclSuccess) snprintf(why, why_size, "the user's communicator (cg_comm_nccl)");
+  return user;
 }
 
 cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level) {
@@ -207,16 +267,17 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
   MPI_Comm_size(n->control->control, &size);
   struct {
     int ok;
-    ncclUniqueId id;
+    ncclUniqueId ids[2]; /* the plan's, the user's */
   } hello = {0};
   ncclResult_t r = ncclSuccess;
   if (rank == 0) {
-    r = ncclGetUniqueId(&hello.id);
+    r = ncclGetUniqueId(&hello.ids[0]);
+    if (r == ncclSuccess) r = ncclGetUniqueId(&hello.ids[1]);
     hello.ok = r == ncclSuccess;
   }
   int err = MPI_Bcast(&hello, (int)sizeof hello, MPI_BYTE, 0, n->control->control);
   if (err != MPI_SUCCESS) {
-    st = cg_mpi_fail(err, "cg_comm_create: MPI_Bcast of the NCCL unique id");
+    st = cg_mpi_fail(err, "cg_comm_create: MPI_Bcast of the NCCL unique ids");
     goto out;
   }
   if (!hello.ok) {
@@ -226,17 +287,17 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
   }
   cudaGetDevice(&previous);
   cerr = cudaSetDevice(device);
-  /* non-blocking (issue 8): its calls return at once, and a timed-out
-   * plan's ncclCommAbort does not wait behind them */
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  r = cerr == cudaSuccess ? ncclCommInitRankConfig(&n->nccl, size, hello.id, rank, &config) : ncclUnhandledCudaError;
-  if (r == ncclInProgress) r = cg_nccl_settle(n->nccl, r);
+  char which[80] = "the communicators";
+  r = cerr == cudaSuccess ? init_pair(n, size, rank, hello.ids, which, sizeof which) : ncclUnhandledCudaError;
   cudaSetDevice(previous);
-  if (r != ncclSuccess) n->nccl = NULL;
   if (!all_ranks_ok(r == ncclSuccess, n->control->control)) {
-    st = r != ncclSuccess ? cg_nccl_fail(r, NULL, "cg_comm_create: ncclCommInitRankConfig")
-                          : cg_fail(CG_ERR_BACKEND, "cg_comm_create: ncclCommInitRank failed on another rank");
+    if (r != ncclSuccess) {
+      char call[160];
+      snprintf(call, sizeof call, "cg_comm_create: ncclCommInitRankConfig of %s", which);
+      st = cg_nccl_fail(r, NULL, call);
+    } else {
+      st = cg_fail(CG_ERR_BACKEND, "cg_comm_create: ncclCommInitRankConfig failed on another rank");
+    }
     goto out;
   }
   if ((st = finish(out, n, rank, size, "cg_comm_create")) != CG_SUCCESS) goto out;
@@ -267,6 +328,8 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
   if (r == ncclSuccess) r = ncclCommCount(nccl, &nccl_size);
   if (r == ncclSuccess) r = ncclCommCuDevice(nccl, &device);
   if (r == ncclSuccess) r = ncclCommGetAsyncError(nccl, &async);
+  /* a non-blocking communicator may still be finishing the user's last call */
+  if (r == ncclSuccess && async == ncclInProgress) async = cg_nccl_settle(nccl, async);
   if (r != ncclSuccess || async != ncclSuccess)
     snprintf(why, sizeof why, "NCCL reports %s", ncclGetErrorString(r != ncclSuccess ? r : async));
   else if (nccl_rank != rank || nccl_size != size)
@@ -274,7 +337,7 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
              nccl_size, rank, size);
   if (!why[0] && !(n = calloc(1, sizeof *n))) snprintf(why, sizeof why, "allocating the communicator");
   if (n) {
-    n->nccl = nccl;
+    n->nccl = n->user_nccl = nccl;
     n->device = device;
     alloc_barrier_word(n, why, sizeof why);
   }
@@ -299,7 +362,14 @@ cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm) {
   if (comm->ops != &nccl_ops)
     return cg_fail(CG_ERR_UNSUPPORTED, "cg_comm_nccl: the communicator's backend (%s) is not nccl",
                    comm->ops ? comm->ops->backend_name : "none");
-  *out = ((const cg_nccl_comm_t *)comm->impl)->nccl;
+  cg_nccl_comm_t *n = comm->impl;
+  int state = CG_NCCL_USER_UNTOUCHED;
+  if (!atomic_compare_exchange_strong(&n->user_state, &state, CG_NCCL_USER_HANDED_OUT) &&
+      state == CG_NCCL_USER_ABORTED)
+    return cg_fail(CG_ERR_TIMEOUT,
+                   "cg_comm_nccl: communicator %016llx (rank %d of %d) was aborted after a replay on it timed out",
+                   (unsigned long long)comm->id, comm->rank, comm->size);
+  *out = n->user_nccl;
   return CG_SUCCESS;
 }
 

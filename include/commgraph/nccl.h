@@ -1,18 +1,37 @@
 /* Communicators over NCCL.
  *
  * cg_comm_create (commgraph/mpi.h) with opts.backend = CG_BACKEND_NCCL (or
- * CG_BACKEND_AUTO) and opts.device = a CUDA device ordinal creates an NCCL
- * communicator over the ranks of the MPI_Comm: rank 0 makes the unique id and
- * broadcasts it over MPI. The MPI_Comm is duplicated as well; commgraph uses
- * the duplicate for control traffic (the cross-rank check at compile time),
- * never for data. One GPU per process: every rank names its own device.
+ * CG_BACKEND_AUTO) and opts.device = a CUDA device ordinal creates NCCL
+ * communicators over the ranks of the MPI_Comm: rank 0 makes the unique ids
+ * and broadcasts them over MPI. The MPI_Comm is duplicated as well; commgraph
+ * uses the duplicate for control traffic (the cross-rank check at compile
+ * time), never for data. One GPU per process: every rank names its own device.
  *
- * cg_comm_from_nccl wraps an NCCL communicator the application already owns.
+ * Two NCCL communicators over the same ranks, made at the same time:
+ *  - the plan's own, non-blocking (config.blocking = 0). Plans warm up,
+ *    capture and, when a replay times out, abort on it; a non-blocking
+ *    communicator's abort never waits behind a call. Programs never see it.
+ *  - the program's, blocking, as ncclCommInitRank makes it: cg_comm_nccl
+ *    returns it. Eager and captured NCCL calls on it return ncclSuccess as on
+ *    any blocking communicator; commgraph makes no call on it besides
+ *    creating and destroying it. Order its operations against plan replays
+ *    as for any two NCCL communicators on one GPU: the same order on every
+ *    rank, for instance on one stream.
+ * NCCL_COMM_BLOCKING (NCCL's variable) overrides config.blocking of every
+ * communicator, both ways: with 0 the program's communicator is non-blocking
+ * too (a call may return ncclInProgress; poll ncclCommGetAsyncError, as NCCL
+ * documents); with 1 the plan's is blocking, and destroying a communicator
+ * whose replay timed out may wait for the abort (about 10 s at most).
+ * commgraph settles every NCCL call of its own under any setting.
+ *
+ * cg_comm_from_nccl wraps an NCCL communicator the application already owns,
+ * blocking or not, as the application made it; plans use it directly.
  * `mpi` must hold the same ranks in the same order (NCCL rank r is MPI rank r);
  * the call checks that on every rank and fails on all of them alike. commgraph
  * never destroys a wrapped communicator: keep it alive until every graph and
- * plan that uses the wrapper is destroyed. Both calls are collective over
- * `mpi`. */
+ * plan that uses the wrapper is destroyed. A replay that times out aborts it,
+ * since the device would otherwise wait on it forever. Both calls are
+ * collective over `mpi`. */
 #ifndef COMMGRAPH_NCCL_H
 #define COMMGRAPH_NCCL_H
 
@@ -35,9 +54,13 @@ extern "C" {
  * communicator is then unusable, for instance after an abort). */
 CG_API cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi);
 
-/* The NCCL communicator behind a communicator of the NCCL backend (owned by
- * commgraph unless it was wrapped; do not destroy it). CG_ERR_UNSUPPORTED for
- * other backends. */
+/* The program's NCCL communicator of a communicator of the NCCL backend: the
+ * blocking one cg_comm_create made (owned by commgraph; do not destroy it), or
+ * the wrapped one. CG_ERR_UNSUPPORTED for other backends; CG_ERR_TIMEOUT when
+ * a replay timed out and the communicator was aborted before this call first
+ * handed it out. A timeout leaves a communicator already handed out as it
+ * is: its peers may be gone; cg_comm_destroy then aborts it instead of
+ * finalizing it. */
 CG_API cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm);
 
 #ifdef __cplusplus

@@ -30,13 +30,34 @@ static void record_destroy(void *impl) {
 
 static const cg_comm_ops_t recording_ops = {.backend_name = "recording", .destroy_impl = record_destroy};
 
-static cg_comm_t *recording_comm(void) {
+/* A backend whose host side (MPI) detaches: the thread that detached it and
+ * whether destroy_impl had run before. */
+static struct {
+  atomic_int calls;
+  pthread_t thread;
+  int destroyed_before;
+} detached;
+
+static void record_detach(void *impl) {
+  (void)impl;
+  detached.thread = pthread_self();
+  detached.destroyed_before = atomic_load(&destroyed.calls);
+  atomic_fetch_add(&detached.calls, 1);
+}
+
+static const cg_comm_ops_t detaching_ops = {
+    .backend_name = "detaching", .destroy_impl = record_destroy, .detach_host = record_detach};
+
+static cg_comm_t *comm_with(const cg_comm_ops_t *ops) {
   memset(&destroyed, 0, sizeof destroyed);
-  cg_comm_t *comm = cg_comm_alloc(0, 1, &recording_ops, NULL);
+  memset(&detached, 0, sizeof detached);
+  cg_comm_t *comm = cg_comm_alloc(0, 1, ops, NULL);
   ck_assert_ptr_nonnull(comm);
   destroyed.comm = comm;
   return comm;
 }
+
+static cg_comm_t *recording_comm(void) { return comm_with(&recording_ops); }
 
 START_TEST(comm__the_last_of_random_references_frees_once_and_lookups_end_with_it) {
   cg_test_reseed(1);
@@ -154,6 +175,49 @@ START_TEST(comm__a_release_with_no_abort_in_flight_does_not_wait) {
 }
 END_TEST
 
+/* The abort's end, on a thread of its own, as the watchdog's abort thread. */
+static void *end_abort_on_thread(void *arg) {
+  cg_comm_abort_end(arg);
+  return NULL;
+}
+
+/* With a host side to detach the last release never waits: it frees MPI on
+ * its own thread and the abort's end runs the rest (NCCL's teardown). */
+START_TEST(comm__a_detachable_communicator_is_released_at_once_and_its_abort_ends_the_rest) {
+  cg_comm_t *comm = comm_with(&detaching_ops);
+  cg_comm_abort_begin(comm);
+  double before = cg_test_now_s();
+  cg_comm_destroy(comm);
+  double waited = cg_test_now_s() - before;
+  ck_assert_msg(waited < 0.5, "the last release waited %.3f s for a running abort", waited);
+  ck_assert_int_eq(atomic_load(&detached.calls), 1);
+  ck_assert(pthread_equal(detached.thread, pthread_self()));
+  ck_assert_int_eq(detached.destroyed_before, 0);
+  ck_assert_int_eq(atomic_load(&destroyed.calls), 0);
+  ck_assert_int_eq(atomic_load(&comm->aborting), CG_COMM_ABORT_ORPHANED);
+  destroyed.comm = NULL; /* freed by the abort's end */
+  pthread_t aborter;
+  ck_assert_int_eq(pthread_create(&aborter, NULL, end_abort_on_thread, comm), 0);
+  ck_assert_int_eq(pthread_join(aborter, NULL), 0);
+  ck_assert_int_eq(atomic_load(&destroyed.calls), 1);
+  ck_assert(pthread_equal(destroyed.thread, aborter));
+  ck_assert_int_eq(atomic_load(&detached.calls), 1);
+}
+END_TEST
+
+/* An abort that ended before the last release: nothing to hand over, the
+ * release frees everything itself and detaches nothing separately. */
+START_TEST(comm__a_detachable_communicator_whose_abort_ended_is_freed_by_the_release) {
+  cg_comm_t *comm = comm_with(&detaching_ops);
+  cg_comm_abort_begin(comm);
+  cg_comm_abort_end(comm);
+  cg_comm_destroy(comm);
+  ck_assert_int_eq(atomic_load(&detached.calls), 0);
+  ck_assert_int_eq(atomic_load(&destroyed.calls), 1);
+  ck_assert(pthread_equal(destroyed.thread, pthread_self()));
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("comm");
   TCase *tc = tcase_create("comm");
@@ -164,6 +228,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, comm__an_abort_that_ends_first_leaves_the_destroy_to_the_last_release);
   tcase_add_test(tc, comm__a_hung_abort_does_not_hang_the_destroy_and_its_end_frees_only_the_struct);
   tcase_add_test(tc, comm__a_release_with_no_abort_in_flight_does_not_wait);
+  tcase_add_test(tc, comm__a_detachable_communicator_is_released_at_once_and_its_abort_ends_the_rest);
+  tcase_add_test(tc, comm__a_detachable_communicator_whose_abort_ended_is_freed_by_the_release);
   suite_add_tcase(s, tc);
   return s;
 }
