@@ -1,9 +1,10 @@
 /* Communicators: the ranks a collective runs over, with a backend.
  *
  * Real communicators come from cg_comm_create (commgraph/mpi.h), which takes an
- * MPI_Comm and a cg_comm_opts_t. An offline communicator only knows its rank and
- * size: it lets a program record, validate, compile and draw a graph as one rank
- * of a job without any transport; its plans cannot run. */
+ * MPI_Comm and a cg_comm_opts_t, and from cg_comm_from_nccl (commgraph/nccl.h),
+ * which wraps an NCCL communicator. An offline communicator only knows its rank
+ * and size: it lets a program record, validate, compile and draw a graph as one
+ * rank of a job without any transport; its plans cannot run. */
 #ifndef COMMGRAPH_COMM_H
 #define COMMGRAPH_COMM_H
 
@@ -84,7 +85,8 @@ CG_API void cg_comm_destroy(cg_comm_t *comm);
 
 CG_API cg_status_t cg_comm_rank(int *out, const cg_comm_t *comm);
 CG_API cg_status_t cg_comm_size(int *out, const cg_comm_t *comm);
-/* Backend name: "mpi", or "offline" for cg_comm_create_offline. Static text. */
+/* Backend name: "mpi", "nccl", "mpi-staged", "hosttransfer", or "offline" for
+ * cg_comm_create_offline. Static text. */
 CG_API cg_status_t cg_comm_backend_name(const char **out, const cg_comm_t *comm);
 /* CG_DEVICE_HOST or the CUDA device ordinal the communicator's buffers live on. */
 CG_API cg_status_t cg_comm_device(int *out, const cg_comm_t *comm);

@@ -68,8 +68,10 @@ CG_API cg_status_t cg_event_record(cg_node_t *out, cg_graph_t *graph, cudaEvent_
  * unordered streams run one after another instead of corrupting each other.
  * As with NCCL, every rank must run them in the same order: instances that
  * really run concurrently take the lock in an order the GPU picks, which may
- * differ between ranks (and then hang; the watchdog of a later version names
- * it). Order them with one stream or with events. */
+ * differ between ranks (and then hang; the replay watchdog watches
+ * cg_plan_launch, cg_plan_start and cg_plan_run replays, not replays of the
+ * user's graphs, so it does not see this). Order them with one stream or with
+ * events. */
 CG_API cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream);
 
 /* The plan as a CUDA graph, for cudaGraphAddChildGraphNode (which clones it)

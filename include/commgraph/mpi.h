@@ -1,23 +1,24 @@
 /* Communicators over MPI.
  *
- * cg_comm_create duplicates the given MPI_Comm, so commgraph's traffic never
+ * cg_comm_create duplicates the given MPI_Comm (twice: one duplicate for the
+ * plans' steps, one for control traffic), so commgraph's traffic never
  * matches the application's own messages, and sets MPI_ERRORS_RETURN on the
- * duplicate so a failing call becomes CG_ERR_BACKEND with MPI's error text
+ * duplicates so a failing call becomes CG_ERR_BACKEND with MPI's error text
  * instead of aborting. Creation is collective over the MPI_Comm; destruction
  * (when the last graph and plan using the communicator are gone) frees the
- * duplicate and is collective as well, unless MPI is already finalized.
+ * duplicates and is collective as well, unless MPI is already finalized.
  *
  * Threads. Host plans run on the thread that calls cg_plan_run / start / test /
  * wait. Under MPI_THREAD_FUNNELED that must be the main thread; under
- * MPI_THREAD_SERIALIZED any one thread at a time; plans on the same or different
+ * MPI_THREAD_SERIALIZED any one thread at a time; plans on different
  * communicators driven concurrently from several threads need
  * MPI_THREAD_MULTIPLE. cg_plan_start checks the FUNNELED case (a plan started
  * off the main thread fails with CG_ERR_UNSUPPORTED naming the level MPI
  * provides); the others cannot be checked from inside the library. Two plans
  * that share a communicator must not be in flight at the same time: nothing
  * orders one plan's steps against the other's, so ranks could post them in
- * different orders. Device buffers over MPI (staged host nodes inside a CUDA graph)
- * always need MPI_THREAD_MULTIPLE. */
+ * different orders. Device buffers over MPI (mpi-staged and hosttransfer: a
+ * progress thread and host nodes call MPI) always need MPI_THREAD_MULTIPLE. */
 #ifndef COMMGRAPH_MPI_H
 #define COMMGRAPH_MPI_H
 
@@ -35,12 +36,15 @@ extern "C" {
 #endif
 
 /* A communicator over the ranks of `mpi`. opts may be NULL for defaults (MPI
- * backend, host buffers). opts.device = a CUDA ordinal with backend AUTO or
- * NCCL gives an NCCL communicator on that device (commgraph/nccl.h); with
- * backend MPI, the MPI backend on that device ("mpi-staged"): each step copies
- * device buffers into pinned host staging memory, runs MPI from a host node
- * and copies back, inside the plan's CUDA graph, messages above
- * opts.chunk_bytes pipelined in chunks (docs/staged.md). Collective over `mpi`. Fails with
+ * backend, host buffers). opts.device = a CUDA ordinal (or
+ * CG_DEVICE_LOCAL_RANK) with backend AUTO or NCCL gives an NCCL communicator
+ * on that device (commgraph/nccl.h); with backend MPI, the MPI backend on that
+ * device ("mpi-staged"): each step copies device buffers into pinned host
+ * staging memory, posts MPI from a host node and copies back, inside the
+ * plan's CUDA graph, messages above opts.chunk_bytes pipelined in chunks;
+ * with backend HOSTTRANSFER the same, MPI posted by a progress thread instead
+ * of a host node; opts.staging DIRECT hands device pointers to a CUDA-aware
+ * MPI instead of staging (docs/staged.md). Collective over `mpi`. Fails with
  * CG_ERR_INVALID_ARGUMENT for MPI_COMM_NULL or MPI not initialized,
  * CG_ERR_INVALID_ENUM for an unknown backend, CG_ERR_UNSUPPORTED for a backend
  * or device this build cannot use (the detail says which and why). */

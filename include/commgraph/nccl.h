@@ -20,9 +20,13 @@
  * NCCL_COMM_BLOCKING (NCCL's variable) overrides config.blocking of every
  * communicator, both ways: with 0 the program's communicator is non-blocking
  * too (a call may return ncclInProgress; poll ncclCommGetAsyncError, as NCCL
- * documents); with 1 the plan's is blocking, and destroying a communicator
- * whose replay timed out may wait for the abort (about 10 s at most).
+ * documents); with 1 the plan's is blocking (its abort then runs to its end
+ * on the abort thread, which is no slower for the program: see below).
  * commgraph settles every NCCL call of its own under any setting.
+ *
+ * After a replay timed out, cg_comm_destroy does not wait for NCCL: it frees
+ * the MPI duplicates at once and leaves the NCCL teardown (a good part of a
+ * second per communicator on H100) to the thread that runs the abort.
  *
  * cg_comm_from_nccl wraps an NCCL communicator the application already owns,
  * blocking or not, as the application made it; plans use it directly.
@@ -30,8 +34,9 @@
  * the call checks that on every rank and fails on all of them alike. commgraph
  * never destroys a wrapped communicator: keep it alive until every graph and
  * plan that uses the wrapper is destroyed. A replay that times out aborts it,
- * since the device would otherwise wait on it forever. Both calls are
- * collective over `mpi`. */
+ * since the device would otherwise wait on it forever; ncclCommAbort frees
+ * it, so the program must neither use nor destroy it afterwards. Both calls
+ * are collective over `mpi`. */
 #ifndef COMMGRAPH_NCCL_H
 #define COMMGRAPH_NCCL_H
 

@@ -36,7 +36,8 @@ typedef struct cg_compile_opts {
   size_t bucket_bytes; /* largest bucket; 0 (default): CG_BUCKET_BYTES from the environment (bytes, or with
                           a K, M or G suffix), else what the communicator's backend prefers for its topology */
   double timeout_s; /* replay watchdog: a replay that has not finished this many seconds after it started fails
-                       with CG_ERR_TIMEOUT (see cg_plan_wait); 0 (default): CG_TIMEOUT (seconds) from the
+                       with CG_ERR_TIMEOUT (see cg_plan_wait; a cg_plan_launch replay: one in which no step
+                       completes for this long, see below); 0 (default): CG_TIMEOUT (seconds) from the
                        environment, else none; negative: none, whatever the environment says */
 } cg_compile_opts_t;
 #define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL, 1, 0, 0.0}
@@ -77,8 +78,8 @@ typedef struct cg_compile_opts {
 CG_API cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts);
 
 /* Waits for a running plan, then frees it (a device plan that was ever
- * launched with cg_plan_launch: synchronizes the device first). NULL is
- * fine. */
+ * launched with cg_plan_launch, or embedded in a user's graph: synchronizes
+ * the device first). NULL is fine. */
 CG_API void cg_plan_destroy(cg_plan_t *plan);
 
 /* ---- running a plan
@@ -138,7 +139,9 @@ CG_API cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, siz
 
 typedef struct cg_plan_stats {
   size_t steps;
-  size_t lanes;        /* one per communicator, plus one for host functions if any */
+  size_t lanes;        /* one per communicator, plus one for host functions if any; device plans also count
+                          the pack and unpack lanes of communicators with several buckets and the compute
+                          lanes of child graphs and events */
   size_t dependencies; /* distinct (before, after) pairs between steps */
   size_t communicators;
   int device;          /* CG_DEVICE_HOST for a host plan, else the CUDA device of a device plan */
@@ -164,7 +167,8 @@ CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
  * The same report goes to stderr and to the handler below, and the flight
  * recorder is dumped (CG_FLIGHT_DIR). A timed-out plan is dead: its
  * communication is still posted, so it refuses to run again; its device
- * communicators are aborted (NCCL's ncclCommAbort) so nothing waits on them.
+ * communicators are aborted (for NCCL, ncclCommAbort of the NCCL communicator
+ * the plans use; see commgraph/nccl.h) so nothing waits on them.
  * What MPI still holds cannot be taken back: after a timeout, end the job
  * (MPI_Abort) as after any failed collective. */
 
