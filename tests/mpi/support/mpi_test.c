@@ -29,8 +29,8 @@ static void on_alarm(int sig) {
   (void)sig;
   char text[512];
   int n = snprintf(text, sizeof text,
-                   "rank %d: a test ran past %d s and was stopped (rank 0's log lists the tests that passed; the "
-                   "next one in the suite hung)\n", world_rank, limit_seconds);
+                   "rank %d: a test ran past %d s and was stopped (set CK_LOG_FILE_NAME to log each test as it "
+                   "ends: the one after the last logged hung)\n", world_rank, limit_seconds);
   if (n > 0) {
     ssize_t written = write(STDERR_FILENO, text, (size_t)n); /* nothing to do if it fails: we exit anyway */
     (void)written;

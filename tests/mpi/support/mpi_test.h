@@ -1,7 +1,8 @@
 /* Shared by the MPI suites: MPI start-up around a Check runner (no fork: MPI
  * must not start in Check's parent), one seed for all ranks, a per-test time
- * limit that names the test, agreement across ranks before asserting, test data
- * and the reference executor. */
+ * limit that names the test, agreement across ranks before asserting, an end
+ * to the whole job when an assertion fails on one rank (mpi_abort_on_failure.c),
+ * test data and the reference executor. */
 #ifndef CG_MPI_TEST_H
 #define CG_MPI_TEST_H
 
@@ -34,13 +35,20 @@ int cg_mpi_size(void);
 /* 1 on every rank if `ok` is nonzero on every rank of MPI_COMM_WORLD. */
 int cg_mpi_all(int ok);
 /* Asserts on every rank that `ok` holds on every rank; the message names the
- * ranks where it did not. */
+ * ranks where it did not. Such a failure fails the test on every rank and the
+ * suite goes on; any other failed assertion with more than one rank ends the
+ * job (support/mpi_abort_on_failure.c). */
 #define ck_assert_all_ranks(ok, what)                                                           \
   do {                                                                                          \
     int cg_mpi_ok_ = (ok);                                                                      \
-    ck_assert_msg(cg_mpi_all(cg_mpi_ok_), "%s: failed on %s (seed %llu)", (what),              \
+    int cg_mpi_all_ok_ = cg_mpi_all(cg_mpi_ok_);                                                \
+    if (!cg_mpi_all_ok_) cg_mpi_failing_together();                                             \
+    ck_assert_msg(cg_mpi_all_ok_, "%s: failed on %s (seed %llu)", (what),                       \
                   cg_mpi_ok_ ? "another rank" : "this rank", (unsigned long long)cg_test_seed()); \
   } while (0)
+/* Marks the next failed assertion as one that every rank makes at the same
+ * point: Check reports it as usual instead of the job being aborted. */
+void cg_mpi_failing_together(void);
 
 /* A random integer-valued element of `dtype` small enough that sums and
  * products over `ranks` ranks stay exact. */
