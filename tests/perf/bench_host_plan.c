@@ -9,7 +9,11 @@
  * MPI_Waitall). Modes are interleaved round by round and each figure is the
  * median over rounds of the slowest rank's time per iteration, because a shared
  * machine is noisy. "plan/MPI" is the plan's time over the blocking MPI
- * calls'; the issue's target is at most 1.05 from 1 MB up. */
+ * calls'; the issue's target is at most 1.05 from 1 MB up. After timing each
+ * size, the plan runs once more into NaN-filled results, which must hold the
+ * ranks' sum (integer-valued floats); a wrong sum prints "WRONG" and exits
+ * non-zero, as does any error. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +37,24 @@ static void check(cg_status_t st, const char *what) {
     fprintf(stderr, "%s: %s: %s\n", what, cg_status_string(st), cg_error_last());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+}
+
+/* 1 on every rank if recv[0 .. ops) hold the ranks' sum of send[k][i] = rank + i % 7. */
+static int plan_sums_right(cg_plan_t *plan, int ops, float **recv, int count, int rank, int size) {
+  for (int k = 0; k < ops; k++)
+    for (int i = 0; i < count; i++) recv[k][i] = NAN;
+  check(cg_plan_run(plan), "cg_plan_run");
+  long long wrong = 0;
+  for (int k = 0; k < ops; k++)
+    for (int i = 0; i < count; i++) {
+      float want = (float)(size * (size - 1) / 2 + size * (i % 7));
+      if (recv[k][i] != want && wrong++ < 3)
+        fprintf(stderr, "rank %d: allreduce %d of %d: element %d is %g, expected %g\n", rank, k, ops, i,
+                (double)recv[k][i], (double)want);
+    }
+  int ok = !wrong, all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all;
 }
 
 /* Runs `iters` iterations of `mode` over `ops` allreduces of `count` floats and
@@ -92,6 +114,10 @@ int main(int argc, char **argv) {
       for (int k = 0; k < ops; k++) {
         send[k] = malloc(bytes);
         recv[k] = malloc(bytes);
+        if (!send[k] || !recv[k]) {
+          fprintf(stderr, "rank %d: out of memory\n", rank);
+          MPI_Abort(MPI_COMM_WORLD, 1);
+        }
         for (int i = 0; i < count; i++) send[k][i] = (float)(rank + i % 7);
         check(cg_allreduce(NULL, g, comm, send[k], recv[k], (size_t)count, CG_FLOAT32, CG_SUM), "cg_allreduce");
       }
@@ -104,6 +130,11 @@ int main(int argc, char **argv) {
       for (int m = 0; m < N_MODES; m++) time_mode(m, 2, ops, send, recv, count, mpi, plan); /* warm-up */
       for (int r = 0; r < ROUNDS; r++)
         for (int m = 0; m < N_MODES; m++) t[m][r] = time_mode(m, iters, ops, send, recv, count, mpi, plan);
+      if (!plan_sums_right(plan, ops, recv, count, rank, size)) {
+        if (rank == 0) fprintf(stderr, "bench_host_plan: WRONG results: the plan of %d allreduces of %zu bytes\n", ops,
+                               bytes);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
       if (rank == 0) {
         double med[N_MODES];
         printf("%10zu %4d", bytes, ops);

@@ -1,7 +1,7 @@
 /* Replaying a device plan (NCCL backend, one CUDA graph) against calling NCCL
  * directly for the same operations, side by side in one run:
  *
- *   mpiexec -n 4 build/tests/perf/bench_nccl_plan [--max-mb MB] [--rounds R]
+ *   mpiexec -n 4 build/tests/perf/bench_nccl_plan [--max-mb MB] [--rounds R] [--smoke]
  *
  * One MPI rank per GPU; each rank takes the GPU numbered by its rank on its
  * node (MPI_Comm_split_type). The direct calls use the NCCL communicator
@@ -21,9 +21,17 @@
  *
  * Timing: cudaEvents on the stream around a batch of launches, after warm-up.
  * Modes are interleaved batch by batch, each figure is the median over rounds
- * of the slowest rank's time, because these machines are noisy. Every plan's
- * result is checked once before timing. Only rank 0 prints. Without a GPU for
- * every rank it says why and exits 0: this is a benchmark, not a test. */
+ * of the slowest rank's time, because these machines are noisy. Every mode's
+ * result (direct NCCL, group, plan) is checked once before timing, and the
+ * plan's again after it (integer-valued floats against the ranks' sum); a
+ * wrong result prints "WRONG" and exits non-zero, as does any error. Only
+ * rank 0 prints. Without a GPU for every rank it says why and exits 0: this is
+ * a benchmark, not a test.
+ *
+ * --smoke (tests/perf/CMakeLists.txt runs it so): a) at 4 MB only (unless
+ * --max-mb), 1 round (unless --rounds) of 2 iterations per batch; without a
+ * GPU for every rank it exits 77 (ctest's skip), or 1 where CG_REQUIRE_GPU is
+ * set. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +41,7 @@
 #include "commgraph/cuda.h"
 #include "commgraph/mpi.h"
 #include "commgraph/nccl.h"
+#include "bench_smoke.h"
 #include "gpu_bench.h"
 
 #define MAX_ROUNDS 101
@@ -40,12 +49,12 @@
 #define SMALL_COUNT 256 /* floats: 1 KB */
 
 static int rank, ranks;
-
-
+static int smoke_iters; /* --smoke: iterations per batch; 0: each part's own */
 
 /* ---- what one batch does */
 
 enum { DIRECT, GROUPED, PLAN };
+static const char *const mode_names[] = {"direct NCCL", "NCCL group", "plan"};
 
 typedef struct work {
   int mode;
@@ -126,13 +135,27 @@ static void expect_sum(const float *buf, size_t n, size_t salt, float *host, con
   }
 }
 
-static void all_checked(const char *what) {
+/* Aborts the job, after "WRONG" on rank 0, if any rank found a wrong value. */
+static void all_checked(const char *what, int mode, const char *when) {
   long long all = 0;
   MPI_Allreduce(&wrong, &all, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   if (all) {
-    if (rank == 0) fprintf(stderr, "%s: the plan computed %lld wrong values\n", what, all);
+    if (rank == 0) fprintf(stderr, "bench_nccl_plan: WRONG results %s: %s, %s computed %lld wrong values\n", when,
+                           what, mode_names[mode], all);
+    fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+}
+
+/* Puts NaN in w's `ops` result buffers, runs one iteration of `mode` and waits.
+ * The device synchronization orders the fills and the memsets (legacy default
+ * stream) before the launch on `stream`, a non-blocking one. */
+static void run_for_check(work_t *w, int mode, cudaStream_t stream) {
+  for (int k = 0; k < w->ops; k++) CUDA_CHECK(cudaMemset(w->recv[k], 0xff, w->count * sizeof(float)));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  w->mode = mode;
+  one_iteration(w, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 /* A plan of `ops` independent float32 sum allreduces of `count` elements. */
@@ -170,24 +193,29 @@ static void bench_large(cg_comm_t *comm, ncclComm_t nccl, size_t max_mb, int rou
     size_t steps;
     w.plan = compile_allreduces(comm, w.send, w.recv, 1, count, &steps);
 
-    /* check the plan: known values at both ends, zeros between, NaN in the result */
+    /* check each mode: known values at both ends, zeros between, NaN in the result */
+    const int modes[] = {DIRECT, PLAN};
     CUDA_CHECK(cudaMemset(w.send[0], 0, bytes));
-    CUDA_CHECK(cudaMemset(w.recv[0], 0xff, bytes));
     fill(w.send[0], check_count, 0, host);
     fill(w.send[0] + count - check_count, check_count, 1, host);
-    CG_CHECK(cg_plan_launch(w.plan, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    expect_sum(w.recv[0], check_count, 0, host, "large allreduce, head");
-    expect_sum(w.recv[0] + count - check_count, check_count, 1, host, "large allreduce, tail");
-    all_checked("large allreduce");
+    for (int m = 0; m < 2; m++) {
+      run_for_check(&w, modes[m], stream);
+      expect_sum(w.recv[0], check_count, 0, host, "large allreduce, head");
+      expect_sum(w.recv[0] + count - check_count, check_count, 1, host, "large allreduce, tail");
+      all_checked("large allreduce", modes[m], "before timing");
+    }
 
     /* about 40 ms per batch at 360 GB/s busbw on 4 ranks */
     int iters = (int)(((size_t)8 << 30) / bytes);
     if (iters < 4) iters = 4;
     if (iters > 200) iters = 200;
-    const int modes[] = {DIRECT, PLAN};
+    if (smoke_iters) iters = smoke_iters;
     double med[2];
     time_modes(&w, modes, 2, iters, rounds, stream, start, stop, med);
+    /* the plan ran last: its results, after every replay */
+    expect_sum(w.recv[0], check_count, 0, host, "large allreduce, head");
+    expect_sum(w.recv[0] + count - check_count, check_count, 1, host, "large allreduce, tail");
+    all_checked("large allreduce", PLAN, "after timing");
     double factor = 2.0 * (ranks - 1) / ranks * (double)bytes / 1e9;
     double busbw_nccl = factor / med[0], busbw_plan = factor / med[1];
     if (rank == 0) {
@@ -224,21 +252,22 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
     w.count = last ? 1 : SMALL_COUNT;
     size_t steps;
     w.plan = compile_allreduces(comm, w.send, w.recv, w.ops, w.count, &steps);
-    for (int k = 0; k < w.ops; k++) {
-      fill(w.send[k], w.count, (size_t)k, host);
-      CUDA_CHECK(cudaMemset(w.recv[k], 0xff, w.count * sizeof(float)));
+    const int modes[] = {DIRECT, GROUPED, PLAN};
+    for (int k = 0; k < w.ops; k++) fill(w.send[k], w.count, (size_t)k, host);
+    for (int m = 0; m < 3; m++) {
+      run_for_check(&w, modes[m], stream);
+      for (int k = 0; k < w.ops; k++) expect_sum(w.recv[k], w.count, (size_t)k, host, "small allreduce");
+      all_checked(last ? "one 4-byte allreduce" : "small allreduces", modes[m], "before timing");
     }
-    CG_CHECK(cg_plan_launch(w.plan, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    for (int k = 0; k < w.ops; k++) expect_sum(w.recv[k], w.count, (size_t)k, host, "small allreduce");
-    all_checked("small allreduces");
 
     /* about 2000 allreduces per batch, at least 20 iterations */
     int iters = 2000 / w.ops;
     if (iters < 20) iters = 20;
-    const int modes[] = {DIRECT, GROUPED, PLAN};
+    if (smoke_iters) iters = smoke_iters;
     double med[3];
     time_modes(&w, modes, 3, iters, rounds, stream, start, stop, med);
+    for (int k = 0; k < w.ops; k++) expect_sum(w.recv[k], w.count, (size_t)k, host, "small allreduce");
+    all_checked(last ? "one 4-byte allreduce" : "small allreduces", PLAN, "after timing");
     if (rank == 0) {
       if (last) printf("  an almost empty plan:\n");
       printf("%6zu %6d %6zu %11.2f us %11.2f us %11.2f us %14.2f %12.2f\n", w.count * sizeof(float), w.ops, steps,
@@ -255,9 +284,13 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
 
 /* ---- set-up */
 
-
 static void usage(const char *argv0) {
-  if (rank == 0) fprintf(stderr, "usage: mpiexec -n N %s [--max-mb MB] [--rounds 1..%d]\n", argv0, MAX_ROUNDS);
+  if (rank == 0)
+    fprintf(stderr,
+            "usage: mpiexec -n N %s [--max-mb MB] [--rounds 1..%d] [--smoke]\n"
+            "  --smoke: short: 4 MB (unless --max-mb), 1 round (unless --rounds) of 2 iterations per batch;\n"
+            "           exits 77 without a GPU per rank (a test)\n",
+            argv0, MAX_ROUNDS);
   MPI_Finalize();
   exit(2);
 }
@@ -267,8 +300,8 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  size_t max_mb = 1024;
-  int rounds = 9;
+  size_t max_mb = 0; /* 0: not given */
+  int rounds = 0, smoke = 0;
   for (int i = 1; i < argc; i++) {
     char *end = NULL;
     if (!strcmp(argv[i], "--max-mb") && i + 1 < argc) {
@@ -277,15 +310,21 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
       rounds = (int)strtol(argv[++i], &end, 10);
       if (*end || rounds < 1 || rounds > MAX_ROUNDS) usage(argv[0]);
+    } else if (!strcmp(argv[i], "--smoke")) {
+      smoke = 1;
     } else {
       usage(argv[0]);
     }
   }
+  if (!max_mb) max_mb = smoke ? 4 : 1024;
+  if (!rounds) rounds = smoke ? 1 : 9;
+  if (smoke) smoke_iters = 2;
 
   int nodes = 0, device = cg_bench_pick_gpu("bench_nccl_plan", &nodes);
   if (device < 0) {
+    int status = cg_bench_no_gpu_status("bench_nccl_plan", "not every rank has a GPU of its own", rank, smoke);
     MPI_Finalize();
-    return 0;
+    return status;
   }
 
   cg_comm_t *comm;

@@ -1,6 +1,6 @@
 /* What cg_plan_rebind costs next to compiling the plan again:
  *
- *   mpiexec -n N build/tests/perf/bench_rebind [WORKLOAD.txt] [--rounds R] [--scale S]
+ *   mpiexec -n N build/tests/perf/bench_rebind [WORKLOAD.txt] [--rounds R] [--scale S] [--smoke]
  *
  * A model's gradient allreduces (WORKLOAD.txt: one tensor's float32 element
  * count per line; default tests/perf/workloads/resnet50.txt) recorded as
@@ -14,10 +14,17 @@
  * samples, of the slowest rank. Rows: a host plan (MPI backend, host memory),
  * and a device plan (NCCL, one GPU per rank) where the build has CUDA and NCCL
  * and every rank has a GPU; otherwise the device row says why it was skipped.
- * After timing, each plan runs once on each arena and the sums are checked.
+ * After timing, each plan runs once on each arena and the sums are checked
+ * (integer-valued floats that differ from element to element); a wrong sum
+ * prints "RESULTS WRONG" and exits non-zero, as does any error.
  *
  * --scale S divides every tensor's count by S (at least 1 element), for small
- * machines: the costs measured do not grow with the bytes. */
+ * machines: the costs measured do not grow with the bytes.
+ *
+ * --smoke (tests/perf/CMakeLists.txt runs it so): 1 round unless --rounds;
+ * then, where the device row cannot run (no GPU for every rank, or a build
+ * without CUDA or NCCL), it exits 77 (ctest's skip) after the host row, or 1
+ * where CG_REQUIRE_GPU is set. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +32,7 @@
 
 #include "commgraph.h"
 #include "commgraph/mpi.h"
+#include "bench_smoke.h"
 #if CG_BENCH_DEVICE
 #include "commgraph/cuda.h"
 #include "gpu_bench.h"
@@ -38,7 +46,7 @@
 static int world_rank, world_size;
 
 static void fail(const char *what, const char *why) {
-  fprintf(stderr, "rank %d: %s: %s\n", world_rank, what, why);
+  fprintf(stderr, "rank %d: FAILED %s: %s\n", world_rank, what, why);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -156,14 +164,18 @@ static void record(bench_t *b) {
   }
 }
 
-/* Every element of set s := rank + 1 (device sets through a host copy). */
+/* Element i of the set's arena, before the sum on rank r: (r + 1) * value(i). */
+static float value(size_t i) { return (float)(1 + i % 7); }
+
+/* Element i of set s := (rank + 1) * value(i) (device sets through a host copy). */
 static void fill_set(bench_t *b, int s) {
   float *h = xcalloc(b->total, sizeof *h);
-  for (size_t i = 0; i < b->total; i++) h[i] = (float)(world_rank + 1);
+  for (size_t i = 0; i < b->total; i++) h[i] = (float)(world_rank + 1) * value(i);
   float *start = b->buf[s][b->k - 1]; /* the arena's first piece */
 #if CG_BENCH_DEVICE
   if (b->device != CG_DEVICE_HOST) {
     CUDA_CHECK(cudaMemcpy(start, h, b->total * sizeof *h, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize()); /* done before the plan's own stream runs */
     free(h);
     return;
   }
@@ -172,9 +184,9 @@ static void fill_set(bench_t *b, int s) {
   free(h);
 }
 
-/* 1 on every rank if every element of set s is the sum of rank + 1 over ranks. */
+/* 1 on every rank if every element of set s is the ranks' sum of fill_set. */
 static int set_is_sum(bench_t *b, int s) {
-  float *h = b->buf[s][b->k - 1], want = (float)(world_size * (world_size + 1) / 2);
+  float *h = b->buf[s][b->k - 1], ranks_sum = (float)(world_size * (world_size + 1) / 2);
   float *copy = NULL;
 #if CG_BENCH_DEVICE
   if (b->device != CG_DEVICE_HOST) {
@@ -184,7 +196,13 @@ static int set_is_sum(bench_t *b, int s) {
   }
 #endif
   int ok = 1;
-  for (size_t i = 0; i < b->total && ok; i++) ok = h[i] == want;
+  for (size_t i = 0; i < b->total && ok; i++) {
+    ok = h[i] == ranks_sum * value(i);
+    if (!ok)
+      fprintf(stderr, "rank %d: %s plan, set %c: element %zu of the arena is %g, expected %g\n", world_rank,
+              b->device == CG_DEVICE_HOST ? "host" : "device", 'A' + s, i, (double)h[i],
+              (double)(ranks_sum * value(i)));
+  }
   free(copy);
   int all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -282,7 +300,11 @@ static void print_row(const char *name, const result_t *r, int k) {
 
 static void usage(const char *argv0) {
   if (world_rank == 0)
-    fprintf(stderr, "usage: mpiexec -n N %s [WORKLOAD.txt] [--rounds 1..%d] [--scale S]\n", argv0, MAX_ROUNDS);
+    fprintf(stderr,
+            "usage: mpiexec -n N %s [WORKLOAD.txt] [--rounds 1..%d] [--scale S] [--smoke]\n"
+            "  --smoke: short: 1 round (unless --rounds); exits 77 after the host row where the device row\n"
+            "           cannot run (a test)\n",
+            argv0, MAX_ROUNDS);
   MPI_Finalize();
   exit(2);
 }
@@ -293,7 +315,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   const char *path = CG_BENCH_WORKLOADS "/resnet50.txt";
-  int rounds = 9;
+  int rounds = 0, smoke = 0; /* rounds 0: not given */
   long scale = 1;
   for (int i = 1; i < argc; i++) {
     char *end = NULL;
@@ -303,12 +325,15 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--scale") && i + 1 < argc) {
       scale = strtol(argv[++i], &end, 10);
       if (*end || scale < 1) usage(argv[0]);
+    } else if (!strcmp(argv[i], "--smoke")) {
+      smoke = 1;
     } else if (argv[i][0] != '-') {
       path = argv[i];
     } else {
       usage(argv[0]);
     }
   }
+  if (!rounds) rounds = smoke ? 1 : 9;
   size_t *count = NULL;
   int k = read_counts(path, &count);
   size_t total = 0;
@@ -333,6 +358,7 @@ int main(int argc, char **argv) {
   result_t hr = measure(&host, rounds);
   cg_comm_destroy(host.comm);
   if (world_rank == 0) print_row("host", &hr, k);
+  int wrong = !hr.checked, status = 0; /* the same on every rank: set_is_sum agrees */
 
 #if CG_BENCH_DEVICE
   int nodes = 0;
@@ -346,13 +372,22 @@ int main(int argc, char **argv) {
     result_t dr = measure(&dev, rounds);
     cg_comm_destroy(dev.comm);
     if (world_rank == 0) print_row("device", &dr, k);
-  } else if (world_rank == 0) {
-    printf("device rows skipped (see the line above)\n");
+    wrong |= !dr.checked;
+  } else {
+    if (world_rank == 0) printf("device rows skipped (see the line above)\n");
+    status = cg_bench_no_gpu_status("bench_rebind", "no device row: not every rank has a GPU of its own",
+                                    world_rank, smoke);
   }
 #else
   if (world_rank == 0) printf("device rows skipped: this build has no CUDA or no NCCL\n");
+  status = cg_bench_no_gpu_status("bench_rebind", "no device row: this build has no CUDA or no NCCL", world_rank,
+                                  smoke);
 #endif
+  if (wrong) {
+    if (world_rank == 0) fprintf(stderr, "bench_rebind: RESULTS WRONG: a plan summed wrongly (see above)\n");
+    status = 1;
+  }
   free(count);
   MPI_Finalize();
-  return 0;
+  return status;
 }

@@ -3,7 +3,7 @@
  * side in one run:
  *
  *   mpiexec -n N build/tests/perf/cgbench WORKLOAD.txt [--iters I] [--rounds R]
- *           [--bucket-mb MB] [--ddp-mb MB] [--sweep]
+ *           [--bucket-mb MB] [--ddp-mb MB] [--sweep] [--smoke]
  *
  * WORKLOAD.txt lists one tensor per line: its number of float32 elements
  * (tests/perf/workloads/, ../shared/workloads/; blank lines and lines starting
@@ -55,17 +55,24 @@
  * Timing: cudaEvents around a batch of I iterations (default 20; the large
  * busbw allreduce: 3). All modes are interleaved round by round, after two
  * warm-up iterations each; each figure is the median over R rounds (default 9)
- * of the slowest rank's time per iteration. Every mode's result is checked once
- * before timing (integer-valued floats against the ranks' sum, padding
- * untouched); the tensors are then zeroed so repeated sums stay finite. One
- * GPU per rank, numbered by the rank's place on its node. Only rank 0 prints.
- * Without a GPU for every rank it says why and exits 0: this is a benchmark,
- * not a test. */
+ * of the slowest rank's time per iteration. Every mode's result is checked
+ * before timing and again after it (integer-valued floats against the ranks'
+ * sum, padding untouched); the tensors are then zeroed so repeated sums stay
+ * finite. A wrong result prints "WRONG" and exits non-zero, as does any error.
+ * One GPU per rank, numbered by the rank's place on its node. Only rank 0
+ * prints. Without a GPU for every rank it says why and exits 0: this is a
+ * benchmark, not a test.
+ *
+ * --smoke (tests/perf/CMakeLists.txt runs it so): 1 round of 2 iterations
+ * unless --rounds or --iters say otherwise, and the busbw allreduce only as
+ * large as the workload; without a GPU for every rank it exits 77 (ctest's
+ * skip), or 1 where CG_REQUIRE_GPU is set. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_smoke.h"
 #include "cgbench_workload.h"
 #include "commgraph.h"
 #include "commgraph/cuda.h"
@@ -256,19 +263,22 @@ static void require_zero_copy(const bench_t *b) {
 }
 
 /* Runs one iteration on known values and compares every element (padding
- * included) on every rank; aborts if any is wrong. Then zeroes the tensors. */
-static void check(const bench_t *b, float *host, cudaStream_t s) {
+ * included) on every rank; aborts if any is wrong. Then zeroes the tensors.
+ * `when`: "before timing" or "after timing". */
+static void check(const bench_t *b, float *host, cudaStream_t s, const char *when) {
   const cgb_layout_t *l = b->layout;
   fill(l, host, (float)(rank + 1));
   CUDA_CHECK(cudaMemcpy(b->data, host, l->span * sizeof(float), cudaMemcpyHostToDevice));
   if (b->flat) CUDA_CHECK(cudaMemset(b->flat, 0xff, b->buckets->span * sizeof(float))); /* NaN */
+  CUDA_CHECK(cudaDeviceSynchronize()); /* the copy and the memset before the iteration on s, a non-blocking stream */
   one_iteration(b, s);
   CUDA_CHECK(cudaStreamSynchronize(s));
   CUDA_CHECK(cudaMemcpy(host, b->data, l->span * sizeof(float), cudaMemcpyDeviceToHost));
   long long wrong = count_wrong(l, host, (float)ranks * (float)(ranks + 1) / 2, b->label), all = 0;
   MPI_Allreduce(&wrong, &all, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   if (all) {
-    if (rank == 0) fprintf(stderr, "cgbench: %s computed %lld wrong values\n", b->label, all);
+    if (rank == 0) fprintf(stderr, "cgbench: WRONG results %s: %s computed %lld wrong values\n", when, b->label, all);
+    fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   CUDA_CHECK(cudaMemset(b->data, 0, l->span * sizeof(float)));
@@ -356,10 +366,12 @@ static void usage(const char *argv0) {
   if (rank == 0)
     fprintf(stderr,
             "usage: mpiexec -n N %s WORKLOAD.txt [--iters I] [--rounds 1..%d] [--bucket-mb MB] [--ddp-mb MB] "
-            "[--sweep]\n"
+            "[--sweep] [--smoke]\n"
             "  --bucket-mb: commgraph's bucket size in MiB (default: CG_BUCKET_BYTES, else the library's)\n"
             "  --ddp-mb:    the DDP-style buckets' size in MiB (default 25)\n"
-            "  --sweep:     also time commgraph's fused modes at 4..128 MiB and the whole workload\n",
+            "  --sweep:     also time commgraph's fused modes at 4..128 MiB and the whole workload\n"
+            "  --smoke:     short: 1 round of 2 iterations (unless --rounds, --iters), the busbw allreduce\n"
+            "               only as large as the workload; exits 77 without a GPU per rank (a test)\n",
             argv0, MAX_ROUNDS);
   MPI_Finalize();
   exit(2);
@@ -395,7 +407,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   const char *path = NULL;
-  int iters = 20, rounds = 9, sweep = 0;
+  int iters = 0, rounds = 0, sweep = 0, smoke = 0; /* 0: not given */
   double bucket_mb = 0, ddp_mb = 25; /* bucket_mb 0: the library's choice */
   for (int i = 1; i < argc; i++) {
     char *end = NULL;
@@ -411,6 +423,8 @@ int main(int argc, char **argv) {
       if (*end || !(*mb * CGB_MIB >= sizeof(float)) || *mb > 1e6) usage(argv[0]);
     } else if (!strcmp(argv[i], "--sweep")) {
       sweep = 1;
+    } else if (!strcmp(argv[i], "--smoke")) {
+      smoke = 1;
     } else if (argv[i][0] != '-' && !path) {
       path = argv[i];
     } else {
@@ -418,6 +432,8 @@ int main(int argc, char **argv) {
     }
   }
   if (!path) usage(argv[0]);
+  if (!iters) iters = smoke ? 2 : 20;
+  if (!rounds) rounds = smoke ? 1 : 9;
   size_t *counts = NULL;
   int n = cgb_read_workload(path, &counts);
   if (!n) {
@@ -430,8 +446,9 @@ int main(int argc, char **argv) {
   int nodes = 0, device = cg_bench_pick_gpu("cgbench", &nodes);
   if (device < 0) {
     free(counts);
+    int status = cg_bench_no_gpu_status("cgbench", "not every rank has a GPU of its own", rank, smoke);
     MPI_Finalize();
-    return 0;
+    return status;
   }
 
   cg_comm_t *comm;
@@ -445,7 +462,7 @@ int main(int argc, char **argv) {
   /* the workload (gapped, and packed as the arena places it), its total as one
    * tensor, the busbw allreduce, the tiny ops */
   cgb_layout_t work = cgb_make_layout(n, counts, CGB_GAPPED), packed = cgb_make_layout(n, counts, CGB_PACKED_REVERSE);
-  size_t large_count = work.total > ((size_t)1 << 28) ? work.total : (size_t)1 << 28; /* >= 1 GiB */
+  size_t large_count = work.total > ((size_t)1 << 28) || smoke ? work.total : (size_t)1 << 28; /* >= 1 GiB */
   size_t tiny_counts[TINY_OPS];
   for (int i = 0; i < TINY_OPS; i++) tiny_counts[i] = TINY_COUNT;
   cgb_layout_t fused = cgb_make_layout(1, &work.total, CGB_GAPPED),
@@ -490,7 +507,7 @@ int main(int argc, char **argv) {
   set_up_plan(&b[W_COPY], copy_label, &work, NULL, iters, comm, nccl, 1, cg_cap);
   set_up_plan(&b[W_ARENA], arena_label, &packed, arena_data, iters, comm, nccl, 1, cg_cap);
   set_up(&b[W_FUSED], EAGER, "one fused allreduce of the total", &fused, NULL, iters, nccl);
-  set_up(&b[LARGE], EAGER, "one large allreduce (busbw)", &large, NULL, LARGE_ITERS, nccl);
+  set_up(&b[LARGE], EAGER, "one large allreduce (busbw)", &large, NULL, smoke ? iters : LARGE_ITERS, nccl);
   set_up(&b[T_EAGER], EAGER, "eager NCCL", &tiny, NULL, iters, nccl);
   set_up(&b[T_GROUP], GROUP, "NCCL group", &tiny, NULL, iters, nccl);
   set_up_plan(&b[T_UNFUSED], "commgraph replay, unfused (fusion=0)", &tiny, NULL, iters, comm, nccl, 0, 0);
@@ -523,15 +540,20 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
 
-  float *host = cgb_xcalloc(large.span, sizeof(float)); /* the largest layout */
-  for (int k = 0; k < nb; k++) check(&b[k], host, stream);
-  free(host);
+  size_t host_span = 0; /* the largest layout */
+  const cgb_layout_t *layouts[] = {&work, &packed, &fused, &large, &tiny};
+  for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
+    if (layouts[i]->span > host_span) host_span = layouts[i]->span;
+  float *host = cgb_xcalloc(host_span, sizeof(float));
+  for (int k = 0; k < nb; k++) check(&b[k], host, stream, "before timing");
   if (rank == 0) {
     printf("  results checked: every mode sums every element correctly\n");
     fflush(stdout);
   }
 
   time_all(b, nb, rounds, stream, start, stop);
+  for (int k = 0; k < nb; k++) check(&b[k], host, stream, "after timing");
+  free(host);
 
   if (rank == 0) {
     /* floor = 2(n-1)/n x bytes / busbw = bytes / large bytes x large time */
@@ -552,6 +574,7 @@ int main(int argc, char **argv) {
     if (rule_notes[0])
       printf("* buckets differ from the documented rule (consecutive greedy buckets of at most the bucket size):\n%s",
              rule_notes);
+    printf("results checked again after timing: every mode still sums every element correctly\n");
     fflush(stdout);
   }
 

@@ -7,7 +7,8 @@
 void cg_bench_fail(const char *what, const char *why) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  fprintf(stderr, "rank %d: %s: %s\n", rank, what, why);
+  fprintf(stderr, "rank %d: FAILED %s: %s\n", rank, what, why);
+  fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 

@@ -8,7 +8,7 @@
 
 #include "commgraph.h"
 
-/* Prints "rank R: what: why" and aborts the job. */
+/* Prints "rank R: FAILED what: why" and aborts the job (a non-zero exit). */
 void cg_bench_fail(const char *what, const char *why);
 
 #define CUDA_CHECK(call)                                                  \
