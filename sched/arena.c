@@ -3,11 +3,13 @@
  * collectives need no copies. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "commgraph/arena.h"
 #include "commgraph/config.h"
 #include "error.h"
 #include "graph_internal.h"
+#include "memory_kind.h"
 
 #if CG_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -34,25 +36,36 @@ cg_status_t cg_arena_create(cg_arena_t **out, size_t capacity, const cg_arena_op
   if (opts->device < CG_DEVICE_HOST)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_arena_create: device %d is neither CG_DEVICE_HOST nor a device",
                    opts->device);
-  if (capacity > SIZE_MAX - ARENA_BASE_ALIGN)
+  /* padded at the end only (cg_pad16): NCCL's 16-byte reads of the last
+   * tensor stay inside the allocation, and tensors stay back to back */
+  size_t padded = cg_pad16(capacity);
+  if (padded > SIZE_MAX - ARENA_BASE_ALIGN)
     return cg_fail(CG_ERR_OVERFLOW, "cg_arena_create: capacity %zu is too large", capacity);
   cg_arena_t *a = calloc(1, sizeof *a);
   if (!a) return cg_fail(CG_ERR_NO_MEMORY, "cg_arena_create: out of memory");
   *a = (cg_arena_t){NULL, capacity, 0, opts->device, opts->alignment};
-  size_t bytes = (capacity + ARENA_BASE_ALIGN - 1) / ARENA_BASE_ALIGN * ARENA_BASE_ALIGN;
+  size_t bytes = (padded + ARENA_BASE_ALIGN - 1) / ARENA_BASE_ALIGN * ARENA_BASE_ALIGN;
   if (!bytes) bytes = ARENA_BASE_ALIGN;
   if (opts->device == CG_DEVICE_HOST) {
     a->base = aligned_alloc(ARENA_BASE_ALIGN, bytes);
     if (!a->base) st = cg_fail(CG_ERR_NO_MEMORY, "cg_arena_create: allocating %zu bytes of host memory", bytes);
+    else memset(a->base + capacity, 0, bytes - capacity);
   } else {
 #if CG_HAVE_CUDA
     int previous = 0;
     cudaGetDevice(&previous);
     cudaError_t err = cudaSetDevice(opts->device);
     if (err == cudaSuccess) err = cudaMalloc((void **)&a->base, bytes);
+    if (err != cudaSuccess) a->base = NULL;
+    /* the padding is zeroed (host arenas' too): initcheck then sees NCCL's
+     * reads of it as reads of initialized memory (tensors are the user's) */
+    if (err == cudaSuccess) err = cudaMemset(a->base + capacity, 0, bytes - capacity);
+    if (err != cudaSuccess && a->base) {
+      cudaFree(a->base);
+      a->base = NULL;
+    }
     cudaSetDevice(previous);
     if (err != cudaSuccess) {
-      a->base = NULL;
       st = cg_fail(err == cudaErrorMemoryAllocation ? CG_ERR_NO_MEMORY : CG_ERR_BACKEND,
                    "cg_arena_create: cudaMalloc of %zu bytes on device %d: %s", bytes, opts->device,
                    cudaGetErrorString(err));

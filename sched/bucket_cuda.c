@@ -6,18 +6,30 @@
 #include "bucket_copy.h"
 #include "error.h"
 #include "lower.h"
+#include "memory_kind.h"
 
+/* Padded (cg_pad16): NCCL reads a bucket's fused buffer in 16-byte units,
+ * past its last element; the padding is zeroed, so initcheck sees those
+ * reads as reads of initialized memory. */
 cg_status_t cg_cuda_staging_alloc(void **out, size_t bytes, int device, const char *where) {
   int previous = 0;
   *out = NULL;
+  size_t padded = cg_pad16(bytes);
+  if (padded == SIZE_MAX)
+    return cg_fail(CG_ERR_OVERFLOW, "%s: %zu bytes of bucket staging overflow size_t once padded", where, bytes);
   cudaGetDevice(&previous);
   cudaError_t err = cudaSetDevice(device);
-  if (err == cudaSuccess) err = cudaMalloc(out, bytes);
+  if (err == cudaSuccess) err = cudaMalloc(out, padded);
+  if (err != cudaSuccess) *out = NULL;
+  if (err == cudaSuccess && padded > bytes) err = cudaMemset((char *)*out + bytes, 0, padded - bytes);
+  if (err != cudaSuccess && *out) {
+    cudaFree(*out);
+    *out = NULL;
+  }
   cudaSetDevice(previous);
   if (err != cudaSuccess) {
-    *out = NULL;
     return cg_fail(err == cudaErrorMemoryAllocation ? CG_ERR_NO_MEMORY : CG_ERR_BACKEND,
-                   "%s: cudaMalloc of %zu bytes of bucket staging on device %d: %s", where, bytes, device,
+                   "%s: allocating %zu bytes of bucket staging on device %d: %s", where, padded, device,
                    cudaGetErrorString(err));
   }
   return CG_SUCCESS;

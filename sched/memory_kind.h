@@ -6,6 +6,7 @@
 #define CG_SCHED_MEMORY_KIND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum cg_memory_kind {
   CG_MEMORY_HOST,    /* not known to CUDA (or CUDA absent): pageable host memory */
@@ -31,5 +32,25 @@ int cg_memory_fits(int device, const void *ptr, char *why, size_t why_size);
  * cudaMemcpy, IPC registration and CUDA-aware MPI take one allocation at a
  * time, so fusion runs a bucket in its members' own memory only inside one. */
 int cg_memory_one_allocation(const void *ptr, size_t bytes);
+
+/* NCCL reads user data in 16-byte units (NVIDIA/nccl#265): the last unit of
+ * a buffer whose size is not a multiple of 16 is read whole, up to 15 bytes
+ * past the buffer's end. The extra bytes are never used and lie in the same
+ * aligned 16 bytes, so the results are right, but compute-sanitizer's
+ * memcheck reports the read as out of bounds when the buffer ends its CUDA
+ * allocation. Memory the library allocates for collectives and copies is
+ * therefore padded (docs/safety.md). */
+#define CG_READ_PAD 16
+
+/* The size to allocate for a buffer of `bytes`: a multiple of CG_READ_PAD
+ * with room for a CG_READ_PAD-byte read that starts at the buffer's last
+ * byte (aligned or not), so no such read leaves the allocation. 0 stays 0.
+ * SIZE_MAX when that does not fit in size_t (SIZE_MAX is no multiple of 16,
+ * so callers can tell). The one place that pads: use it at every site. */
+static inline size_t cg_pad16(size_t bytes) {
+  if (!bytes) return 0;
+  if (bytes > SIZE_MAX - 2 * (CG_READ_PAD - 1)) return SIZE_MAX;
+  return (bytes + 2 * (CG_READ_PAD - 1)) & ~(size_t)(CG_READ_PAD - 1);
+}
 
 #endif

@@ -168,9 +168,10 @@ static void alloc_barrier_word(cg_nccl_comm_t *n, char *why, size_t size) {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaError_t err = cudaSetDevice(n->device);
-  if (err == cudaSuccess) err = cudaMalloc(&n->barrier_word, sizeof(int32_t));
+  /* padded: NCCL reads its buffers in 16-byte units */
+  if (err == cudaSuccess) err = cudaMalloc(&n->barrier_word, cg_pad16(sizeof(int32_t)));
   if (err != cudaSuccess) n->barrier_word = NULL;
-  if (err == cudaSuccess) err = cudaMemset(n->barrier_word, 0, sizeof(int32_t));
+  if (err == cudaSuccess) err = cudaMemset(n->barrier_word, 0, cg_pad16(sizeof(int32_t)));
   cudaSetDevice(previous);
   if (err != cudaSuccess)
     snprintf(why, size, "allocating 4 bytes on device %d: %s", n->device, cudaGetErrorString(err));

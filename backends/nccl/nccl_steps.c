@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "graph_internal.h"
+#include "memory_kind.h"
 #include "nccl_backend.h"
 
 static ncclDataType_t nccl_type(cg_dtype_t dtype) {
@@ -247,7 +248,7 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
     size_t need = shapes[i].count * cg_dtype_size(shapes[i].dtype) * per_rank;
     if (need > bytes) bytes = need;
   }
-  cudaError_t cerr = cudaMalloc((void **)&scratch, bytes);
+  cudaError_t cerr = cudaMalloc((void **)&scratch, cg_pad16(bytes)); /* NCCL's 16-byte reads */
   if (cerr != cudaSuccess) scratch = NULL;
   if (cerr == cudaSuccess) cerr = cudaMemsetAsync(scratch, 0, bytes, stream);
   if (cerr != cudaSuccess) {

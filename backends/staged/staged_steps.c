@@ -30,6 +30,7 @@
 
 #include "error.h"
 #include "graph_internal.h"
+#include "memory_kind.h"
 #include "staged_backend.h"
 #include "staged_divide.h"
 #include "topo/topo.h"
@@ -290,27 +291,40 @@ static uint32_t plan_step(chunk_t *out, const cg_staged_comm_t *sc, const cg_ste
   return n;
 }
 
+/* `bytes` of staging, padded (cg_pad16) like every buffer the library hands
+ * to collectives and copies, with the padding zeroed (docs/safety.md). */
 static cg_status_t staging_alloc(void **out, size_t bytes, const cg_staged_comm_t *sc, int direct) {
   *out = NULL;
   if (!bytes) return CG_SUCCESS;
-  if (!direct) return cg_topo_host_alloc(out, bytes, sc->device);
+  size_t padded = cg_pad16(bytes);
+  if (padded == SIZE_MAX)
+    return cg_fail(CG_ERR_OVERFLOW, "%zu bytes of staging overflow size_t once padded", bytes);
+  if (!direct) {
+    cg_status_t st = cg_topo_host_alloc(out, padded, sc->device);
+    if (st == CG_SUCCESS) memset((char *)*out + bytes, 0, padded - bytes);
+    return st;
+  }
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(sc->device);
-  cudaError_t err = sc->mpi_reads_device ? cudaMalloc(out, bytes) : cudaMallocManaged(out, bytes, cudaMemAttachGlobal);
-  cudaSetDevice(previous);
-  if (err != cudaSuccess) {
+  cudaError_t err = sc->mpi_reads_device ? cudaMalloc(out, padded) : cudaMallocManaged(out, padded, cudaMemAttachGlobal);
+  if (err != cudaSuccess) *out = NULL;
+  if (err == cudaSuccess) err = cudaMemset((char *)*out + bytes, 0, padded - bytes);
+  if (err != cudaSuccess && *out) {
+    cudaFree(*out);
     *out = NULL;
-    return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of device staging on device %d: %s", bytes, sc->device,
-                   cudaGetErrorString(err));
   }
+  cudaSetDevice(previous);
+  if (err != cudaSuccess)
+    return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of device staging on device %d: %s", padded, sc->device,
+                   cudaGetErrorString(err));
   return CG_SUCCESS;
 }
 
 static void staging_free(void *p, size_t bytes, const cg_staged_comm_t *sc, int direct) {
   if (!p) return;
   if (!direct) {
-    cg_topo_host_free(p, bytes);
+    cg_topo_host_free(p, cg_pad16(bytes)); /* what staging_alloc asked for */
     return;
   }
   int previous = 0;

@@ -138,13 +138,17 @@ int cg_gpu_direct(void) {
 
 void *cg_gpu_alloc(size_t bytes) {
   void *p = NULL;
+  /* NCCL reads user buffers in 16-byte units, up to 15 bytes past their end
+   * (NVIDIA/nccl#265): padded as docs/safety.md tells users to, so that
+   * compute-sanitizer's memcheck sees no read outside the allocation */
+  size_t padded = (bytes + 2 * 15) & ~(size_t)15;
   /* managed memory reaches MPI directly even when MPI is not CUDA-aware
    * (neither MPI here is), so direct steps run on it */
   if (cg_gpu_direct())
-    CUDA_OK(cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal));
+    CUDA_OK(cudaMallocManaged(&p, padded, cudaMemAttachGlobal));
   else
-    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
-  CUDA_OK(cudaMemset(p, CG_MPI_POISON, bytes ? bytes : 1));
+    CUDA_OK(cudaMalloc(&p, padded));
+  CUDA_OK(cudaMemset(p, CG_MPI_POISON, padded));
   CUDA_OK(cudaDeviceSynchronize()); /* done before work on any stream touches it */
   return p;
 }
