@@ -135,6 +135,18 @@ static int rank, ranks;
     }                                                                                                        \
   } while (0)
 
+/* NCCL_COMM_BLOCKING=0 makes every NCCL communicator non-blocking, ours too:
+ * a call may then return ncclInProgress, and NCCL asks the caller to poll
+ * until it has finished. A blocking communicator never needs this. */
+static ncclResult_t settle(ncclComm_t comm, ncclResult_t result) {
+  while (result == ncclInProgress) {
+    ncclResult_t state = ncclSuccess, asked = ncclCommGetAsyncError(comm, &state);
+    if (asked != ncclSuccess) return asked;
+    result = state;
+  }
+  return result;
+}
+
 static void *host_alloc(size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);
   if (!p) {
@@ -331,10 +343,10 @@ static void eager_step(trainer_t *t) {
   for (int l = MLP_LAYERS - 1; l >= 0; l--) CUDA_CHECK(mlp_backward(net, l, t->stream));
   for (int l = MLP_LAYERS - 1; l >= 0; l--) {
     float *grad_w = net->grads + lay->weights[l], *grad_b = net->grads + lay->bias[l];
-    NCCL_CHECK(ncclAllReduce(grad_w, grad_w, weight_count(l), ncclFloat, ncclAvg, t->nccl, t->stream));
-    NCCL_CHECK(ncclAllReduce(grad_b, grad_b, (size_t)mlp_fan_out(l), ncclFloat, ncclAvg, t->nccl, t->stream));
+    NCCL_CHECK(settle(t->nccl, ncclAllReduce(grad_w, grad_w, weight_count(l), ncclFloat, ncclAvg, t->nccl, t->stream)));
+    NCCL_CHECK(settle(t->nccl, ncclAllReduce(grad_b, grad_b, (size_t)mlp_fan_out(l), ncclFloat, ncclAvg, t->nccl, t->stream)));
   }
-  NCCL_CHECK(ncclAllReduce(net->loss, net->loss, 1, ncclFloat, ncclAvg, t->nccl, t->stream));
+  NCCL_CHECK(settle(t->nccl, ncclAllReduce(net->loss, net->loss, 1, ncclFloat, ncclAvg, t->nccl, t->stream)));
   CUDA_CHECK(mlp_sgd(net, LEARNING_RATE, t->stream));
   CUDA_CHECK(mlp_finish_step(net, t->stream));
 }
@@ -527,7 +539,8 @@ int main(int argc, char **argv) {
   ncclUniqueId id;
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  NCCL_CHECK(ncclCommInitRank(&t.nccl, ranks, id, rank));
+  ncclResult_t init = ncclCommInitRank(&t.nccl, ranks, id, rank); /* sets t.nccl, also when in progress */
+  NCCL_CHECK(settle(t.nccl, init));
 
   /* two plans of the same graph: one bucket for every gradient, or buckets the
    * size of the largest layer's gradients, which cut the allreduces at layer
@@ -655,6 +668,7 @@ int main(int argc, char **argv) {
   free(reference.losses);
   free(reference.params);
   free(initial);
+  NCCL_CHECK(settle(t.nccl, ncclCommFinalize(t.nccl)));
   NCCL_CHECK(ncclCommDestroy(t.nccl));
   mlp_net_free(net);
   cg_arena_destroy(arena);

@@ -370,7 +370,9 @@ START_TEST(nccl_api__comm_from_nccl_wraps_and_never_destroys_the_user_communicat
   if (me == 0) NCCL_OK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
   ncclComm_t nc = NULL;
-  NCCL_OK(ncclCommInitRank(&nc, n, id, me));
+  /* settled: NCCL_COMM_BLOCKING=0 makes this communicator non-blocking too */
+  ncclResult_t init = ncclCommInitRank(&nc, n, id, me); /* sets nc, also when in progress */
+  NCCL_OK(cg_gpu_nccl_settle(nc, init));
 
   /* refusals, alike on every rank, leave nothing behind */
   cg_comm_t *w = (cg_comm_t *)&w;
@@ -412,9 +414,10 @@ START_TEST(nccl_api__comm_from_nccl_wraps_and_never_destroys_the_user_communicat
   cg_comm_destroy(w); /* the last reference: the NCCL communicator must survive it */
 
   poison_now(y, SN * 4);
-  NCCL_OK(ncclAllReduce(x, y, SN, ncclInt32, ncclSum, nc, cg_gpu_stream()));
+  NCCL_OK(cg_gpu_nccl_settle(nc, ncclAllReduce(x, y, SN, ncclInt32, ncclSum, nc, cg_gpu_stream())));
   CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
   ck_assert_all_ranks(sum_right(y, seed), "the user's communicator still works after the wrapper is gone");
+  NCCL_OK(cg_gpu_nccl_settle(nc, ncclCommFinalize(nc)));
   NCCL_OK(ncclCommDestroy(nc));
   cg_gpu_free(x); cg_gpu_free(y);
 }

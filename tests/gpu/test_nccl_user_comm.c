@@ -8,7 +8,6 @@
  * ncclInProgress, which NCCL then asks the caller to settle. A wrapped
  * communicator is used as the user made it, blocking or not. Every result is
  * checked against integer sums over the ranks, outputs poisoned first. */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,26 +29,13 @@ static int env_blocking(void) {
   return atoi(v) ? 1 : 0;
 }
 
-/* A call on a non-blocking communicator may return ncclInProgress; the
- * caller polls until it has finished, as NCCL documents. */
-static ncclResult_t settle(ncclComm_t comm, ncclResult_t r) {
-  while (r == ncclInProgress) {
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
-    if (asked != ncclSuccess) return asked;
-    r = state;
-    if (r == ncclInProgress) sched_yield();
-  }
-  return r;
-}
-
 /* A user call on the communicator from cg_comm_create: ncclSuccess right away
  * unless NCCL_COMM_BLOCKING=0 made it non-blocking. */
 static void user_call_ok(ncclComm_t comm, ncclResult_t r, const char *what) {
   if (env_blocking() != 0)
     ck_assert_msg(r == ncclSuccess, "rank %d: %s on cg_comm_nccl's communicator returned %s (NCCL_COMM_BLOCKING %s)",
                   cg_gpu_rank(), what, ncclGetErrorString(r), getenv("NCCL_COMM_BLOCKING") ? "set" : "unset");
-  r = settle(comm, r);
+  r = cg_gpu_nccl_settle(comm, r);
   ck_assert_msg(r == ncclSuccess, "rank %d: %s: %s", cg_gpu_rank(), what, ncclGetErrorString(r));
 }
 
@@ -85,7 +71,7 @@ static cudaGraphExec_t capture_user_allreduce(ncclComm_t comm, const int32_t *in
     ck_abort_msg("rank %d: a captured ncclAllReduce on cg_comm_nccl's communicator returned %s", cg_gpu_rank(),
                  ncclGetErrorString(r));
   }
-  r = settle(comm, r);
+  r = cg_gpu_nccl_settle(comm, r);
   CUDA_OK(cudaStreamEndCapture(s, &graph));
   NCCL_OK(r);
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
@@ -183,7 +169,7 @@ static void wrapped_communicator(int blocking) {
   config.blocking = blocking;
   ncclComm_t nc = NULL;
   ncclResult_t r = ncclCommInitRankConfig(&nc, n, id, me, &config);
-  NCCL_OK(settle(nc, r));
+  NCCL_OK(cg_gpu_nccl_settle(nc, r));
 
   cg_comm_t *w = NULL;
   cg_status_t st = cg_comm_from_nccl(&w, nc, MPI_COMM_WORLD);
@@ -216,7 +202,7 @@ static void wrapped_communicator(int blocking) {
     CUDA_OK(cg_gpu_fill(a, 0, UN, user_seed, me, 0, s));
     CUDA_OK(cudaMemsetAsync(y, CG_MPI_POISON, UN * 4, s));
     ck_assert_cg_ok(cg_plan_launch(plan, s));
-    NCCL_OK(settle(nc, ncclAllReduce(a, b, UN, ncclInt32, ncclSum, nc, s)));
+    NCCL_OK(cg_gpu_nccl_settle(nc, ncclAllReduce(a, b, UN, ncclInt32, ncclSum, nc, s)));
     snprintf(what, sizeof what, "round %d: a plan on a wrapped %sblocking communicator", k, blocking ? "" : "non-");
     ck_assert_all_ranks(count_wrong(y, seed) == 0, what);
     snprintf(what, sizeof what, "round %d: the program's call on its wrapped %sblocking communicator", k,
@@ -226,7 +212,7 @@ static void wrapped_communicator(int blocking) {
   }
   cg_plan_destroy(plan);
   cg_comm_destroy(w);
-  NCCL_OK(settle(nc, ncclCommFinalize(nc)));
+  NCCL_OK(cg_gpu_nccl_settle(nc, ncclCommFinalize(nc)));
   NCCL_OK(ncclCommDestroy(nc));
   cg_gpu_free(x); cg_gpu_free(y); cg_gpu_free(ring_in); cg_gpu_free(ring_out);
 }

@@ -69,13 +69,13 @@ static void one_iteration(const work_t *w, cudaStream_t stream) {
   switch (w->mode) {
     case DIRECT:
       for (int k = 0; k < w->ops; k++)
-        NCCL_CHECK(ncclAllReduce(w->send[k], w->recv[k], w->count, ncclFloat32, ncclSum, w->nccl, stream));
+        NCCL_CHECK_ON(w->nccl, ncclAllReduce(w->send[k], w->recv[k], w->count, ncclFloat32, ncclSum, w->nccl, stream));
       break;
     case GROUPED:
       NCCL_CHECK(ncclGroupStart());
       for (int k = 0; k < w->ops; k++)
         NCCL_CHECK(ncclAllReduce(w->send[k], w->recv[k], w->count, ncclFloat32, ncclSum, w->nccl, stream));
-      NCCL_CHECK(ncclGroupEnd());
+      NCCL_CHECK_ON(w->nccl, ncclGroupEnd());
       break;
     default:
       CG_CHECK(cg_plan_launch(w->plan, stream));

@@ -110,8 +110,10 @@ typedef struct bench {
   double med;
 } bench_t;
 
+/* eager calls settled (a non-blocking communicator under NCCL_COMM_BLOCKING=0);
+ * inside a group a call returns ncclSuccess and the group's end is settled */
 static void allreduce(const bench_t *b, float *buf, size_t count, cudaStream_t s) {
-  NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, b->nccl, s));
+  NCCL_CHECK_ON(b->nccl, ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, b->nccl, s));
 }
 
 /* DDP: copies bucket k's tensors into its flat buffer (in = 1) or back out of
@@ -142,7 +144,7 @@ static void one_iteration(const bench_t *b, cudaStream_t s) {
   } else {
     if (b->kind == GROUP) NCCL_CHECK(ncclGroupStart());
     for (int i = 0; i < l->n; i++) allreduce(b, b->data + l->offset[i], l->count[i], s);
-    if (b->kind == GROUP) NCCL_CHECK(ncclGroupEnd());
+    if (b->kind == GROUP) NCCL_CHECK_ON(b->nccl, ncclGroupEnd());
   }
 }
 

@@ -1,5 +1,6 @@
 #include "gpu_test.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,4 +173,14 @@ char *cg_gpu_plan_dot(const cg_plan_t *plan) {
   fclose(f);
   ck_assert_msg(st == CG_SUCCESS, "cg_plan_write_dot: %s: %s", cg_status_string(st), cg_error_last());
   return text;
+}
+
+ncclResult_t cg_gpu_nccl_settle(ncclComm_t comm, ncclResult_t result) {
+  while (result == ncclInProgress) {
+    ncclResult_t state = ncclSuccess, asked = ncclCommGetAsyncError(comm, &state);
+    if (asked != ncclSuccess) return asked;
+    result = state;
+    if (result == ncclInProgress) sched_yield();
+  }
+  return result;
 }

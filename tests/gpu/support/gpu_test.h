@@ -46,6 +46,12 @@ int cg_gpu_device(void); /* this rank's CUDA device (current on the main thread)
                   ncclGetErrorString(nccl_res_));                                                    \
   } while (0)
 
+/* A call on a non-blocking NCCL communicator (a wrapped one, or any under
+ * NCCL_COMM_BLOCKING=0) may return ncclInProgress: polls
+ * ncclCommGetAsyncError until it has finished, as NCCL asks, and returns how
+ * it ended; any other result as it is. */
+ncclResult_t cg_gpu_nccl_settle(ncclComm_t comm, ncclResult_t result);
+
 /* A new device communicator over `mpi` on this rank's GPU: NCCL, or as
  * CG_GPU_TEST_BACKEND says: mpi (staged through host memory), hosttransfer,
  * or mixed (nccl, mpi, hosttransfer in turn); asserts on every rank that it
