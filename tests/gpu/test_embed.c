@@ -34,14 +34,6 @@ static uint64_t base_seed(uint64_t salt) { return cg_test_seed() ^ (salt + 1) * 
     ck_assert_all_ranks((ok), all_ranks_text_);         \
   } while (0)
 
-static cg_plan_t *compile_all_ranks(cg_graph_t *g, const char *what) {
-  cg_plan_t *plan = NULL;
-  cg_status_t st = cg_compile(&plan, g, NULL);
-  char text[600];
-  snprintf(text, sizeof text, "%s: cg_compile: %s", what, st == CG_SUCCESS ? "" : cg_error_last());
-  ck_assert_all_ranks(st == CG_SUCCESS, text);
-  return plan;
-}
 
 static cudaStream_t new_stream(void) {
   cudaStream_t s;
@@ -198,7 +190,7 @@ START_TEST(embed__captured_iteration_replays_a_thousand_times_with_fresh_data) {
   cg_graph_t *g;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, CAP_N, CG_INT32, CG_SUM));
-  cg_plan_t *plan = compile_all_ranks(g, "one allreduce");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "one allreduce");
   cg_graph_destroy(g);
   counters_t c = counters_new();
   cudaStream_t s = new_stream();
@@ -270,7 +262,7 @@ START_TEST(embed__bucket_and_ring_captured_on_a_joined_stream_in_global_mode) {
   }
   ck_assert_cg_ok(cg_send(NULL, g, b, out, RING_N, CG_INT32, (me + 1) % n));
   ck_assert_cg_ok(cg_recv(NULL, g, b, in, RING_N, CG_INT32, from));
-  cg_plan_t *plan = compile_all_ranks(g, "six small allreduces and a ring");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "six small allreduces and a ring");
   cg_graph_destroy(g);
   cg_plan_stats_t st;
   ck_assert_cg_ok(cg_plan_stats(&st, plan));
@@ -338,7 +330,7 @@ START_TEST(embed__two_instances_ordered_by_one_stream_or_by_events) {
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, TWO_N, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_allgather(NULL, g, cg_gpu_shared_comm(1), y, z, TWO_M, CG_INT32));
-  cg_plan_t *plan = compile_all_ranks(g, "allreduce then allgather of its start");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "allreduce then allgather of its start");
   cg_graph_destroy(g);
   counters_t c = counters_new();
   cudaStream_t s = new_stream();
@@ -521,7 +513,7 @@ START_TEST(embed__plan_graph_added_as_a_child_node_between_kernel_nodes) {
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, a, x, y, HAND_N, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_broadcast(NULL, g, a, x, z, HAND_N, CG_INT32, root));
-  cg_plan_t *plan = compile_all_ranks(g, "allreduce and broadcast");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "allreduce and broadcast");
   cg_graph_destroy(g);
 
   cudaGraph_t pg = NULL;
@@ -577,7 +569,7 @@ START_TEST(embed__plan_graph_added_as_a_child_node_between_kernel_nodes) {
   int32_t hin = me, hout = 0;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, host, &hin, &hout, 1, CG_INT32, CG_SUM));
-  cg_plan_t *hp = compile_all_ranks(g, "a host plan");
+  cg_plan_t *hp = cg_gpu_compile_all_ranks(g, "a host plan");
   cg_graph_destroy(g);
   ck_assert_cg_status(cg_plan_cuda_graph(&untouched, hp), CG_ERR_UNSUPPORTED);
   ck_assert_ptr_eq(untouched, (cudaGraph_t)&untouched);
@@ -700,7 +692,7 @@ START_TEST(embed__rebind_a_device_plan_to_other_buffers_and_back) {
   ck_assert_cg_ok(cg_allgather(&h.ag, g, a, A.ag, A.agz, RB_M, CG_INT32));
   ck_assert_cg_ok(cg_send(&h.snd, g, b, A.out, RB_R, CG_INT32, (me + 1) % n));
   ck_assert_cg_ok(cg_recv(&h.rcv, g, b, A.in, RB_R, CG_INT32, (me + n - 1) % n));
-  cg_plan_t *plan = compile_all_ranks(g, "allreduce, broadcast, allgather, ring");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "allreduce, broadcast, allgather, ring");
   cg_graph_destroy(g);
   counters_t c = counters_new();
   cudaStream_t s = new_stream();
@@ -820,7 +812,7 @@ START_TEST(embed__rebind_bucket_members_between_arenas_and_scattered_buffers) {
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   for (int k = 0; k < BK; k++)
     ck_assert_cg_ok(cg_allreduce(&h[k], g, cg_gpu_shared_comm(0), xa[k], ya[k], bk_counts[k], CG_FLOAT32, CG_SUM));
-  cg_plan_t *plan = compile_all_ranks(g, "eight allreduces over arenas");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "eight allreduces over arenas");
   cg_graph_destroy(g);
   cg_plan_stats_t st;
   ck_assert_cg_ok(cg_plan_stats(&st, plan));
@@ -905,7 +897,7 @@ START_TEST(embed__rebound_plan_updates_the_user_instance_through_set_params) {
   cg_graph_t *g;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(&ar, g, cg_gpu_shared_comm(0), xa, ya, EMB_N, CG_INT32, CG_SUM));
-  cg_plan_t *plan = compile_all_ranks(g, "one allreduce");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "one allreduce");
   cg_graph_destroy(g);
   cudaGraph_t pg = NULL;
   ck_assert_cg_ok(cg_plan_cuda_graph(&pg, plan));
@@ -999,7 +991,7 @@ START_TEST(embed__rebind_refusals_leave_the_device_plan_working) {
   ck_assert_cg_ok(cg_allreduce(&ip, g, a, x, x, RF_N, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_allreduce(&oop, g, a, u, v, RF_N, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_barrier(&bar, g, a));
-  cg_plan_t *plan = compile_all_ranks(g, "in-place and out-of-place allreduces, a barrier");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "in-place and out-of-place allreduces, a barrier");
   ck_assert_cg_ok(cg_graph_create(&g2, NULL));
   ck_assert_cg_ok(cg_allreduce(&other, g2, a, x2, y2, RF_N, CG_INT32, CG_SUM));
 
@@ -1059,7 +1051,7 @@ START_TEST(embed__rebind_refusals_leave_the_device_plan_working) {
   cg_graph_t *hg;
   ck_assert_cg_ok(cg_graph_create(&hg, NULL));
   ck_assert_cg_ok(cg_allreduce(&hn, hg, host, hin, hout, 4, CG_INT32, CG_SUM));
-  cg_plan_t *hp = compile_all_ranks(hg, "a host plan");
+  cg_plan_t *hp = cg_gpu_compile_all_ranks(hg, "a host plan");
   cg_graph_destroy(hg);
   cg_rebind_t to_device[] = {{hn, x2, hout}};
   cg_status_t st = cg_plan_rebind(hp, to_device, 1);
@@ -1163,7 +1155,7 @@ START_TEST(embed__child_graphs_between_collectives_on_compute_lanes) {
   ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(1), u, v, CN_U, CG_INT32, CG_SUM));
   kernel_call_t bump = {.kind = 3, .round = c.round};
   child_node(g, &bump, &rround, 1, &rround, 1, "next replay");
-  cg_plan_t *plan = compile_all_ranks(g, "child graphs around an allreduce, an independent allreduce");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "child graphs around an allreduce, an independent allreduce");
   cg_graph_destroy(g);
 
   cg_plan_stats_t st;
@@ -1227,7 +1219,7 @@ START_TEST(embed__event_record_node_lets_the_user_wait_for_part_of_the_plan) {
   reads_z.reads = &rz;
   reads_z.n_reads = 1;
   ck_assert_cg_ok(cg_event_record(NULL, g, ready, &reads_z));
-  cg_plan_t *plan = compile_all_ranks(g, "fill, allreduce, z = 2y - 5, event record");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "fill, allreduce, z = 2y - 5, event record");
   cg_graph_destroy(g);
   char *dot = cg_gpu_plan_dot(plan);
   assert_all_ranks_msg(strstr(dot, "event_record") != NULL, "the plan's DOT does not show the event record:\n%s", dot);
@@ -1286,7 +1278,7 @@ START_TEST(embed__event_wait_node_waits_for_the_user_stream) {
                          .ranks = n, .round = c.round, .bad = c.bad};
   cg_range_t check_reads[] = {ry, rround};
   child_node(g, &check, check_reads, 2, &rbad, 1, "check y");
-  cg_plan_t *plan = compile_all_ranks(g, "event wait, allreduce, check");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "event wait, allreduce, check");
   cg_graph_destroy(g);
   cg_plan_stats_t st;
   ck_assert_cg_ok(cg_plan_stats(&st, plan));

@@ -25,14 +25,6 @@ static void poison(void *dev, size_t bytes) {
   CUDA_OK(cudaMemsetAsync(dev, CG_MPI_POISON, bytes, cg_gpu_stream()));
 }
 
-static cg_plan_t *compile_all_ranks(cg_graph_t *g, const char *what) {
-  cg_plan_t *plan = NULL;
-  cg_status_t st = cg_compile(&plan, g, NULL);
-  char text[400];
-  snprintf(text, sizeof text, "%s: cg_compile: %s", what, st == CG_SUCCESS ? "" : cg_error_last());
-  ck_assert_all_ranks(st == CG_SUCCESS, text);
-  return plan;
-}
 
 /* ---- a thousand replays, fresh inputs each time, every output checked
  *
@@ -56,7 +48,7 @@ START_TEST(nccl_replay__thousand_replays_with_fresh_inputs_right_every_time) {
   ck_assert_cg_ok(cg_send(NULL, g, b, x, RN, CG_INT32, to));
   ck_assert_cg_ok(cg_recv(NULL, g, b, w, RN, CG_INT32, from));
   ck_assert_cg_ok(cg_broadcast(NULL, g, a, f, fb, RF, CG_FLOAT64, root));
-  cg_plan_t *plan = compile_all_ranks(g, "four nodes on two communicators");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "four nodes on two communicators");
   cg_graph_destroy(g);
 
   int32_t *hx = malloc(RN * 4), *hy = malloc(RN * 4), *hw = malloc(RN * 4), *hz = malloc((size_t)n * RM * 4);
@@ -138,7 +130,7 @@ START_TEST(nccl_replay__user_kernels_and_replays_interleave_on_one_stream_withou
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, a, x, y, IN_N, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_allgather(NULL, g, b, y, z, IN_M, CG_INT32));
-  cg_plan_t *plan = compile_all_ranks(g, "allreduce and allgather");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "allreduce and allgather");
   cg_graph_destroy(g);
   CUDA_OK(cudaDeviceSynchronize());
 
@@ -211,7 +203,7 @@ START_TEST(nccl_replay__run_start_test_wait_on_a_device_plan) {
   cg_graph_t *g;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, SN, CG_INT32, CG_SUM));
-  cg_plan_t *plan = compile_all_ranks(g, "one allreduce");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "one allreduce");
   cg_graph_destroy(g);
 
   int done = 0;
@@ -297,7 +289,7 @@ START_TEST(nccl_replay__host_functions_run_once_per_replay_in_declared_order) {
   ck_assert_cg_ok(cg_host_func(NULL, g, append_digit, &one, &first));
   ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, SN, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_host_func(NULL, g, append_digit, &two, &second));
-  cg_plan_t *plan = compile_all_ranks(g, "host functions around an allreduce");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "host functions around an allreduce");
   cg_graph_destroy(g);
   CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
   for (int k = 0; k < 3; k++) ck_assert_cg_ok(cg_plan_launch(plan, cg_gpu_stream()));
@@ -372,7 +364,7 @@ START_TEST(nccl_api__comm_from_nccl_wraps_and_never_destroys_the_user_communicat
   ncclComm_t nc = NULL;
   /* settled: NCCL_COMM_BLOCKING=0 makes this communicator non-blocking too */
   ncclResult_t init = ncclCommInitRank(&nc, n, id, me); /* sets nc, also when in progress */
-  NCCL_OK(cg_gpu_nccl_settle(nc, init));
+  NCCL_OK(cg_test_nccl_settle(nc, init));
 
   /* refusals, alike on every rank, leave nothing behind */
   cg_comm_t *w = (cg_comm_t *)&w;
@@ -405,7 +397,7 @@ START_TEST(nccl_api__comm_from_nccl_wraps_and_never_destroys_the_user_communicat
   cg_graph_t *g;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, w, x, y, SN, CG_INT32, CG_SUM));
-  cg_plan_t *plan = compile_all_ranks(g, "an allreduce on a wrapped communicator");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "an allreduce on a wrapped communicator");
   ck_assert_cg_ok(cg_plan_launch(plan, cg_gpu_stream()));
   CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
   ck_assert_all_ranks(sum_right(y, seed), "a plan on the wrapped communicator");
@@ -414,10 +406,10 @@ START_TEST(nccl_api__comm_from_nccl_wraps_and_never_destroys_the_user_communicat
   cg_comm_destroy(w); /* the last reference: the NCCL communicator must survive it */
 
   poison_now(y, SN * 4);
-  NCCL_OK(cg_gpu_nccl_settle(nc, ncclAllReduce(x, y, SN, ncclInt32, ncclSum, nc, cg_gpu_stream())));
+  NCCL_OK(cg_test_nccl_settle(nc, ncclAllReduce(x, y, SN, ncclInt32, ncclSum, nc, cg_gpu_stream())));
   CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
   ck_assert_all_ranks(sum_right(y, seed), "the user's communicator still works after the wrapper is gone");
-  NCCL_OK(cg_gpu_nccl_settle(nc, ncclCommFinalize(nc)));
+  NCCL_OK(cg_test_nccl_settle(nc, ncclCommFinalize(nc)));
   NCCL_OK(ncclCommDestroy(nc));
   cg_gpu_free(x); cg_gpu_free(y);
 }
@@ -435,7 +427,7 @@ START_TEST(nccl_api__stats_and_dot_of_device_plans) {
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, a, x, y, SN, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_allreduce(NULL, g, b, y, z, SN, CG_INT32, CG_SUM));
-  cg_plan_t *plan = compile_all_ranks(g, "two dependent allreduces on two communicators");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "two dependent allreduces on two communicators");
   cg_graph_destroy(g);
   cg_plan_stats_t st;
   ck_assert_cg_ok(cg_plan_stats(&st, plan));
@@ -465,8 +457,8 @@ START_TEST(nccl_api__stats_and_dot_of_device_plans) {
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_send(NULL, g, a, x, SN, CG_INT32, (me + 1) % n));
   ck_assert_cg_ok(cg_recv(NULL, g, a, y, SN, CG_INT32, (me + n - 1) % n));
-  plan = compile_all_ranks(g, "a ring");
-  cg_plan_t *again = compile_all_ranks(g, "the same ring again");
+  plan = cg_gpu_compile_all_ranks(g, "a ring");
+  cg_plan_t *again = cg_gpu_compile_all_ranks(g, "the same ring again");
   cg_graph_destroy(g);
   char *dumps[2] = {NULL, NULL};
   size_t sizes[2] = {0, 0};
@@ -533,7 +525,7 @@ START_TEST(nccl_api__graphs_a_device_plan_cannot_hold_are_refused_on_every_rank)
   /* the communicators still work afterwards */
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, SN, CG_INT32, CG_SUM));
-  plan = compile_all_ranks(g, "one allreduce after refusals");
+  plan = cg_gpu_compile_all_ranks(g, "one allreduce after refusals");
   cg_graph_destroy(g);
   ck_assert_all_ranks(cg_plan_run(plan) == CG_SUCCESS, "the plan after the refusals runs");
   cg_plan_destroy(plan);
@@ -552,7 +544,7 @@ START_TEST(nccl_api__launch_refuses_host_plans_and_joins_streams_being_captured)
   cg_graph_t *g;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, host, &hin, &hout, 1, CG_INT32, CG_SUM));
-  cg_plan_t *plan = compile_all_ranks(g, "a host plan");
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "a host plan");
   cg_graph_destroy(g);
   cg_plan_stats_t st;
   ck_assert_cg_ok(cg_plan_stats(&st, plan));
@@ -572,7 +564,7 @@ START_TEST(nccl_api__launch_refuses_host_plans_and_joins_streams_being_captured)
   CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, SN, CG_INT32, CG_SUM));
-  plan = compile_all_ranks(g, "one allreduce");
+  plan = cg_gpu_compile_all_ranks(g, "one allreduce");
   cg_graph_destroy(g);
   cudaStream_t capturing;
   CUDA_OK(cudaStreamCreateWithFlags(&capturing, cudaStreamNonBlocking));

@@ -15,7 +15,7 @@
 #include "gpu_kernels.h"
 #include "gpu_test.h"
 
-enum { UN = 50021, ROUNDS = 5 };
+enum { UN = 50021, ROUNDS = 5, RING = 64 };
 
 static uint64_t round_seed(int k, int salt) {
   return cg_test_seed() ^ ((uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)salt << 40);
@@ -35,7 +35,7 @@ static void user_call_ok(ncclComm_t comm, ncclResult_t r, const char *what) {
   if (env_blocking() != 0)
     ck_assert_msg(r == ncclSuccess, "rank %d: %s on cg_comm_nccl's communicator returned %s (NCCL_COMM_BLOCKING %s)",
                   cg_gpu_rank(), what, ncclGetErrorString(r), getenv("NCCL_COMM_BLOCKING") ? "set" : "unset");
-  r = cg_gpu_nccl_settle(comm, r);
+  r = cg_test_nccl_settle(comm, r);
   ck_assert_msg(r == ncclSuccess, "rank %d: %s: %s", cg_gpu_rank(), what, ncclGetErrorString(r));
 }
 
@@ -49,13 +49,23 @@ static unsigned long long count_wrong(const int32_t *y, uint64_t seed) {
   return bad;
 }
 
-static cg_plan_t *compile_all_ranks(cg_graph_t *g, const char *what) {
-  cg_plan_t *plan = NULL;
-  cg_status_t st = cg_compile(&plan, g, NULL);
-  char text[400];
-  snprintf(text, sizeof text, "%s: cg_compile: %s", what, st == CG_SUCCESS ? "" : cg_error_last());
-  ck_assert_all_ranks(st == CG_SUCCESS, text);
-  return plan;
+
+/* Fills the ring's send buffer under `seed` (every replay after this sends
+ * it) and poisons its receive buffer. */
+static void ring_prepare(int32_t *in, int32_t *out, uint64_t seed) {
+  CUDA_OK(cg_gpu_fill(in, 0, RING, seed, cg_gpu_rank(), 0, cg_gpu_stream()));
+  CUDA_OK(cudaMemsetAsync(out, CG_MPI_POISON, RING * 4, cg_gpu_stream()));
+  CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
+}
+
+/* The ring's receive buffer holds what the previous rank sent under `seed`. */
+static int ring_right(const int32_t *out, uint64_t seed) {
+  int32_t h[RING];
+  int from = (cg_gpu_rank() + cg_gpu_size() - 1) % cg_gpu_size(), ok = 1;
+  CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
+  CUDA_OK(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < RING; i++) ok &= h[i] == cg_gpu_value(seed, from, (uint64_t)i);
+  return ok;
 }
 
 /* One ncclAllReduce of `in` into `out` captured on its own stream and
@@ -71,7 +81,7 @@ static cudaGraphExec_t capture_user_allreduce(ncclComm_t comm, const int32_t *in
     ck_abort_msg("rank %d: a captured ncclAllReduce on cg_comm_nccl's communicator returned %s", cg_gpu_rank(),
                  ncclGetErrorString(r));
   }
-  r = cg_gpu_nccl_settle(comm, r);
+  r = cg_test_nccl_settle(comm, r);
   CUDA_OK(cudaStreamEndCapture(s, &graph));
   NCCL_OK(r);
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
@@ -146,12 +156,15 @@ START_TEST(nccl_user_comm__eager_and_captured_calls_next_to_a_plan_return_succes
   ck_assert_cg_ok(cg_allreduce(NULL, g, comm, x, y, UN, CG_INT32, CG_SUM));
   /* a barrier and a ring of sends: the plan's grouped calls during capture */
   ck_assert_cg_ok(cg_barrier(NULL, g, comm));
-  int32_t *ring_in = cg_gpu_alloc(64 * 4), *ring_out = cg_gpu_alloc(64 * 4);
-  ck_assert_cg_ok(cg_send(NULL, g, comm, ring_in, 64, CG_INT32, (me + 1) % n));
-  ck_assert_cg_ok(cg_recv(NULL, g, comm, ring_out, 64, CG_INT32, (me + n - 1) % n));
-  cg_plan_t *plan = compile_all_ranks(g, "a plan beside the program's communicator");
+  int32_t *ring_in = cg_gpu_alloc(RING * 4), *ring_out = cg_gpu_alloc(RING * 4);
+  ck_assert_cg_ok(cg_send(NULL, g, comm, ring_in, RING, CG_INT32, (me + 1) % n));
+  ck_assert_cg_ok(cg_recv(NULL, g, comm, ring_out, RING, CG_INT32, (me + n - 1) % n));
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "a plan beside the program's communicator");
   cg_graph_destroy(g);
+  uint64_t ring_seed = round_seed(77, 3);
+  ring_prepare(ring_in, ring_out, ring_seed);
   interleave(user, plan, x, y, 1);
+  ck_assert_all_ranks(ring_right(ring_out, ring_seed), "the plan's ring of sends next to the program's NCCL calls");
   cg_plan_destroy(plan);
   cg_comm_destroy(comm);
   cg_gpu_free(x); cg_gpu_free(y); cg_gpu_free(ring_in); cg_gpu_free(ring_out);
@@ -169,7 +182,7 @@ static void wrapped_communicator(int blocking) {
   config.blocking = blocking;
   ncclComm_t nc = NULL;
   ncclResult_t r = ncclCommInitRankConfig(&nc, n, id, me, &config);
-  NCCL_OK(cg_gpu_nccl_settle(nc, r));
+  NCCL_OK(cg_test_nccl_settle(nc, r));
 
   cg_comm_t *w = NULL;
   cg_status_t st = cg_comm_from_nccl(&w, nc, MPI_COMM_WORLD);
@@ -182,15 +195,15 @@ static void wrapped_communicator(int blocking) {
   ck_assert_ptr_eq(back, nc);
 
   int32_t *x = cg_gpu_alloc(UN * 4), *y = cg_gpu_alloc(UN * 4);
-  int32_t *ring_in = cg_gpu_alloc(64 * 4), *ring_out = cg_gpu_alloc(64 * 4);
+  int32_t *ring_in = cg_gpu_alloc(RING * 4), *ring_out = cg_gpu_alloc(RING * 4);
   cg_graph_t *g;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, w, x, y, UN, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_barrier(NULL, g, w));
-  ck_assert_cg_ok(cg_send(NULL, g, w, ring_in, 64, CG_INT32, (me + 1) % n));
-  ck_assert_cg_ok(cg_recv(NULL, g, w, ring_out, 64, CG_INT32, (me + n - 1) % n));
+  ck_assert_cg_ok(cg_send(NULL, g, w, ring_in, RING, CG_INT32, (me + 1) % n));
+  ck_assert_cg_ok(cg_recv(NULL, g, w, ring_out, RING, CG_INT32, (me + n - 1) % n));
   snprintf(what, sizeof what, "a plan on a wrapped %sblocking communicator", blocking ? "" : "non-");
-  cg_plan_t *plan = compile_all_ranks(g, what);
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, what);
   cg_graph_destroy(g);
   /* the program's calls: any result a communicator of its blocking mode may
    * give is fine here, as long as it settles to success */
@@ -198,21 +211,25 @@ static void wrapped_communicator(int blocking) {
   for (int k = 0; k < ROUNDS; k++) {
     uint64_t seed = round_seed(k, 40 + blocking), user_seed = round_seed(k, 50 + blocking);
     int32_t *a = cg_gpu_alloc(UN * 4), *b = cg_gpu_alloc(UN * 4);
+    ring_prepare(ring_in, ring_out, seed ^ 0x51);
     CUDA_OK(cg_gpu_fill(x, 0, UN, seed, me, 0, s));
     CUDA_OK(cg_gpu_fill(a, 0, UN, user_seed, me, 0, s));
     CUDA_OK(cudaMemsetAsync(y, CG_MPI_POISON, UN * 4, s));
     ck_assert_cg_ok(cg_plan_launch(plan, s));
-    NCCL_OK(cg_gpu_nccl_settle(nc, ncclAllReduce(a, b, UN, ncclInt32, ncclSum, nc, s)));
+    NCCL_OK(cg_test_nccl_settle(nc, ncclAllReduce(a, b, UN, ncclInt32, ncclSum, nc, s)));
     snprintf(what, sizeof what, "round %d: a plan on a wrapped %sblocking communicator", k, blocking ? "" : "non-");
     ck_assert_all_ranks(count_wrong(y, seed) == 0, what);
     snprintf(what, sizeof what, "round %d: the program's call on its wrapped %sblocking communicator", k,
              blocking ? "" : "non-");
     ck_assert_all_ranks(count_wrong(b, user_seed) == 0, what);
+    snprintf(what, sizeof what, "round %d: the plan's ring of sends on a wrapped %sblocking communicator", k,
+             blocking ? "" : "non-");
+    ck_assert_all_ranks(ring_right(ring_out, seed ^ 0x51), what);
     cg_gpu_free(a); cg_gpu_free(b);
   }
   cg_plan_destroy(plan);
   cg_comm_destroy(w);
-  NCCL_OK(cg_gpu_nccl_settle(nc, ncclCommFinalize(nc)));
+  NCCL_OK(cg_test_nccl_settle(nc, ncclCommFinalize(nc)));
   NCCL_OK(ncclCommDestroy(nc));
   cg_gpu_free(x); cg_gpu_free(y); cg_gpu_free(ring_in); cg_gpu_free(ring_out);
 }

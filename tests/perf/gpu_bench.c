@@ -1,7 +1,6 @@
 #include "gpu_bench.h"
 
 #include <mpi.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -64,12 +63,3 @@ int cg_bench_pick_gpu(const char *tool, int *nodes) {
   return device;
 }
 
-ncclResult_t cg_bench_nccl_settle(ncclComm_t comm, ncclResult_t result) {
-  while (result == ncclInProgress) {
-    ncclResult_t state = ncclSuccess, asked = ncclCommGetAsyncError(comm, &state);
-    if (asked != ncclSuccess) return asked;
-    result = state;
-    if (result == ncclInProgress) sched_yield();
-  }
-  return result;
-}

@@ -7,13 +7,11 @@
 #include <nccl.h>
 
 #include "commgraph.h"
+#include "nccl_settle.h"
 
 /* Prints "rank R: FAILED what: why" and aborts the job (a non-zero exit). */
 void cg_bench_fail(const char *what, const char *why);
-/* A call on a non-blocking communicator (NCCL_COMM_BLOCKING=0 makes every
- * communicator one) may return ncclInProgress: polls ncclCommGetAsyncError
- * until it has finished, as NCCL asks, and returns how it ended. */
-ncclResult_t cg_bench_nccl_settle(ncclComm_t comm, ncclResult_t result);
+
 
 #define CUDA_CHECK(call)                                                  \
   do {                                                                    \
@@ -26,7 +24,7 @@ ncclResult_t cg_bench_nccl_settle(ncclComm_t comm, ncclResult_t result);
     if (r_ != ncclSuccess) cg_bench_fail(#call, ncclGetErrorString(r_));  \
   } while (0)
 /* NCCL_CHECK for a call on `comm` outside a group: settled first */
-#define NCCL_CHECK_ON(comm, call) NCCL_CHECK(cg_bench_nccl_settle((comm), (call)))
+#define NCCL_CHECK_ON(comm, call) NCCL_CHECK(cg_test_nccl_settle((comm), (call)))
 #define CG_CHECK(call)                                                    \
   do {                                                                    \
     cg_status_t s_ = (call);                                              \

@@ -1,6 +1,5 @@
 #include "gpu_test.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,12 +174,12 @@ char *cg_gpu_plan_dot(const cg_plan_t *plan) {
   return text;
 }
 
-ncclResult_t cg_gpu_nccl_settle(ncclComm_t comm, ncclResult_t result) {
-  while (result == ncclInProgress) {
-    ncclResult_t state = ncclSuccess, asked = ncclCommGetAsyncError(comm, &state);
-    if (asked != ncclSuccess) return asked;
-    result = state;
-    if (result == ncclInProgress) sched_yield();
-  }
-  return result;
+
+cg_plan_t *cg_gpu_compile_all_ranks(cg_graph_t *g, const char *what) {
+  cg_plan_t *plan = NULL;
+  cg_status_t st = cg_compile(&plan, g, NULL);
+  char text[600];
+  snprintf(text, sizeof text, "%s: cg_compile: %s", what, st == CG_SUCCESS ? "" : cg_error_last());
+  ck_assert_all_ranks(st == CG_SUCCESS, text);
+  return plan;
 }

@@ -15,6 +15,7 @@
 #include "commgraph/cuda.h"
 #include "commgraph/nccl.h"
 #include "mpi_test.h"
+#include "nccl_settle.h"
 
 /* Seconds a test may take before the run aborts with its name. */
 #define CG_GPU_TEST_TIMEOUT 300
@@ -46,11 +47,9 @@ int cg_gpu_device(void); /* this rank's CUDA device (current on the main thread)
                   ncclGetErrorString(nccl_res_));                                                    \
   } while (0)
 
-/* A call on a non-blocking NCCL communicator (a wrapped one, or any under
- * NCCL_COMM_BLOCKING=0) may return ncclInProgress: polls
- * ncclCommGetAsyncError until it has finished, as NCCL asks, and returns how
- * it ended; any other result as it is. */
-ncclResult_t cg_gpu_nccl_settle(ncclComm_t comm, ncclResult_t result);
+/* cg_compile on every rank, asserting on every rank that it worked
+ * everywhere (`what` names the graph in the failure). */
+cg_plan_t *cg_gpu_compile_all_ranks(cg_graph_t *g, const char *what);
 
 /* A new device communicator over `mpi` on this rank's GPU: NCCL, or as
  * CG_GPU_TEST_BACKEND says: mpi (staged through host memory), hosttransfer,
