@@ -4,7 +4,7 @@
 #include "commgraph/mpi.h"
 #include "error.h"
 #include "mpi/mpi_backend.h"
-#include "topo/topo.h"
+#include "node/topology.h"
 #if CG_HAVE_NCCL
 #include "nccl/nccl_backend.h"
 #endif

@@ -1,6 +1,6 @@
 /* The communicator as the graph layer sees it: an identity, a rank in a size,
  * and a backend behind a table of operations. Backends fill `ops` and `impl`.
- * `backend` is the scheduler's interface to the backend (sched/backend.h);
+ * `backend` is the scheduler's interface to the backend (sched/plan/backend.h);
  * opaque here. */
 #ifndef CG_GRAPH_COMM_INTERNAL_H
 #define CG_GRAPH_COMM_INTERNAL_H
@@ -38,10 +38,10 @@ struct cg_comm {
   /* collectives issued over it by every plan, in order: the flight
    * recorder's sequence numbers, equal across ranks while they agree */
   atomic_uint_least64_t issued;
-  /* a timed-out replay aborted it (sched/cuda_watchdog.c): its backend ran
+  /* a timed-out replay aborted it (sched/exec/cuda/cuda_watchdog.c): its backend ran
    * its abort once, and no plan starts on it any more */
   atomic_int aborted;
-  /* CG_COMM_ABORT_*: whether an abort thread (sched/cuda_watchdog.c) still
+  /* CG_COMM_ABORT_*: whether an abort thread (sched/exec/cuda/cuda_watchdog.c) still
    * works on it; see cg_comm_abort_begin */
   atomic_int aborting;
   const cg_comm_ops_t *ops;

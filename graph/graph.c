@@ -1,4 +1,3 @@
-#include <ctype.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -8,42 +7,6 @@
 #include "graph_internal.h"
 
 static atomic_uint_fast64_t next_graph_serial = 1;
-
-cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *where, const char *what) {
-  if (given == expected) return CG_SUCCESS;
-  return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: %s.size is %zu, expected %zu: initialize it with its *_INIT macro",
-                 where, what, given, expected);
-}
-
-size_t cg_env_bytes(const char *name) {
-  const char *text = getenv(name);
-  if (!text || !*text) return 0;
-  char *end = NULL;
-  unsigned long long value = strtoull(text, &end, 10);
-  if (end == text) return 0;
-  int shift = 0;
-  switch (tolower((unsigned char)*end)) {
-    case 'k': shift = 10; break;
-    case 'm': shift = 20; break;
-    case 'g': shift = 30; break;
-    default: break;
-  }
-  if (value > (SIZE_MAX >> shift)) return SIZE_MAX;
-  return (size_t)value << shift;
-}
-
-char *cg_copy_text(const char *text, size_t max) {
-  size_t n = 0;
-  while (n < max && text[n]) n++;
-  if (text[n]) /* cut: do not split a UTF-8 sequence */
-    while (n && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
-  char *copy = malloc(n + 1);
-  if (copy) {
-    memcpy(copy, text, n);
-    copy[n] = '\0';
-  }
-  return copy;
-}
 
 cg_status_t cg_graph_create(cg_graph_t **out, const cg_graph_opts_t *opts) {
   cg_graph_opts_t defaults = CG_GRAPH_OPTS_INIT;

@@ -8,6 +8,7 @@
 #include "commgraph/graph.h"
 #include "comm_internal.h"
 #include "hazard.h"
+#include "text.h"
 
 typedef struct cg_node_rec {
   cg_node_kind_t kind;
@@ -66,14 +67,11 @@ static inline int cg_kind_has_op(cg_node_kind_t k) {
 static inline int cg_kind_has_root(cg_node_kind_t k) {
   return k == CG_NODE_BROADCAST || k == CG_NODE_REDUCE || k == CG_NODE_GATHER || k == CG_NODE_SCATTER;
 }
-
-/* A malloc'ed copy of at most `max` bytes of `text`, cut before a partial
- * UTF-8 sequence; NULL when out of memory. */
-char *cg_copy_text(const char *text, size_t max);
-
-/* The byte count in environment variable `name`: "64M", "1048576", "2g" (K, M,
- * G: powers of 1024); 0 when unset or unreadable, SIZE_MAX when too large. */
-size_t cg_env_bytes(const char *name);
+/* Kinds that fuse into buckets (sched/compile/fusion.c). */
+static inline int cg_kind_is_fusible(cg_node_kind_t k) {
+  return k == CG_NODE_ALLREDUCE || k == CG_NODE_REDUCE || k == CG_NODE_BROADCAST || k == CG_NODE_ALLGATHER ||
+         k == CG_NODE_REDUCE_SCATTER;
+}
 
 /* Adds `proto` (kind, comm, buffers, ...; edges and name ignored) as the next
  * node, with hazard edges for `access` (ignored for a fence). The caller has
@@ -89,10 +87,6 @@ cg_status_t cg_graph_check_node(const cg_graph_t *graph, cg_node_t node, const c
 /* Adds the edge before -> after with `causes`, or ORs the causes into an
  * existing one. Does not check for cycles. */
 cg_status_t cg_graph_link(cg_graph_t *graph, uint32_t before, uint32_t after, uint32_t causes);
-
-/* Accepts an options struct whose size field matches this library's; the
- * error detail starts with `where` and names the struct as `what`. */
-cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *where, const char *what);
 
 /* Records a node that runs user code (host function, child graph, event) with
  * the memory it declares in `access` (NULL: a fence). `caller` names the public

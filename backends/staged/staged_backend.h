@@ -9,7 +9,7 @@
  * nonblocking MPI calls and returns, and hosttransfer, where the GPU raises a
  * flag and the progress thread posts them (no host nodes at all). In both the
  * progress thread completes the calls and the GPU waits on a flag it writes
- * (hosttransfer/ht_engine.h). Both need MPI_THREAD_MULTIPLE: the progress
+ * (progress/progress_engine.h). Both need MPI_THREAD_MULTIPLE: the progress
  * thread and host nodes call MPI while the application may too. */
 #ifndef CG_BACKENDS_STAGED_BACKEND_H
 #define CG_BACKENDS_STAGED_BACKEND_H
@@ -18,7 +18,7 @@
 #include <mpi.h>
 
 #include "commgraph/comm.h"
-#include "hosttransfer/ht_engine.h"
+#include "progress/progress_engine.h"
 #include "mpi/mpi_backend.h"
 
 #define CG_STAGED_CHUNK_BYTES ((size_t)4 << 20)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "param.h"
 #include "graph_internal.h"
 #include "memory_kind.h"
 #include "staged_backend.h"
@@ -14,8 +15,8 @@
 #endif
 
 int cg_mpi_cuda_aware(void) {
-  const char *forced = getenv("CG_MPI_CUDA_AWARE");
-  if (forced && (strcmp(forced, "0") == 0 || strcmp(forced, "1") == 0)) return forced[0] == '1';
+  int forced = 0;
+  if (cg_param_switch(&forced, CG_PARAM_MPI_CUDA_AWARE)) return forced;
 #if defined(MPIX_GPU_SUPPORT_CUDA)
   int yes = 0;
   if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) == MPI_SUCCESS) return yes != 0;
@@ -64,7 +65,7 @@ static cg_status_t warmup(void *impl, const cg_plan_t *plan, uint32_t comm_index
   return CG_SUCCESS;
 }
 
-/* A timed-out replay: raise the done flags the GPU waits on (ht_engine.h). */
+/* A timed-out replay: raise the done flags the GPU waits on (progress_engine.h). */
 static void abort_comm(void *impl) {
   cg_ht_engine_abort(((cg_staged_comm_t *)impl)->mpi);
 }
@@ -140,13 +141,12 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
   s->device = opts->device;
   s->post_by_flag = opts->backend == CG_BACKEND_HOSTTRANSFER;
   const char *name = s->post_by_flag ? "hosttransfer" : "mpi";
-  size_t chunk = opts->chunk_bytes ? opts->chunk_bytes : cg_env_bytes("CG_CHUNK_BYTES");
+  size_t chunk = opts->chunk_bytes;
+  if (!chunk) cg_param_bytes(&chunk, CG_PARAM_CHUNK_BYTES);
   s->chunk_bytes = chunk == CG_CHUNK_NONE ? SIZE_MAX : chunk ? chunk : CG_STAGED_CHUNK_BYTES;
-  const char *chain_env = getenv("CG_BCAST_CHAIN_BYTES");
-  size_t chain = cg_env_bytes("CG_BCAST_CHAIN_BYTES");
-  s->bcast_chain_bytes = chain_env && strcmp(chain_env, "never") == 0 ? SIZE_MAX
-                         : chain                                      ? chain
-                                                                      : CG_STAGED_BCAST_CHAIN_BYTES;
+  size_t chain = 0; /* "never": SIZE_MAX */
+  cg_param_bytes(&chain, CG_PARAM_BCAST_CHAIN_BYTES);
+  s->bcast_chain_bytes = chain ? chain : CG_STAGED_BCAST_CHAIN_BYTES;
   int aware = cg_mpi_cuda_aware();
   s->direct = opts->staging == CG_STAGING_DIRECT || (opts->staging == CG_STAGING_AUTO && aware == 1);
   s->mpi_reads_device = aware != 0;

@@ -1,7 +1,7 @@
 /* One plan step of an MPI communicator on a device: copies into pinned
  * staging memory (on the GPU's NUMA node), MPI on the staging memory, copies
  * back. The MPI calls of a chunk (or of a group of sends and receives) form an
- * op of the progress engine (hosttransfer/ht_engine.h): posted by a host node
+ * op of the progress engine (progress/progress_engine.h): posted by a host node
  * (mpi-staged) or by the engine when the GPU raises the op's ready flag
  * (hosttransfer); the GPU waits for its done flag before copying back.
  *
@@ -33,7 +33,7 @@
 #include "memory_kind.h"
 #include "staged_backend.h"
 #include "staged_divide.h"
-#include "topo/topo.h"
+#include "node/topology.h"
 
 /* A cudaMemcpy2DAsync (height 1: a plain copy); width 0: none. */
 typedef struct copy {

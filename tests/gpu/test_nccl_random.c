@@ -11,7 +11,7 @@
  * Sends and receives: ring exchanges with random shifts, recorded send-first
  * or receive-first, several between two collectives of a communicator, some
  * sending what an earlier one received. NCCL plans issue them in groups by
- * level, and the ranks agree on the levels at compile time (sched/p2p_levels.c)
+ * level, and the ranks agree on the levels at compile time (sched/compile/p2p_levels.c)
  * so that a send and its receive land in groups of the same level; a mistake
  * there shows as a hang, which the time limit turns into a failure.
  *

@@ -1,5 +1,5 @@
 /* The progress engine of the MPI backends on device buffers
- * (backends/hosttransfer/ht_engine.h), driven on real ranks without a GPU:
+ * (backends/progress/progress_engine.h), driven on real ranks without a GPU:
  * this test plays the GPU's part, raising ready flags and waiting for done
  * flags in ordinary host memory, over host buffers of an MPI communicator.
  * It checks what the GPU suites cannot isolate: posting by ready flag in
@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "commgraph/mpi.h"
-#include "hosttransfer/ht_engine.h"
+#include "progress/progress_engine.h"
 #include "mpi_test.h"
 #include "plan_internal.h"
 

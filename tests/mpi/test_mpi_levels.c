@@ -1,4 +1,4 @@
-/* Levels of sends and receives on real ranks (sched/p2p_levels.c). Host plans
+/* Levels of sends and receives on real ranks (sched/compile/p2p_levels.c). Host plans
  * on MPI communicators are compiled, then given levels agreed over the plan's
  * communicators (what cg_compile does for device plans; it only needs the
  * control channel, which host communicators have too), then an issue order
@@ -27,6 +27,7 @@
 
 #include "agreement.h"
 #include "mpi_test.h"
+#include "lower.h"
 #include "plan_internal.h"
 
 #define NONE UINT32_MAX

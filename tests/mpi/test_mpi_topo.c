@@ -1,4 +1,4 @@
-/* Node topology on real ranks (backends/topo): local ranks, the device a rank
+/* Node topology on real ranks (backends/node): local ranks, the device a rank
  * takes (CG_DEVICE or local rank), pinned host memory near a GPU, binding a
  * thread near a GPU, the machine description. All ranks run on one machine
  * here, so the node's ranks are the world's. Without a GPU the device parts
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "mpi_test.h"
-#include "topo/topo.h"
+#include "node/topology.h"
 #if CG_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cgflight on hand-written flight recorder dumps (the format of
-# sched/flight.c): ranks in step, a rank that stopped one collective short,
+# sched/exec/flight.c): ranks in step, a rank that stopped one collective short,
 # a rank without a dump, rings that lost their early events, malformed lines
 # and bad arguments. Checks the exit status (0 in step, 1 diverged, 2 usage or
 # read error) and, with grep, the lines that name the seq, node and rank.

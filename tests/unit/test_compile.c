@@ -1,7 +1,7 @@
-/* cg_compile over offline communicators: the lowered plan (sched/compile.c)
+/* cg_compile over offline communicators: the lowered plan (sched/compile/compile.c)
  * read field by field and compared with the recorded graph, its text dump and
- * DOT drawing (sched/plan_dot.c), the refusal to run offline plans, and the host
- * executor (sched/host_exec.c) on plans made only of host functions, which run
+ * DOT drawing (sched/plan/plan_dot.c), the refusal to run offline plans, and the host
+ * executor (sched/exec/host_exec.c) on plans made only of host functions, which run
  * without any communicator. */
 #include <stdio.h>
 #include <stdlib.h>

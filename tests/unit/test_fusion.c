@@ -1,5 +1,5 @@
-/* Fusion (sched/fusion.c, lower.c, bucket.c, plan_dot.c) over offline
- * communicators, and arenas (sched/arena.c). Random programs are checked
+/* Fusion (sched/compile/fusion.c, lower.c, bucket.c, plan_dot.c) over offline
+ * communicators, and arenas (core/arena.c). Random programs are checked
  * against invariants computed here from the recorded graph and from the
  * buffers the test placed: which node is in which step or bucket, bucket keys
  * and sizes, independence of members, the plan's order against graph edges
@@ -801,7 +801,7 @@ END_TEST
  * graph/graph.c: a fence (host function without access, barrier) gets edges
  * only from the nodes nothing follows yet (collect_fence_preds), and a node
  * after a fence none when a predecessor recorded after the fence orders it;
- * both count on paths through comm-order edges. sched/lower.c (emit_steps)
+ * both count on paths through comm-order edges. sched/compile/lower.c (emit_steps)
  * lowers comm-order-only edges to collective -> collective, so along such a
  * path a bucket's unpack (writing members' outputs) no longer precedes the
  * fence, and its pack (reading members' inputs) no longer follows it. */

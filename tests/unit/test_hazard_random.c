@@ -422,7 +422,7 @@ static size_t check_structure(const cg_graph_t *gr, uint32_t n, int forward_only
   return n_preds;
 }
 
-/* The per-communicator sequences (sched/comm_order.c): one per communicator,
+/* The per-communicator sequences (sched/compile/comm_order.c): one per communicator,
  * in order of first use in record order, each holding exactly that
  * communicator's nodes with non-decreasing comm-order positions: its
  * collectives in record order, and each send or receive between the two

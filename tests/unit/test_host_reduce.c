@@ -1,4 +1,4 @@
-/* Host reductions (sched/host_reduce.c): float16 and bfloat16 conversions,
+/* Host reductions (backends/mpi/host_reduce.c): float16 and bfloat16 conversions,
  * cg_host_reduce for every type and reduction, and cg_host_divide. Each is
  * compared with a reference written here from the formats' definitions
  * (frexp/ldexp/nearbyint on doubles, wrapping integer arithmetic in uint64_t),
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_reduce.h"
+#include "mpi/host_reduce.h"
 #include "test_support.h"
 
 /* ck_assert for hot loops: Check logs every passing ck_assert, which costs a

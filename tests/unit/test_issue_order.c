@@ -1,5 +1,5 @@
-/* The issue order of a plan (sched/issue_order.c) and the levels of its sends
- * and receives (sched/p2p_levels.c): plan->issue_order, units and step->unit,
+/* The issue order of a plan (sched/compile/issue_order.c) and the levels of its sends
+ * and receives (sched/compile/p2p_levels.c): plan->issue_order, units and step->unit,
  * read after cg_compile over offline communicators, whose levels are local
  * (no control channel to agree over). Random graphs check the structural
  * promises (a partition of the steps into units in a topological order, groups
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "graph_view.h"
+#include "lower.h"
 #include "plan_internal.h"
 #include "test_support.h"
 
@@ -92,7 +93,7 @@ static uint32_t check_units(const cg_plan_t *p) {
   return groups;
 }
 
-/* ---- levels (sched/p2p_levels.c) restated from their definition, plainly and
+/* ---- levels (sched/compile/p2p_levels.c) restated from their definition, plainly and
  * slowly: a send or receive's level is 1 + the highest level of the sends and
  * receives of its communicator and interval (same `group`) from which a path
  * of dependencies (through any steps) leads to it, else 0; and at least the

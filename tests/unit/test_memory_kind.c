@@ -1,4 +1,4 @@
-/* Buffer placement (sched/memory_kind.c) on the machine at hand: pageable
+/* Buffer placement (core/memory_kind.c) on the machine at hand: pageable
  * host memory everywhere; with a GPU, device, managed and pinned memory and
  * allocation bounds. Without a CUDA driver (CI) every buffer is host memory,
  * so device communicators refuse pageable memory and host ones take it.

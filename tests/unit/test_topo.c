@@ -1,5 +1,5 @@
-/* Deterministic topological order (graph/topo.c) and per-communicator sequences
- * (sched/comm_order.c), by hand and against brute-force references on random
+/* Deterministic topological order (graph/order.c) and per-communicator sequences
+ * (sched/compile/comm_order.c), by hand and against brute-force references on random
  * graphs. Sequences come in order of each communicator's first use in record
  * order, and the comm-order edges keep each communicator's collectives in
  * record order, so ranks whose hazard edges differ still agree on them. */

@@ -1,0 +1,443 @@
+#include "fusion.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "error.h"
+#include "graph_view.h"
+#include "param.h"
+#include "rank_check.h"
+
+/* Used where neither the options, the environment nor the backend say. */
+#define DEFAULT_BUCKET_BYTES ((size_t)25 << 20)
+
+size_t cg_fusion_node_bytes(const cg_node_rec_t *node) {
+  size_t bytes = node->count * cg_dtype_size(node->dtype); /* recording checked it does not overflow */
+  if (node->kind == CG_NODE_ALLGATHER || node->kind == CG_NODE_REDUCE_SCATTER) bytes *= (size_t)node->comm->size;
+  return bytes;
+}
+
+/* Nodes that may share a bucket. */
+static int same_key(const cg_node_rec_t *a, const cg_node_rec_t *b) {
+  return a->kind == b->kind && a->comm == b->comm && a->dtype == b->dtype &&
+         (!cg_kind_has_op(a->kind) || a->op == b->op) && (!cg_kind_has_root(a->kind) || a->root == b->root);
+}
+
+static int env_fusion_off(void) {
+  int on = 1;
+  return cg_param_switch(&on, CG_PARAM_FUSION) && !on;
+}
+
+/* ---- the simulation */
+
+enum { WAITING, QUEUED, IN_BUCKET, DONE };
+
+typedef struct open_bucket {
+  int open;
+  uint32_t first, last; /* positions in the communicator's sequence */
+  size_t bytes;
+} open_bucket_t;
+
+typedef struct sim {
+  const cg_graph_t *g;
+  const cg_comm_order_t *order;
+  cg_fusion_t *f;
+  uint32_t *rank;     /* per node: place in the deterministic topological order */
+  uint32_t *seq;      /* per node: its communicator's sequence, UINT32_MAX for none */
+  uint32_t *pos;      /* per node: place in that sequence */
+  uint32_t *pending;  /* per node: dependencies not done */
+  uint8_t *state;
+  uint8_t *feeds_other; /* per node: a successor leads to communication off its communicator */
+  open_bucket_t *open; /* per sequence */
+  uint32_t *heap;      /* ready nodes by rank */
+  uint32_t n_heap;
+  uint32_t n_done;
+} sim_t;
+
+static void heap_push(sim_t *s, uint32_t node) {
+  uint32_t i = s->n_heap++;
+  s->heap[i] = node;
+  s->state[node] = QUEUED;
+  while (i > 0 && s->rank[s->heap[(i - 1) / 2]] > s->rank[s->heap[i]]) {
+    uint32_t parent = (i - 1) / 2, t = s->heap[parent];
+    s->heap[parent] = s->heap[i];
+    s->heap[i] = t;
+    i = parent;
+  }
+}
+
+static uint32_t heap_pop(sim_t *s) {
+  uint32_t top = s->heap[0];
+  s->heap[0] = s->heap[--s->n_heap];
+  for (uint32_t i = 0;;) {
+    uint32_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < s->n_heap && s->rank[s->heap[l]] < s->rank[s->heap[m]]) m = l;
+    if (r < s->n_heap && s->rank[s->heap[r]] < s->rank[s->heap[m]]) m = r;
+    if (m == i) break;
+    uint32_t t = s->heap[m];
+    s->heap[m] = s->heap[i];
+    s->heap[i] = t;
+    i = m;
+  }
+  return top;
+}
+
+static void extend(sim_t *s, uint32_t c);
+
+static void finish(sim_t *s, uint32_t node) {
+  s->state[node] = DONE;
+  s->n_done++;
+  const cg_node_rec_t *n = cg_graph_node(s->g, node);
+  for (uint32_t e = 0; e < n->succs.len; e++) {
+    uint32_t next = n->succs.items[e].node;
+    s->pending[next]--;
+    uint32_t c = s->seq[next];
+    /* the operation an open bucket waits for: it may join now */
+    if (c != UINT32_MAX && s->open[c].open && s->pos[next] == s->open[c].last + 1) {
+      extend(s, c);
+      continue;
+    }
+    if (s->pending[next] == 0 && s->state[next] == WAITING) heap_push(s, next);
+  }
+}
+
+static void close_bucket(sim_t *s, uint32_t c) {
+  open_bucket_t *b = &s->open[c];
+  b->open = 0;
+  const cg_comm_sequence_t *sq = &s->order->sequences[c];
+  for (uint32_t p = b->first; p <= b->last; p++) finish(s, sq->nodes[p]);
+}
+
+typedef enum { JOIN, WAIT, NEVER } verdict_t;
+
+static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why_t *why) {
+  const open_bucket_t *b = &s->open[c];
+  const cg_comm_sequence_t *sq = &s->order->sequences[c];
+  const cg_node_rec_t *n = cg_graph_node(s->g, node), *head = cg_graph_node(s->g, sq->nodes[b->first]);
+  uint32_t last = sq->nodes[b->last];
+  if (!cg_kind_is_fusible(n->kind) || !same_key(n, head)) {
+    *why = cg_kind_is_fusible(n->kind) ? CG_FUSE_DIFFERS : CG_FUSE_NOT_FUSIBLE;
+    return NEVER;
+  }
+  size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
+  /* a first member larger than the bucket size fills it alone */
+  if (b->bytes > cap || bytes > cap - b->bytes) {
+    *why = CG_FUSE_FULL;
+    return NEVER;
+  }
+  if (s->feeds_other[last]) {
+    *why = CG_FUSE_FEEDS;
+    return NEVER;
+  }
+  verdict_t v = JOIN;
+  for (uint32_t e = 0; e < n->preds.len; e++) {
+    const cg_edge_t *edge = &n->preds.items[e];
+    if (s->state[edge->node] == DONE) continue;
+    int member = s->seq[edge->node] == c && s->pos[edge->node] >= b->first && s->pos[edge->node] <= b->last;
+    if (member && edge->node == last && edge->causes == CG_EDGE_COMM_ORDER) continue;
+    if (member) {
+      *why = CG_FUSE_DEPENDS;
+      return NEVER;
+    }
+    v = WAIT;
+  }
+  return v;
+}
+
+/* Takes in the operations after the bucket's last member while they may
+ * join; closes the bucket once the next one never can. */
+static void extend(sim_t *s, uint32_t c) {
+  open_bucket_t *b = &s->open[c];
+  const cg_comm_sequence_t *sq = &s->order->sequences[c];
+  while (b->open) {
+    if (b->last + 1 >= sq->len) {
+      close_bucket(s, c);
+      return;
+    }
+    uint32_t next = sq->nodes[b->last + 1];
+    cg_fuse_why_t why = CG_FUSE_JOINED;
+    verdict_t v = joinable(s, c, next, &why);
+    if (v == WAIT) return;
+    if (v == NEVER) {
+      s->f->why[next] = (uint8_t)why;
+      close_bucket(s, c);
+      return;
+    }
+    b->last++;
+    b->bytes += cg_fusion_node_bytes(cg_graph_node(s->g, next));
+    s->state[next] = IN_BUCKET;
+    s->f->why[next] = CG_FUSE_JOINED;
+  }
+}
+
+static void open_bucket(sim_t *s, uint32_t node) {
+  uint32_t c = s->seq[node];
+  s->open[c] = (open_bucket_t){1, s->pos[node], s->pos[node], cg_fusion_node_bytes(cg_graph_node(s->g, node))};
+  s->state[node] = IN_BUCKET;
+  extend(s, c);
+}
+
+/* The open bucket whose first member comes first; UINT32_MAX if none. */
+static uint32_t lowest_open(const sim_t *s) {
+  uint32_t best = UINT32_MAX, best_rank = UINT32_MAX;
+  for (uint32_t c = 0; c < s->order->n_sequences; c++) {
+    if (!s->open[c].open) continue;
+    uint32_t r = s->rank[s->order->sequences[c].nodes[s->open[c].first]];
+    if (r < best_rank) best = c, best_rank = r;
+  }
+  return best;
+}
+
+static cg_status_t simulate(sim_t *s, const char *where) {
+  uint32_t n = cg_graph_node_count(s->g);
+  for (uint32_t v = 0; v < n; v++) {
+    s->pending[v] = cg_graph_node(s->g, v)->preds.len;
+    if (!s->pending[v]) heap_push(s, v);
+  }
+  for (;;) {
+    while (s->n_heap) {
+      uint32_t v = heap_pop(s);
+      const cg_node_rec_t *node = cg_graph_node(s->g, v);
+      if (cg_kind_is_fusible(node->kind) && s->f->bucket_bytes[s->seq[v]])
+        open_bucket(s, v);
+      else
+        finish(s, v);
+    }
+    uint32_t c = lowest_open(s);
+    if (c == UINT32_MAX) break;
+    const cg_comm_sequence_t *sq = &s->order->sequences[c];
+    uint32_t last = s->open[c].last;
+    if (last + 1 < sq->len) s->f->why[sq->nodes[last + 1]] = CG_FUSE_WAITED;
+    close_bucket(s, c);
+  }
+  if (s->n_done != n)
+    return cg_fail(CG_ERR_INTERNAL, "%s: fusion left %u of %u nodes unscheduled", where, n - s->n_done, n);
+  return CG_SUCCESS;
+}
+
+/* What communication a node's successors lead to, as a sequence index, or
+ * one of these. */
+#define REACH_NONE UINT32_MAX
+#define REACH_MANY (UINT32_MAX - 1)
+
+static uint32_t reach_merge(uint32_t a, uint32_t b) {
+  if (a == REACH_NONE) return b;
+  if (b == REACH_NONE || a == b) return a;
+  return REACH_MANY;
+}
+
+/* Nodes a search from one node may visit before it gives up (and the caller
+ * takes the safe answer): keeps the pass linear on large graphs. */
+#define SEARCH_BUDGET 256
+
+typedef struct search {
+  uint32_t *stamp, *stack, round;
+} search_t;
+
+/* Whether `to` depends on `from`, found within the budget. */
+static int depends_on(const cg_graph_t *g, search_t *sr, uint32_t from, uint32_t to) {
+  uint32_t top = 0, visited = 0;
+  sr->round++;
+  sr->stack[top++] = from;
+  sr->stamp[from] = sr->round;
+  while (top && visited++ < SEARCH_BUDGET) {
+    const cg_node_rec_t *x = cg_graph_node(g, sr->stack[--top]);
+    for (uint32_t e = 0; e < x->succs.len; e++) {
+      uint32_t w = x->succs.items[e].node;
+      if (w == to) return 1;
+      if (sr->stamp[w] == sr->round || top >= SEARCH_BUDGET) continue;
+      sr->stamp[w] = sr->round;
+      sr->stack[top++] = w;
+    }
+  }
+  return 0;
+}
+
+/* A bucket holds back what its members feed until its last member is done.
+ * Another rank may need that work (a collective on another communicator, a
+ * send, work before either) before it can reach a later member of the same
+ * bucket: every rank would then wait for the others. No rank sees that from
+ * its own graph, so a member may have the next operation joined after it only
+ * when everything else it feeds either leads to no communication off its
+ * communicator (later operations of the same communicator come after the
+ * bucket anyway) or depends on that next operation too (and so waits for the
+ * bucket's last member without fusion as well). */
+static cg_status_t find_feeds_other(sim_t *s, const uint32_t *topo, const char *where) {
+  uint32_t n = cg_graph_node_count(s->g);
+  uint32_t *reach = malloc((n ? n : 1) * sizeof *reach);
+  search_t sr = {calloc(n ? n : 1, sizeof *sr.stamp), malloc((SEARCH_BUDGET + 1) * sizeof *sr.stack), 0};
+  if (!reach || !sr.stamp || !sr.stack) {
+    free(reach), free(sr.stamp), free(sr.stack);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
+  }
+  for (uint32_t i = n; i-- > 0;) {
+    uint32_t v = topo[i], c = s->seq[v];
+    const cg_node_rec_t *node = cg_graph_node(s->g, v);
+    uint32_t next = c != REACH_NONE && s->pos[v] + 1 < s->order->sequences[c].len
+                        ? s->order->sequences[c].nodes[s->pos[v] + 1]
+                        : REACH_NONE;
+    uint32_t all = REACH_NONE;
+    for (uint32_t e = 0; e < node->succs.len; e++) {
+      uint32_t to = node->succs.items[e].node, to_seq = s->seq[to];
+      uint32_t self = to_seq == REACH_NONE ? REACH_NONE
+                      : cg_kind_is_p2p(cg_graph_node(s->g, to)->kind) ? REACH_MANY
+                                                                       : to_seq;
+      uint32_t r = reach_merge(self, reach[to]);
+      all = reach_merge(all, r);
+      if (to != next && r != REACH_NONE && r != c && !s->feeds_other[v])
+        s->feeds_other[v] = next == REACH_NONE || !depends_on(s->g, &sr, next, to);
+    }
+    reach[v] = all;
+  }
+  free(reach);
+  free(sr.stamp);
+  free(sr.stack);
+  return CG_SUCCESS;
+}
+
+/* Reasons for nodes that never join: the first on a communicator, kinds that
+ * do not fuse, differing neighbours. The simulation refines the rest. */
+static void initial_reasons(cg_fusion_t *f, const cg_graph_t *g, const cg_comm_order_t *order) {
+  uint32_t n = cg_graph_node_count(g);
+  for (uint32_t v = 0; v < n; v++) f->why[v] = CG_FUSE_NOT_FUSIBLE;
+  for (uint32_t c = 0; c < order->n_sequences; c++) {
+    const cg_comm_sequence_t *sq = &order->sequences[c];
+    for (uint32_t p = 0; p < sq->len; p++) {
+      const cg_node_rec_t *node = cg_graph_node(g, sq->nodes[p]);
+      if (!cg_kind_is_fusible(node->kind)) continue;
+      if (!f->bucket_bytes[c])
+        f->why[sq->nodes[p]] = CG_FUSE_OFF;
+      else if (p == 0)
+        f->why[sq->nodes[p]] = CG_FUSE_FIRST;
+      else
+        f->why[sq->nodes[p]] = same_key(node, cg_graph_node(g, sq->nodes[p - 1])) ? CG_FUSE_WAITED : CG_FUSE_DIFFERS;
+    }
+  }
+}
+
+cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_order_t *order, int enabled,
+                           size_t bucket_bytes, const char *where) {
+  cg_status_t st = CG_SUCCESS;
+  uint32_t n = cg_graph_node_count(g), n_seq = order->n_sequences;
+  size_t nn = n ? n : 1;
+  sim_t s = {.g = g, .order = order, .f = out};
+  *out = (cg_fusion_t){0};
+  out->why = malloc(nn);
+  out->bucket_bytes = calloc(n_seq ? n_seq : 1, sizeof *out->bucket_bytes);
+  out->n_comms = n_seq;
+  s.rank = malloc(nn * sizeof *s.rank);
+  s.seq = malloc(nn * sizeof *s.seq);
+  s.pos = malloc(nn * sizeof *s.pos);
+  s.pending = malloc(nn * sizeof *s.pending);
+  s.state = calloc(nn, 1);
+  s.feeds_other = calloc(nn, 1);
+  s.heap = malloc(nn * sizeof *s.heap);
+  s.open = calloc(n_seq ? n_seq : 1, sizeof *s.open);
+  uint32_t *topo = malloc(nn * sizeof *topo);
+  if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.feeds_other || !s.heap ||
+      !s.open || !topo) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
+    goto out;
+  }
+  if (enabled && env_fusion_off()) enabled = 0;
+  if (enabled && !bucket_bytes) cg_param_bytes(&bucket_bytes, CG_PARAM_BUCKET_BYTES);
+  for (uint32_t c = 0; c < n_seq && enabled; c++) {
+    const cg_comm_t *comm = order->sequences[c].comm;
+    const cg_backend_t *b = comm->ops->backend;
+    size_t preferred = b && b->bucket_bytes ? b->bucket_bytes(comm->impl) : 0;
+    out->bucket_bytes[c] = bucket_bytes ? bucket_bytes : preferred ? preferred : DEFAULT_BUCKET_BYTES;
+  }
+  initial_reasons(out, g, order);
+  if (!enabled) goto out;
+  if ((st = cg_graph_topo_order(g, topo)) != CG_SUCCESS) goto out;
+  for (uint32_t i = 0; i < n; i++) {
+    s.rank[topo[i]] = i;
+    s.seq[i] = UINT32_MAX;
+  }
+  for (uint32_t c = 0; c < n_seq; c++)
+    for (uint32_t p = 0; p < order->sequences[c].len; p++) {
+      s.seq[order->sequences[c].nodes[p]] = c;
+      s.pos[order->sequences[c].nodes[p]] = p;
+    }
+  if ((st = find_feeds_other(&s, topo, where)) != CG_SUCCESS) goto out;
+  st = simulate(&s, where);
+out:
+  free(topo);
+  free(s.rank);
+  free(s.seq);
+  free(s.pos);
+  free(s.pending);
+  free(s.state);
+  free(s.feeds_other);
+  free(s.heap);
+  free(s.open);
+  if (st != CG_SUCCESS) cg_fusion_free(out);
+  return st;
+}
+
+/* ---- agreement: a node stays joined where every rank joined it */
+
+static uint32_t sequence_index(const cg_comm_order_t *order, const cg_comm_t *comm) {
+  for (uint32_t c = 0; c < order->n_sequences; c++)
+    if (order->sequences[c].comm == comm) return c;
+  return UINT32_MAX;
+}
+
+cg_status_t cg_fusion_agree(cg_fusion_t *f, const cg_graph_t *g, const cg_comm_order_t *order,
+                            const cg_participants_t *pt, cg_status_t mine, const char *where) {
+  char detail[1024];
+  snprintf(detail, sizeof detail, "%s", mine != CG_SUCCESS ? cg_error_last() : "");
+  cg_status_t first = CG_SUCCESS;
+  char first_detail[600] = "";
+  for (uint32_t i = 0; i < pt->n; i++) {
+    const cg_comm_t *comm = pt->comms[i];
+    uint32_t c = sequence_index(order, comm);
+    const cg_comm_sequence_t *sq = c == UINT32_MAX ? NULL : &order->sequences[c];
+    /* one flag per collective (sends and receives may differ between ranks;
+     * collectives do not, after the check): status first */
+    uint32_t n_coll = 0;
+    for (uint32_t p = 0; sq && p < sq->len; p++) n_coll += !cg_kind_is_p2p(cg_graph_node(g, sq->nodes[p])->kind);
+    size_t bytes = 1 + (size_t)n_coll;
+    uint8_t *msg = calloc(bytes, 1), *all = calloc(bytes, (size_t)comm->size);
+    cg_status_t st = msg && all ? CG_SUCCESS : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion agreement", where);
+    if (msg) msg[0] = mine == CG_SUCCESS && st == CG_SUCCESS;
+    for (uint32_t p = 0, k = 0; msg && mine == CG_SUCCESS && sq && p < sq->len; p++) {
+      if (cg_kind_is_p2p(cg_graph_node(g, sq->nodes[p])->kind)) continue;
+      msg[1 + k++] = f->why[sq->nodes[p]] == CG_FUSE_JOINED;
+    }
+    if (msg && all) st = cg_control_allgather(comm, msg, all, bytes);
+    int failed = st == CG_SUCCESS ? -1 : comm->rank;
+    for (int r = 0; st == CG_SUCCESS && r < comm->size && failed < 0; r++)
+      if (!all[(size_t)r * bytes]) failed = r;
+    if (failed < 0 && mine == CG_SUCCESS && sq)
+      for (uint32_t p = 0, k = 0; p < sq->len; p++) {
+        uint32_t node = sq->nodes[p];
+        if (cg_kind_is_p2p(cg_graph_node(g, node)->kind)) continue;
+        int everywhere = 1;
+        for (int r = 0; r < comm->size; r++) everywhere &= all[(size_t)r * bytes + 1 + k];
+        k++;
+        if (f->why[node] == CG_FUSE_JOINED && !everywhere) f->why[node] = CG_FUSE_RANKS;
+      }
+    free(msg);
+    free(all);
+    if (failed >= 0 && first == CG_SUCCESS) {
+      char label[64];
+      first = st == CG_SUCCESS ? CG_ERR_BACKEND : st;
+      snprintf(first_detail, sizeof first_detail, "rank %d of communicator %s could not agree on buckets%s", failed,
+               cg_comm_id_label(label, sizeof label, comm->id),
+               st == CG_SUCCESS ? " (its own cg_compile says why)" : "");
+    }
+  }
+  if (mine != CG_SUCCESS) return cg_fail(mine, "%s", detail);
+  if (first != CG_SUCCESS) return cg_fail(first, "%s: %s", where, first_detail);
+  return CG_SUCCESS;
+}
+
+void cg_fusion_free(cg_fusion_t *f) {
+  if (!f) return;
+  free(f->why);
+  free(f->bucket_bytes);
+  *f = (cg_fusion_t){0};
+}

@@ -1,0 +1,596 @@
+/* The CUDA realizer: a device plan becomes one CUDA graph.
+ *
+ * Each lane gets a stream. Every communicator is warmed up on its lane outside
+ * any capture; then the plan is captured unit by unit (issue_order.c) in
+ * thread-local capture mode: lane 0 begins the capture, the other lanes join
+ * it through an event, each unit first waits for the events of its
+ * dependencies on other lanes, a unit of several sends and receives is
+ * bracketed by the backend's group calls, and a step that a step on another
+ * lane depends on records its event afterwards. The lanes join lane 0 again
+ * and the captured graph is instantiated once. A bucket's pack and unpack are
+ * one launch each of the batched copy kernel (bucket_cuda.c). Events used during capture
+ * only become edges of the graph, so they are destroyed right after it. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agreement.h"
+#include "backend.h"
+#include "bucket_cuda.h"
+#include "commgraph/cuda.h"
+#include "cuda_check.h"
+#include "cuda_plan_state.h"
+#include "device_exec.h"
+#include "error.h"
+#include "executor.h"
+#include "flight.h"
+#include "plan_internal.h"
+#include "plan_lock.h"
+#include "watchdog.h"
+
+static cg_status_t cuda_fail(cudaError_t err, const char *where, const char *call) {
+  return cg_fail_cuda(err, call, "%s", where);
+}
+
+static cg_status_t cuda_test(int *done, cg_plan_t *p);
+
+static void cuda_release(cg_plan_t *p) {
+  struct cg_cuda_plan *c = p->cuda;
+  if (!c) return;
+  /* replays still running on a user's stream use the graph and the
+   * communicators released right after this; a launch records nothing (it is
+   * one cudaGraphLaunch), so waiting for them means waiting for the device */
+  if (c->launched || c->embedded) cudaDeviceSynchronize();
+  if (c->exec) cudaGraphExecDestroy(c->exec);
+  if (c->graph) cudaGraphDestroy(c->graph);
+  if (c->embed_exec) cudaGraphExecDestroy(c->embed_exec);
+  if (c->embed_graph) cudaGraphDestroy(c->embed_graph);
+  for (uint32_t i = 0; c->children && i < p->n_steps; i++)
+    if (c->children[i]) cudaGraphDestroy(c->children[i]);
+  free(c->children);
+  if (c->lock) cudaFree(c->lock);
+  cg_cuda_watch_forget(p);
+  if (c->launch_done) cudaEventDestroy(c->launch_done);
+  free(c->timeout_report);
+  if (c->marks) cudaFreeHost(c->marks);
+  free(c->seq_base);
+  if (c->run_done) cudaEventDestroy(c->run_done);
+  for (uint32_t l = 0; c->lanes && l < c->n_lanes; l++)
+    if (c->lanes[l]) cudaStreamDestroy(c->lanes[l]);
+  free(c->lanes);
+  free(c);
+  p->cuda = NULL;
+}
+
+static const cg_backend_t *backend_of(const cg_step_t *s) { return s->comm->ops->backend; }
+
+/* Adds `child` (cloned) to the capture `stream` is part of, after what was
+ * captured on it so far; what is captured on it next follows the new node. */
+static cg_status_t capture_child_graph(cudaStream_t stream, cudaGraph_t child, const char *where) {
+#if CUDART_VERSION >= 12030
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  const cudaGraphEdgeData *edges = NULL;
+  size_t n_deps = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t err = cudaStreamGetCaptureInfo(stream, &status, NULL, &graph, &deps, &edges, &n_deps);
+#else
+  cudaError_t err = cudaStreamGetCaptureInfo_v3(stream, &status, NULL, &graph, &deps, &edges, &n_deps);
+#endif
+  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamGetCaptureInfo");
+  if (status != cudaStreamCaptureStatusActive)
+    return cg_fail(CG_ERR_BACKEND, "%s: the stream's capture was invalidated by an earlier error", where);
+  struct cudaGraphNodeParams params;
+  memset(&params, 0, sizeof params);
+  params.type = cudaGraphNodeTypeGraph;
+  params.graph.graph = child;
+  cudaGraphNode_t node = NULL;
+  if ((err = cudaGraphAddNode(&node, graph, deps, edges, n_deps, &params)) != cudaSuccess)
+    return cuda_fail(err, where, "cudaGraphAddNode (child graph)");
+#if CUDART_VERSION >= 13000
+  err = cudaStreamUpdateCaptureDependencies(stream, &node, NULL, 1, cudaStreamSetCaptureDependencies);
+#else
+  err = cudaStreamUpdateCaptureDependencies_v2(stream, &node, NULL, 1, cudaStreamSetCaptureDependencies);
+#endif
+  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamUpdateCaptureDependencies");
+  return CG_SUCCESS;
+#else
+  (void)stream;
+  (void)child;
+  return cg_fail(CG_ERR_UNSUPPORTED, "%s: child graphs in a capture need CUDA 12.3 or later (built with %d)", where,
+                 CUDART_VERSION);
+#endif
+}
+
+/* A child graph, event wait or event record step on its compute lane. */
+static cg_status_t capture_cuda_node(const cg_plan_t *p, uint32_t index, cudaStream_t lane, const char *where) {
+  const cg_step_t *s = &p->steps[index];
+  cudaError_t err = cudaSuccess;
+  switch (s->op_kind) {
+    case CG_NODE_CHILD_GRAPH: return capture_child_graph(lane, p->cuda->children[index], where);
+    case CG_NODE_EVENT_WAIT:
+      if ((err = cudaStreamWaitEvent(lane, (cudaEvent_t)s->object, cudaEventWaitExternal)) != cudaSuccess)
+        return cuda_fail(err, where, "cudaStreamWaitEvent (external)");
+      return CG_SUCCESS;
+    case CG_NODE_EVENT_RECORD:
+      if ((err = cudaEventRecordWithFlags((cudaEvent_t)s->object, lane, cudaEventRecordExternal)) != cudaSuccess)
+        return cuda_fail(err, where, "cudaEventRecordWithFlags (external)");
+      return CG_SUCCESS;
+    default: return cg_fail(CG_ERR_INTERNAL, "%s: step %u is not a CUDA node", where, index);
+  }
+}
+
+/* Enqueues one unit on its lane: waits, the steps (grouped), event records. */
+static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEvent_t *events, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  cudaStream_t lane = c->lanes[u->lane];
+  cudaError_t err = cudaSuccess;
+  cg_status_t st = CG_SUCCESS;
+  for (uint32_t k = 0; k < u->n; k++) {
+    const cg_step_t *s = &p->steps[p->issue_order[u->first + k]];
+    for (uint32_t e = 0; e < s->n_deps; e++) {
+      const cg_step_t *d = &p->steps[s->deps[e]];
+      if (d->lane != u->lane && (err = cudaStreamWaitEvent(lane, events[s->deps[e]], 0)) != cudaSuccess)
+        return cuda_fail(err, where, "cudaStreamWaitEvent");
+    }
+  }
+  const cg_step_t *first = &p->steps[p->issue_order[u->first]];
+  int grouped = u->n > 1;
+  if (grouped && (st = backend_of(first)->device_group_start(first->comm->impl)) != CG_SUCCESS) return st;
+  for (uint32_t k = 0; k < u->n && st == CG_SUCCESS; k++) {
+    uint32_t index = p->issue_order[u->first + k];
+    const cg_step_t *s = &p->steps[index];
+    if (s->kind == CG_STEP_HOST_FUNC) {
+      if ((err = cudaLaunchHostFunc(lane, s->fn, s->arg)) != cudaSuccess)
+        st = cuda_fail(err, where, "cudaLaunchHostFunc");
+    } else if (s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK) {
+      st = cg_cuda_bucket_copy(p, s, lane, where);
+    } else if (s->kind == CG_STEP_CUDA_NODE) {
+      st = capture_cuda_node(p, index, lane, where);
+    } else {
+      st = backend_of(s)->device_step_enqueue(s->comm->impl, s, lane);
+    }
+    if (st != CG_SUCCESS) {
+      char step[700], detail[512];
+      snprintf(detail, sizeof detail, "%s", cg_error_last());
+      cg_step_describe(step, sizeof step, p, index);
+      st = cg_fail(st, "%s: %s: %s", where, step, detail);
+    }
+  }
+  if (grouped) {
+    cg_status_t end = backend_of(first)->device_group_end(first->comm->impl);
+    if (st == CG_SUCCESS) st = end;
+  }
+  for (uint32_t k = 0; k < u->n && st == CG_SUCCESS && c->marks; k++)
+    if ((err = cg_progress_mark_launch(&c->marks_dev[p->issue_order[u->first + k]], lane)) != cudaSuccess)
+      st = cuda_fail(err, where, "the watchdog's progress mark");
+  for (uint32_t k = 0; k < u->n && st == CG_SUCCESS; k++) {
+    uint32_t index = p->issue_order[u->first + k];
+    if (events[index] && (err = cudaEventRecord(events[index], lane)) != cudaSuccess)
+      st = cuda_fail(err, where, "cudaEventRecord");
+  }
+  return st;
+}
+
+/* One event per step that a step on another lane waits for, and one per lane
+ * to join lane 0's capture and return to it. */
+static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, const cg_plan_t *p, const char *where) {
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    const cg_step_t *s = &p->steps[i];
+    int crosses = 0;
+    for (uint32_t e = 0; e < s->n_succs && !crosses; e++) crosses = p->steps[s->succs[e]].lane != s->lane;
+    if (!crosses) continue;
+    cudaError_t err = cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      events[i] = NULL;
+      return cuda_fail(err, where, "cudaEventCreateWithFlags");
+    }
+  }
+  for (uint32_t l = 0; l < p->n_lanes; l++) {
+    cudaError_t err = cudaEventCreateWithFlags(&joins[l], cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      joins[l] = NULL;
+      return cuda_fail(err, where, "cudaEventCreateWithFlags");
+    }
+  }
+  return CG_SUCCESS;
+}
+
+static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins,
+                                 const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  cudaError_t err = cudaStreamBeginCapture(c->lanes[0], cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamBeginCapture");
+  cg_status_t st = CG_SUCCESS;
+  /* the other lanes join the capture from lane 0 and return to it at the end */
+  if ((err = cudaEventRecord(joins[0], c->lanes[0])) != cudaSuccess) st = cuda_fail(err, where, "cudaEventRecord");
+  for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++)
+    if ((err = cudaStreamWaitEvent(c->lanes[l], joins[0], 0)) != cudaSuccess)
+      st = cuda_fail(err, where, "cudaStreamWaitEvent");
+  for (uint32_t u = 0; u < p->n_units && st == CG_SUCCESS; u++) st = capture_unit(p, &p->units[u], events, where);
+  for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++) {
+    if ((err = cudaEventRecord(joins[l], c->lanes[l])) != cudaSuccess ||
+        (err = cudaStreamWaitEvent(c->lanes[0], joins[l], 0)) != cudaSuccess)
+      st = cuda_fail(err, where, "joining the lanes");
+  }
+  /* ends the capture even after a failure, so the streams are usable again */
+  err = cudaStreamEndCapture(c->lanes[0], out);
+  if (st == CG_SUCCESS && err != cudaSuccess) st = cuda_fail(err, where, "cudaStreamEndCapture");
+  return st;
+}
+
+/* Captures the plan's steps into *out (compiling, and again on rebinding).
+ * Events used during capture only become edges of the graph, so they live
+ * only as long as this call. */
+static cg_status_t capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
+  cudaEvent_t *events = calloc(p->n_steps ? p->n_steps : 1, sizeof *events);
+  cudaEvent_t *joins = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *joins);
+  cg_status_t st = events && joins ? create_events(events, joins, p, where)
+                                   : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating capture events", where);
+  if (st == CG_SUCCESS) st = capture_units(out, p, events, joins, where);
+  for (uint32_t i = 0; events && i < p->n_steps; i++)
+    if (events[i]) cudaEventDestroy(events[i]);
+  for (uint32_t l = 0; joins && l < p->n_lanes; l++)
+    if (joins[l]) cudaEventDestroy(joins[l]);
+  free(events);
+  free(joins);
+  return st;
+}
+
+/* Streams, the lock, child graphs and the device: everything local that the
+ * warm-up and the capture need, before the ranks agree to start it. */
+static cg_status_t prepare(cg_plan_t *p, const char *where) {
+  struct cg_cuda_plan *c = p->cuda = calloc(1, sizeof *c);
+  if (c) c->lanes = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *c->lanes);
+  if (c) c->seq_base = calloc(p->n_comms ? p->n_comms : 1, sizeof *c->seq_base);
+  if (!c || !c->lanes || !c->seq_base) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
+  cudaError_t err = cudaSetDevice(p->device);
+  if (err != cudaSuccess) return cuda_fail(err, where, "cudaSetDevice");
+  c->n_lanes = p->n_lanes;
+  /* Collectives get the highest priority and bucket copies the lowest:
+   * captured kernels keep their stream's priority (the graph is instantiated
+   * to use it), so a copy kernel of thousands of blocks that overlaps a
+   * collective does not keep NCCL's blocks from starting. */
+  int least = 0, greatest = 0;
+  if ((err = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess)
+    return cuda_fail(err, where, "cudaDeviceGetStreamPriorityRange");
+  for (uint32_t l = 0; l < p->n_lanes; l++)
+    if ((err = cudaStreamCreateWithPriority(&c->lanes[l], cudaStreamNonBlocking,
+                                            p->lanes[l].kind == CG_LANE_PACK || p->lanes[l].kind == CG_LANE_UNPACK
+                                                ? least
+                                                : greatest)) != cudaSuccess)
+      return cuda_fail(err, where, "creating lane streams");
+  if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess)
+    return cuda_fail(err, where, "cudaEventCreateWithFlags");
+  if ((err = cudaMalloc((void **)&c->lock, sizeof *c->lock)) != cudaSuccess) {
+    c->lock = NULL;
+    return cuda_fail(err, where, "cudaMalloc (the plan's lock)");
+  }
+  if ((err = cudaMemset(c->lock, 0, sizeof *c->lock)) != cudaSuccess) return cuda_fail(err, where, "cudaMemset");
+  if (p->timeout_s > 0) {
+    size_t bytes = (p->n_steps ? p->n_steps : 1) * sizeof *c->marks;
+    if ((err = cudaHostAlloc((void **)&c->marks, bytes, cudaHostAllocMapped)) != cudaSuccess) {
+      c->marks = NULL;
+      return cuda_fail(err, where, "cudaHostAlloc (the watchdog's progress marks)");
+    }
+    memset(c->marks, 0, bytes);
+    if ((err = cudaHostGetDevicePointer((void **)&c->marks_dev, c->marks, 0)) != cudaSuccess)
+      return cuda_fail(err, where, "cudaHostGetDevicePointer");
+    if ((err = cudaEventCreateWithFlags(&c->launch_done, cudaEventDisableTiming)) != cudaSuccess) {
+      c->launch_done = NULL;
+      return cuda_fail(err, where, "cudaEventCreateWithFlags (the watchdog's)");
+    }
+  }
+  /* the recorded graph owns the child graphs and may be destroyed after
+   * compiling; the plan keeps its own copies, to capture again on rebinding */
+  if (!(c->children = calloc(p->n_steps ? p->n_steps : 1, sizeof *c->children)))
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    cg_step_t *s = &p->steps[i];
+    if (s->kind != CG_STEP_CUDA_NODE || s->op_kind != CG_NODE_CHILD_GRAPH) continue;
+    if ((err = cudaGraphClone(&c->children[i], (cudaGraph_t)s->object)) != cudaSuccess) {
+      c->children[i] = NULL;
+      return cuda_fail(err, where, "cudaGraphClone");
+    }
+    s->object = c->children[i];
+  }
+  return CG_SUCCESS;
+}
+
+/* The graph users embed: the lock, the plan's graph as a child, the unlock. */
+static cg_status_t build_embed_graph(cudaGraph_t *out, cg_plan_t *p, cudaGraph_t plan_graph, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  cudaStream_t s = c->lanes[0];
+  cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamBeginCapture");
+  cg_status_t st = CG_SUCCESS;
+  if ((err = cg_plan_lock_launch(c->lock, s)) != cudaSuccess) st = cuda_fail(err, where, "the plan's lock kernel");
+  if (st == CG_SUCCESS) st = capture_child_graph(s, plan_graph, where);
+  if (st == CG_SUCCESS && (err = cg_plan_unlock_launch(c->lock, s)) != cudaSuccess)
+    st = cuda_fail(err, where, "the plan's unlock kernel");
+  err = cudaStreamEndCapture(s, out);
+  if (st == CG_SUCCESS && err != cudaSuccess) st = cuda_fail(err, where, "cudaStreamEndCapture");
+  return st;
+}
+
+/* Instantiates `graph` into *exec and moves it to the device, so the first
+ * launch does not pay for it. */
+static cg_status_t instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStream_t stream, const char *where) {
+  cudaError_t err = cudaGraphInstantiateWithFlags(exec, graph, cudaGraphInstantiateFlagUseNodePriority);
+  if (err != cudaSuccess) {
+    *exec = NULL;
+    return cuda_fail(err, where, "cudaGraphInstantiateWithFlags");
+  }
+  if ((err = cudaGraphUpload(*exec, stream)) != cudaSuccess) return cuda_fail(err, where, "cudaGraphUpload");
+  return CG_SUCCESS;
+}
+
+/* Warms up every communicator whose ranks all agreed to, in agreed-id order
+ * (its peers are warming it up too, whatever failed elsewhere); returns the
+ * first failure. */
+static cg_status_t warm_up(cg_plan_t *p, const cg_participants_t *pt, const uint8_t *go, const char *where) {
+  cg_status_t first = CG_SUCCESS;
+  for (uint32_t i = 0; i < pt->n; i++) {
+    uint32_t ci = UINT32_MAX;
+    for (uint32_t k = 0; k < p->n_comms && ci == UINT32_MAX; k++)
+      if (p->comms[k].comm == pt->comms[i]) ci = k;
+    if (!go[i] || ci == UINT32_MAX) continue; /* joined only: no steps, no peers of this rank's */
+    const cg_comm_t *comm = pt->comms[i];
+    cg_status_t st = comm->ops->backend->device_warmup(comm->impl, p, ci, p->cuda->lanes[ci]);
+    if (st != CG_SUCCESS && first == CG_SUCCESS) {
+      char detail[512], label[64];
+      snprintf(detail, sizeof detail, "%s", cg_error_last());
+      first = cg_fail(st, "%s: warming up communicator %s (%s, rank %d of %d): %s", where,
+                      cg_comm_id_label(label, sizeof label, comm->id), comm->ops->backend_name, comm->rank,
+                      comm->size, detail);
+    }
+  }
+  return first;
+}
+
+static cg_status_t cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t mine, const char *where) {
+  cg_status_t st = mine;
+  cudaError_t err = cudaSuccess;
+  int previous = 0;
+  uint8_t *go = malloc(pt->n ? pt->n : 1);
+  cudaGetDevice(&previous);
+  if (st == CG_SUCCESS && !go) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
+  if (st == CG_SUCCESS) st = prepare(p, where);
+  /* the warm-up is collective: each communicator's ranks first agree that all
+   * of them can take part */
+  cg_status_t agreed = cg_agree(go, pt, st, "prepare its CUDA graph", where);
+  if (st == CG_SUCCESS && go) st = warm_up(p, pt, go, where);
+  if (st == CG_SUCCESS) st = agreed;
+  if (st == CG_SUCCESS) st = capture(&p->cuda->graph, p, where);
+  struct cg_cuda_plan *c = st == CG_SUCCESS ? p->cuda : NULL;
+  if (st == CG_SUCCESS) st = instantiate(&c->exec, c->graph, c->lanes[0], where);
+  if (st == CG_SUCCESS) st = build_embed_graph(&c->embed_graph, p, c->graph, where);
+  if (st == CG_SUCCESS && (err = cudaStreamSynchronize(c->lanes[0])) != cudaSuccess)
+    st = cuda_fail(err, where, "cudaStreamSynchronize");
+  cudaSetDevice(previous);
+  free(go);
+  /* p may be NULL only when mine failed: nothing above touched it */
+  /* so none is left with a graph whose peers have none */
+  return cg_agree(NULL, pt, st, "build its CUDA graph", where);
+}
+
+/* The executable graph a launch uses: the plan's own, or once the plan has
+ * been embedded, the one that takes the lock (instantiated on first need,
+ * outside any capture). */
+static cg_status_t launch_exec(cudaGraphExec_t *out, cg_plan_t *p, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  *out = c->exec;
+  if (!c->embedded) return CG_SUCCESS;
+  if (!c->embed_exec) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(p->device);
+    cg_status_t st = instantiate(&c->embed_exec, c->embed_graph, c->lanes[0], where);
+    cudaSetDevice(previous);
+    if (st != CG_SUCCESS) return st;
+  }
+  *out = c->embed_exec;
+  return CG_SUCCESS;
+}
+
+static cg_status_t check_device_plan(const cg_plan_t *plan, const char *caller) {
+  if (!plan) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL plan", caller);
+  if (!plan->cuda)
+    return cg_fail(CG_ERR_UNSUPPORTED, "%s: plan%s%s%s runs on the host (its communicators hold host "
+                   "buffers): use cg_plan_run", caller, plan->name ? " '" : "", plan->name ? plan->name : "",
+                   plan->name ? "'" : "");
+  return CG_SUCCESS;
+}
+
+/* A replay was launched: counted, and each communicator's sequence numbers
+ * advance by the plan's collectives on it (the graph issues them all). */
+static void note_launch(cg_plan_t *p) {
+  p->replays++;
+  for (uint32_t c = 0; c < p->n_comms; c++)
+    p->cuda->seq_base[c] = atomic_fetch_add(&p->comms[c].comm->issued, p->comms[c].n_steps);
+  cg_flight_plan(p, CG_FLIGHT_REPLAY_START, p->replays);
+}
+
+
+cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
+  cg_status_t st = check_device_plan(plan, "cg_plan_launch");
+  if (st != CG_SUCCESS) return st;
+  struct cg_cuda_plan *c = plan->cuda;
+  enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(stream, &capturing);
+  if (err != cudaSuccess) return cuda_fail(err, "cg_plan_launch", "cudaStreamIsCapturing");
+  if (capturing == cudaStreamCaptureStatusInvalidated)
+    return cg_fail(CG_ERR_BACKEND, "cg_plan_launch: the stream's capture was invalidated by an earlier error");
+  if (capturing == cudaStreamCaptureStatusActive) {
+    /* from now on every replay, this copy's and the plan's own, takes the lock */
+    c->embedded = 1;
+    return capture_child_graph(stream, c->embed_graph, "cg_plan_launch (into the stream's capture)");
+  }
+  if ((st = cg_cuda_check_runnable(plan, "cg_plan_launch")) != CG_SUCCESS) return st;
+  cudaGraphExec_t exec = NULL;
+  if ((st = launch_exec(&exec, plan, "cg_plan_launch")) != CG_SUCCESS) return st;
+  if ((err = cudaGraphLaunch(exec, stream)) != cudaSuccess) return cuda_fail(err, "cg_plan_launch", "cudaGraphLaunch");
+  note_launch(plan);
+  c->launched = 1;
+  if (c->marks) {
+    if ((err = cudaEventRecord(c->launch_done, stream)) != cudaSuccess)
+      return cuda_fail(err, "cg_plan_launch", "cudaEventRecord (the watchdog's)");
+    return cg_cuda_watch_launch(plan);
+  }
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
+  if (!out) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_cuda_graph: NULL out");
+  cg_status_t st = check_device_plan(plan, "cg_plan_cuda_graph");
+  if (st != CG_SUCCESS) return st;
+  plan->cuda->embedded = 1;
+  *out = plan->cuda->embed_graph;
+  return CG_SUCCESS;
+}
+
+static cg_status_t cuda_start(cg_plan_t *p) {
+  struct cg_cuda_plan *c = p->cuda;
+  int done = 1;
+  cg_status_t st = cg_cuda_check_runnable(p, "cg_plan_start");
+  if (st != CG_SUCCESS) return st;
+  st = cuda_test(&done, p);
+  if (st != CG_SUCCESS) return st;
+  if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: the plan's previous run has not finished");
+  cudaGraphExec_t exec = NULL;
+  if ((st = launch_exec(&exec, p, "cg_plan_start")) != CG_SUCCESS) return st;
+  cudaError_t err = cudaGraphLaunch(exec, c->lanes[0]);
+  if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
+  if (err != cudaSuccess) return cuda_fail(err, "cg_plan_start", "cudaGraphLaunch");
+  c->running = 1;
+  c->started_ns = cg_watchdog_now_ns();
+  note_launch(p);
+  return CG_SUCCESS;
+}
+
+/* cg_plan_start's replay has ended (err: how the event says it did). */
+static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *caller) {
+  p->cuda->running = 0;
+  if (err != cudaSuccess) return cuda_fail(err, caller, "the replay");
+  cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
+  return CG_SUCCESS;
+}
+
+/* cg_plan_start's replay is still running: a timeout once it ran too long. */
+static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
+  if (!cg_watchdog_expired(p, p->cuda->started_ns)) return 0;
+  p->cuda->running = 0;
+  *st = cg_watchdog_notify_waiter(cg_cuda_time_out(p, caller, p->replays));
+  return 1;
+}
+
+static cg_status_t cuda_test(int *done, cg_plan_t *p) {
+  cg_status_t st = CG_SUCCESS;
+  *done = 1;
+  if (!p->cuda->running) return CG_SUCCESS;
+  cudaError_t err = cudaEventQuery(p->cuda->run_done);
+  if (err != cudaErrorNotReady) return replay_ended(p, err, "cg_plan_test");
+  if (replay_expired(p, &st, "cg_plan_test")) return st;
+  *done = 0;
+  return CG_SUCCESS;
+}
+
+static cg_status_t cuda_wait(cg_plan_t *p) {
+  struct cg_cuda_plan *c = p->cuda;
+  cg_status_t st = CG_SUCCESS;
+  if (!c->running) return CG_SUCCESS;
+  if (p->timeout_s <= 0) return replay_ended(p, cudaEventSynchronize(c->run_done), "cg_plan_wait");
+  /* polled, so the wait can end: a short sleep keeps a core free for the
+   * progress thread and MPI */
+  for (;;) {
+    cudaError_t err = cudaEventQuery(c->run_done);
+    if (err != cudaErrorNotReady) return replay_ended(p, err, "cg_plan_wait");
+    if (replay_expired(p, &st, "cg_plan_wait")) return st;
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+}
+
+/* ---- rebinding (rebind.c decides; this captures again) */
+
+static cg_status_t cuda_quiesce(cg_plan_t *p, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  int done = 1;
+  cg_status_t st = cuda_test(&done, p);
+  if (st != CG_SUCCESS) return st;
+  if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "%s: the plan's cg_plan_start replay is running: wait for it first", where);
+  /* launches on users' streams record nothing the plan could wait for */
+  if (c->launched || c->embedded) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(p->device);
+    cudaError_t err = cudaDeviceSynchronize();
+    cudaSetDevice(previous);
+    if (err != cudaSuccess) return cuda_fail(err, where, "cudaDeviceSynchronize (replays in flight)");
+  }
+  return CG_SUCCESS;
+}
+
+/* Points `*exec` at `graph`: updated in place where CUDA can, instantiated
+ * anew otherwise. */
+static cg_status_t update_exec(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStream_t stream, const char *where) {
+  cudaGraphExecUpdateResultInfo info;
+  if (cudaGraphExecUpdate(*exec, graph, &info) == cudaSuccess) return CG_SUCCESS;
+  cudaGetLastError();
+  cudaGraphExec_t fresh = NULL;
+  cg_status_t st = instantiate(&fresh, graph, stream, where);
+  if (st != CG_SUCCESS) return st;
+  cudaGraphExecDestroy(*exec);
+  *exec = fresh;
+  return CG_SUCCESS;
+}
+
+static cg_status_t cuda_rebuild(cg_plan_t *p, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  cudaGraph_t graph = NULL, embed = NULL;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(p->device);
+  cg_status_t st = capture(&graph, p, where);
+  if (st == CG_SUCCESS) st = build_embed_graph(&embed, p, graph, where);
+  /* the executable graphs change only once everything new exists */
+  if (st == CG_SUCCESS) st = update_exec(&c->exec, graph, c->lanes[0], where);
+  if (st == CG_SUCCESS && c->embed_exec && update_exec(&c->embed_exec, embed, c->lanes[0], where) != CG_SUCCESS) {
+    cudaGraphExecDestroy(c->embed_exec); /* instantiated again when next needed */
+    c->embed_exec = NULL;
+  }
+  if (st == CG_SUCCESS) {
+    cudaGraphDestroy(c->graph);
+    cudaGraphDestroy(c->embed_graph);
+    c->graph = graph;
+    c->embed_graph = embed;
+    graph = embed = NULL;
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (embed) cudaGraphDestroy(embed);
+  cudaSetDevice(previous);
+  return st;
+}
+
+cg_status_t cg_executor_current_device(int *device, const char *where) {
+  cudaError_t err = cudaGetDevice(device);
+  return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, where, "cudaGetDevice");
+}
+
+static const cg_executor_t cuda_executor = {
+    .name = "cuda",
+    .build = cuda_build,
+    .prepare_buckets = cg_cuda_bucket_tables,
+    .release = cuda_release,
+    .start = cuda_start,
+    .test = cuda_test,
+    .wait = cuda_wait,
+    .quiesce = cuda_quiesce,
+    .rebuild = cuda_rebuild,
+};
+
+const cg_executor_t *cg_device_executor(void) { return &cuda_executor; }

@@ -1,0 +1,88 @@
+#include "agreement.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend.h"
+#include "error.h"
+#include "plan_internal.h"
+
+static int has_control(const cg_comm_t *c) { return c->ops->backend && c->ops->backend->control_allgather_start; }
+
+/* "3 (world leader 0)": an MPI communicator's agreed id is its agreed
+ * number and the world rank of its rank 0 (backends/mpi/mpi_comm.c). */
+const char *cg_comm_id_label(char *buf, size_t size, uint64_t id) {
+  if (id >> 24)
+    snprintf(buf, size, "%llu (world leader %llu)", (unsigned long long)(id >> 24),
+             (unsigned long long)(id & 0xFFFFFFu));
+  else
+    snprintf(buf, size, "%llu", (unsigned long long)id);
+  return buf;
+}
+
+cg_status_t cg_participants_make(cg_participants_t *out, cg_comm_t *const *list, uint32_t n_list, const char *where) {
+  *out = (cg_participants_t){0};
+  cg_comm_t **comms = malloc(((size_t)n_list + 1) * sizeof *comms);
+  if (!comms) return cg_fail(CG_ERR_NO_MEMORY, "%s: listing communicators", where);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < n_list; i++) {
+    cg_comm_t *c = list[i];
+    if (!has_control(c)) continue;
+    uint32_t k = n++;
+    for (; k > 0 && comms[k - 1]->id > c->id; k--) comms[k] = comms[k - 1];
+    comms[k] = c;
+  }
+  *out = (cg_participants_t){comms, n};
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_participants_of_plan(cg_participants_t *out, const cg_plan_t *plan, const char *where) {
+  cg_comm_t **comms = malloc(((size_t)plan->n_comms + 1) * sizeof *comms);
+  if (!comms) return cg_fail(CG_ERR_NO_MEMORY, "%s: listing communicators", where);
+  for (uint32_t c = 0; c < plan->n_comms; c++) comms[c] = plan->comms[c].comm;
+  cg_status_t st = cg_participants_make(out, comms, plan->n_comms, where);
+  free(comms);
+  return st;
+}
+
+void cg_participants_free(cg_participants_t *pt) {
+  free(pt->comms);
+  *pt = (cg_participants_t){0};
+}
+
+cg_status_t cg_control_allgather(const cg_comm_t *comm, const void *mine, void *all, size_t bytes) {
+  const cg_backend_t *b = comm->ops->backend;
+  void *request = NULL;
+  int done = 0;
+  cg_status_t st = b->control_allgather_start(&request, comm->impl, mine, all, bytes);
+  while (st == CG_SUCCESS && !done) st = b->control_test(&done, comm->impl, request);
+  return st;
+}
+
+cg_status_t cg_agree(uint8_t *all_ok, const cg_participants_t *pt, cg_status_t mine, const char *what,
+                     const char *where) {
+  char detail[1024];
+  snprintf(detail, sizeof detail, "%s", mine != CG_SUCCESS ? cg_error_last() : "");
+  cg_status_t first = CG_SUCCESS;
+  char first_detail[600] = "";
+  for (uint32_t i = 0; i < pt->n; i++) {
+    const cg_comm_t *comm = pt->comms[i];
+    int32_t ok = mine == CG_SUCCESS, *all = malloc((size_t)comm->size * sizeof *all);
+    cg_status_t st = all ? cg_control_allgather(comm, &ok, all, sizeof ok) : CG_ERR_NO_MEMORY;
+    int failed = st == CG_SUCCESS ? -1 : comm->rank;
+    for (int r = 0; st == CG_SUCCESS && r < comm->size && failed < 0; r++)
+      if (!all[r]) failed = r;
+    free(all);
+    if (all_ok) all_ok[i] = failed < 0;
+    if (failed >= 0 && first == CG_SUCCESS) {
+      char label[64];
+      first = st == CG_SUCCESS ? CG_ERR_BACKEND : st;
+      snprintf(first_detail, sizeof first_detail, "rank %d of communicator %s could not %s%s", failed,
+               cg_comm_id_label(label, sizeof label, comm->id), what,
+               st == CG_SUCCESS ? " (its own cg_compile says why)" : "");
+    }
+  }
+  if (mine != CG_SUCCESS) return cg_fail(mine, "%s", detail);
+  if (first != CG_SUCCESS) return cg_fail(first, "%s: %s", where, first_detail);
+  return CG_SUCCESS;
+}

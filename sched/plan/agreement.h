@@ -1,0 +1,45 @@
+/* Agreement among the ranks after the cross-rank check. Compiling a device
+ * plan has collective steps after the check (settling send/receive levels,
+ * warming up, agreeing that every rank built its graph). A rank whose local
+ * work fails still takes part in every one of them, carrying its failure, so
+ * the others fail too instead of waiting for it. The participants are the
+ * communicators of the graph that have a control channel plus those this rank
+ * joined in the check without using them, in order of agreed id: the same
+ * order on every rank, so blocking steps done one communicator after another
+ * cannot wait in a cycle. */
+#ifndef CG_SCHED_AGREEMENT_H
+#define CG_SCHED_AGREEMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm_internal.h"
+
+typedef struct cg_participants {
+  cg_comm_t **comms; /* by agreed id; not retained (the graph and the caller hold them) */
+  uint32_t n;
+} cg_participants_t;
+
+/* The communicators of `list` that have a control channel, by agreed id. */
+cg_status_t cg_participants_make(cg_participants_t *out, cg_comm_t *const *list, uint32_t n_list, const char *where);
+/* The same for a compiled plan's communicators. */
+struct cg_plan;
+cg_status_t cg_participants_of_plan(cg_participants_t *out, const struct cg_plan *plan, const char *where);
+void cg_participants_free(cg_participants_t *pt);
+
+/* One round over every participant: each learns whether all its ranks are at
+ * CG_SUCCESS. all_ok (may be NULL) gets one flag per participant. Returns
+ * `mine` (with its detail) if it failed, else a failure naming the first rank
+ * and communicator that did not succeed, else CG_SUCCESS. `what` completes
+ * "rank 2 of communicator 3 (world leader 0) could not <what>". */
+cg_status_t cg_agree(uint8_t *all_ok, const cg_participants_t *pt, cg_status_t mine, const char *what,
+                     const char *where);
+
+/* "3 (world leader 0)": how messages name a communicator by its agreed id, the
+ * same on every rank. */
+const char *cg_comm_id_label(char *buf, size_t size, uint64_t id);
+
+/* The control channel as a blocking allgather. */
+cg_status_t cg_control_allgather(const cg_comm_t *comm, const void *mine, void *all, size_t bytes);
+
+#endif
