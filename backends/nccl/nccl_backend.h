@@ -52,16 +52,6 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
 /* The control part of an NCCL communicator; NULL for other backends. */
 const cg_mpi_comm_t *cg_nccl_comm_control(const cg_comm_t *comm);
 
-/* CG_ERR_BACKEND with "<call>: <NCCL's text> (<NCCL's last error>)". */
-cg_status_t cg_nccl_fail(ncclResult_t result, ncclComm_t comm, const char *call);
-/* A non-blocking communicator's call may return ncclInProgress: waits until
- * the communicator has finished it (ncclCommGetAsyncError) and returns how it
- * ended; any other result as it is. Every NCCL call of the backend goes
- * through it, so the backend is right whether NCCL_COMM_BLOCKING (which
- * overrides config.blocking) is unset, 0 or 1, and whether a wrapped
- * communicator is blocking or not. */
-ncclResult_t cg_nccl_settle(ncclComm_t comm, ncclResult_t result);
-
 /* Steps (nccl_steps.c), referenced by the backend table. */
 cg_status_t cg_nccl_warmup(void *comm_impl, const cg_plan_t *plan, uint32_t comm_index, void *stream);
 cg_status_t cg_nccl_group_start(void *comm_impl);

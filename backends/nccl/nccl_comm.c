@@ -1,32 +1,16 @@
 /* Communicators over NCCL: created from an MPI_Comm (rank 0's unique id goes
  * out over MPI) or wrapped around one the application owns. */
 #include <cuda_runtime_api.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "commgraph/nccl.h"
+#include "cuda_check.h"
 #include "error.h"
 #include "graph_internal.h"
 #include "memory_kind.h"
 #include "nccl_backend.h"
-
-cg_status_t cg_nccl_fail(ncclResult_t result, ncclComm_t comm, const char *call) {
-  const char *last = ncclGetLastError(comm);
-  return cg_fail(CG_ERR_BACKEND, "%s: %s%s%s%s", call, ncclGetErrorString(result), last && *last ? " (" : "",
-                 last ? last : "", last && *last ? ")" : "");
-}
-
-ncclResult_t cg_nccl_settle(ncclComm_t comm, ncclResult_t r) {
-  while (r == ncclInProgress && comm) {
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
-    if (asked != ncclSuccess) return asked;
-    r = state;
-    if (r == ncclInProgress) sched_yield();
-  }
-  return r;
-}
+#include "nccl_check.h"
 
 /* Ends the communicators commgraph owns. The user's is aborted when a replay
  * timed out (finalizing may then wait for peers that are gone) unless the
@@ -163,18 +147,28 @@ static int all_ranks_ok(int ok, MPI_Comm mpi) {
   return all;
 }
 
-/* The barrier word, on the communicator's device; "" or why not. */
+/* The barrier word, on the communicator's device; "" or why not (the CUDA
+ * error's detail, as cg_fail_cuda words it). */
 static void alloc_barrier_word(cg_nccl_comm_t *n, char *why, size_t size) {
   int previous = 0;
   cudaGetDevice(&previous);
+  const char *call = "cudaSetDevice";
   cudaError_t err = cudaSetDevice(n->device);
   /* padded: NCCL reads its buffers in 16-byte units */
-  if (err == cudaSuccess) err = cudaMalloc(&n->barrier_word, cg_pad16(sizeof(int32_t)));
+  if (err == cudaSuccess) {
+    call = "cudaMalloc";
+    err = cudaMalloc(&n->barrier_word, cg_pad16(sizeof(int32_t)));
+  }
   if (err != cudaSuccess) n->barrier_word = NULL;
-  if (err == cudaSuccess) err = cudaMemset(n->barrier_word, 0, cg_pad16(sizeof(int32_t)));
+  if (err == cudaSuccess) {
+    call = "cudaMemset";
+    err = cudaMemset(n->barrier_word, 0, cg_pad16(sizeof(int32_t)));
+  }
   cudaSetDevice(previous);
-  if (err != cudaSuccess)
-    snprintf(why, size, "allocating 4 bytes on device %d: %s", n->device, cudaGetErrorString(err));
+  if (err != cudaSuccess) {
+    cg_fail_cuda(err, call, "allocating the barrier word (4 bytes) on device %d", n->device);
+    snprintf(why, size, "%s", cg_error_last());
+  }
 }
 
 /* Wraps an initialized NCCL communicator, lists it, and makes sure every rank
@@ -249,9 +243,10 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
   cudaError_t cerr = cudaGetDeviceCount(&devices);
   if (!(n = calloc(1, sizeof *n)))
     snprintf(why, sizeof why, "allocating the communicator");
-  else if (cerr != cudaSuccess)
-    snprintf(why, sizeof why, "no usable CUDA device (%s)", cudaGetErrorString(cerr));
-  else if (device >= devices)
+  else if (cerr != cudaSuccess) {
+    cg_fail_cuda(cerr, "cudaGetDeviceCount", "no usable CUDA device");
+    snprintf(why, sizeof why, "%s", cg_error_last());
+  } else if (device >= devices)
     snprintf(why, sizeof why, "device %d does not exist (this process sees %d)", device, devices);
   if (n && !why[0]) {
     n->device = device;
@@ -282,7 +277,8 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
     goto out;
   }
   if (!hello.ok) {
-    st = rank == 0 ? cg_nccl_fail(r, NULL, "cg_comm_create: ncclGetUniqueId")
+    st = rank == 0 ? cg_fail_nccl(r, NULL, "ncclGetUniqueId", "cg_comm_create: nccl backend on device %d, rank 0",
+                                  device)
                    : cg_fail(CG_ERR_BACKEND, "cg_comm_create: ncclGetUniqueId failed on rank 0");
     goto out;
   }
@@ -292,10 +288,11 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
   r = cerr == cudaSuccess ? init_pair(n, size, rank, hello.ids, which, sizeof which) : ncclUnhandledCudaError;
   cudaSetDevice(previous);
   if (!all_ranks_ok(r == ncclSuccess, n->control->control)) {
-    if (r != ncclSuccess) {
-      char call[160];
-      snprintf(call, sizeof call, "cg_comm_create: ncclCommInitRankConfig of %s", which);
-      st = cg_nccl_fail(r, NULL, call);
+    if (cerr != cudaSuccess) {
+      st = cg_fail_cuda(cerr, "cudaSetDevice", "cg_comm_create: nccl backend on device %d, rank %d", device, rank);
+    } else if (r != ncclSuccess) {
+      st = cg_fail_nccl(r, NULL, "ncclCommInitRankConfig", "cg_comm_create: %s on device %d, rank %d of %d", which,
+                        device, rank, size);
     } else {
       st = cg_fail(CG_ERR_BACKEND, "cg_comm_create: ncclCommInitRankConfig failed on another rank");
     }
@@ -331,9 +328,13 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
   if (r == ncclSuccess) r = ncclCommGetAsyncError(nccl, &async);
   /* a non-blocking communicator may still be finishing the user's last call */
   if (r == ncclSuccess && async == ncclInProgress) async = cg_nccl_settle(nccl, async);
-  if (r != ncclSuccess || async != ncclSuccess)
-    snprintf(why, sizeof why, "NCCL reports %s", ncclGetErrorString(r != ncclSuccess ? r : async));
-  else if (nccl_rank != rank || nccl_size != size)
+  if (r != ncclSuccess || async != ncclSuccess) {
+    /* a query failed, or the communicator holds an error of an earlier call */
+    cg_fail_nccl(r != ncclSuccess ? r : async, nccl,
+                 r != ncclSuccess ? "ncclCommUserRank/ncclCommCount/ncclCommCuDevice" : "ncclCommGetAsyncError",
+                 "the NCCL communicator of MPI rank %d", rank);
+    snprintf(why, sizeof why, "%s", cg_error_last());
+  } else if (nccl_rank != rank || nccl_size != size)
     snprintf(why, sizeof why, "NCCL rank %d of %d is MPI rank %d of %d: the ranks must be the same", nccl_rank,
              nccl_size, rank, size);
   if (!why[0] && !(n = calloc(1, sizeof *n))) snprintf(why, sizeof why, "allocating the communicator");

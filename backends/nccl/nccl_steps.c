@@ -9,10 +9,12 @@
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 
+#include "cuda_check.h"
 #include "error.h"
 #include "graph_internal.h"
 #include "memory_kind.h"
 #include "nccl_backend.h"
+#include "nccl_check.h"
 
 static ncclDataType_t nccl_type(cg_dtype_t dtype) {
   switch (dtype) {
@@ -65,14 +67,17 @@ const char *cg_nccl_step_call(const cg_step_t *s) {
 }
 
 cg_status_t cg_nccl_group_start(void *impl) {
+  const cg_nccl_comm_t *n = impl;
   ncclResult_t r = ncclGroupStart();
-  return r == ncclSuccess ? CG_SUCCESS : cg_nccl_fail(r, ((cg_nccl_comm_t *)impl)->nccl, "ncclGroupStart");
+  return r == ncclSuccess ? CG_SUCCESS
+                          : cg_fail_nccl(r, n->nccl, "ncclGroupStart", "nccl backend on device %d", n->device);
 }
 
 cg_status_t cg_nccl_group_end(void *impl) {
-  ncclComm_t comm = ((cg_nccl_comm_t *)impl)->nccl;
-  ncclResult_t r = cg_nccl_settle(comm, ncclGroupEnd());
-  return r == ncclSuccess ? CG_SUCCESS : cg_nccl_fail(r, comm, "ncclGroupEnd");
+  const cg_nccl_comm_t *n = impl;
+  ncclResult_t r = cg_nccl_settle(n->nccl, ncclGroupEnd());
+  return r == ncclSuccess ? CG_SUCCESS
+                          : cg_fail_nccl(r, n->nccl, "ncclGroupEnd", "nccl backend on device %d", n->device);
 }
 
 static const char *at(const void *base, size_t elems, size_t elem_size) {
@@ -115,8 +120,8 @@ static cg_status_t one_rank_copy(const cg_step_t *s, cudaStream_t stream) {
   size_t bytes = s->count * cg_dtype_size(s->dtype);
   cudaError_t e = cudaMemcpyAsync(s->recv, s->send, bytes, cudaMemcpyDefault, stream);
   return e == cudaSuccess ? CG_SUCCESS
-                          : cg_fail(CG_ERR_BACKEND, "cudaMemcpyAsync for a %s on one rank: %s",
-                                    cg_node_kind_name(s->op_kind), cudaGetErrorString(e));
+                          : cg_fail_cuda(e, "cudaMemcpyAsync", "a %s on one rank: copying %zu bytes",
+                                         cg_node_kind_name(s->op_kind), bytes);
 }
 
 cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) {
@@ -144,7 +149,8 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
     default: return cg_fail(CG_ERR_INTERNAL, "the NCCL backend got a %s step", cg_node_kind_name(s->op_kind));
   }
   r = cg_nccl_settle(n->nccl, r);
-  return r == ncclSuccess ? CG_SUCCESS : cg_nccl_fail(r, n->nccl, cg_nccl_step_call(s));
+  return r == ncclSuccess ? CG_SUCCESS
+                          : cg_fail_nccl(r, n->nccl, cg_nccl_step_call(s), "nccl backend on device %d", n->device);
 }
 
 /* ---- warm-up */
@@ -248,18 +254,22 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
     size_t need = shapes[i].count * cg_dtype_size(shapes[i].dtype) * per_rank;
     if (need > bytes) bytes = need;
   }
+  const char *call = "cudaMalloc";
   cudaError_t cerr = cudaMalloc((void **)&scratch, cg_pad16(bytes)); /* NCCL's 16-byte reads */
   if (cerr != cudaSuccess) scratch = NULL;
-  if (cerr == cudaSuccess) cerr = cudaMemsetAsync(scratch, 0, bytes, stream);
+  if (cerr == cudaSuccess) {
+    call = "cudaMemsetAsync";
+    cerr = cudaMemsetAsync(scratch, 0, bytes, stream);
+  }
   if (cerr != cudaSuccess) {
-    st = cg_fail(CG_ERR_BACKEND, "warm-up: %zu bytes of scratch on device %d: %s", bytes, n->device,
-                 cudaGetErrorString(cerr));
+    st = cg_fail_cuda(cerr, call, "warm-up: %zu bytes of scratch on device %d", bytes, n->device);
     goto out;
   }
   for (uint32_t i = 0; i < n_shapes; i++) {
     ncclResult_t r = cg_nccl_settle(n->nccl, warm_collective(n, &shapes[i], scratch, rank, stream));
     if (r != ncclSuccess) {
-      st = cg_nccl_fail(r, n->nccl, "warm-up collective");
+      st = cg_fail_nccl(r, n->nccl, "the warm-up collective", "warm-up on device %d: a %s of %zu %s elements",
+                        n->device, cg_node_kind_name(shapes[i].kind), shapes[i].count, cg_dtype_name(shapes[i].dtype));
       goto out;
     }
   }
@@ -275,12 +285,14 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
     }
     ncclResult_t end = cg_nccl_settle(n->nccl, ncclGroupEnd());
     if (r != ncclSuccess || end != ncclSuccess) {
-      st = cg_nccl_fail(r != ncclSuccess ? r : end, n->nccl, "warm-up send/receive");
+      st = cg_fail_nccl(r != ncclSuccess ? r : end, n->nccl,
+                        r != ncclSuccess ? "ncclGroupStart/ncclSend/ncclRecv" : "ncclGroupEnd",
+                        "warm-up on device %d: a byte to and from each peer", n->device);
       goto out;
     }
   }
   if ((cerr = cudaStreamSynchronize(stream)) != cudaSuccess)
-    st = cg_fail(CG_ERR_BACKEND, "warm-up on device %d: %s", n->device, cudaGetErrorString(cerr));
+    st = cg_fail_cuda(cerr, "cudaStreamSynchronize", "warm-up on device %d", n->device);
 out:
   if (scratch) {
     cudaStreamSynchronize(stream);

@@ -17,6 +17,8 @@
 
 #if CG_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "cuda_check.h"
 #endif
 #if defined(CG_HAVE_HWLOC) && CG_HAVE_HWLOC
 #include <hwloc.h>
@@ -77,8 +79,8 @@ cg_status_t cg_topo_device_for_local_rank(int *device, MPI_Comm comm) {
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError(); /* not sticky: leave no error behind for the caller's next check */
-    return cg_fail(CG_ERR_UNSUPPORTED, "cg_topo_device_for_local_rank: no usable CUDA device (%s)",
-                   cudaGetErrorString(err));
+    return cg_fail_cuda_as(CG_ERR_UNSUPPORTED, err, "cudaGetDeviceCount",
+                           "cg_topo_device_for_local_rank: no usable CUDA device");
   }
   if (count <= 0)
     return cg_fail(CG_ERR_UNSUPPORTED, "cg_topo_device_for_local_rank: this process sees no CUDA device");
@@ -272,13 +274,16 @@ cg_status_t cg_topo_host_alloc(void **out, size_t bytes, int device) {
   int previous = -1;
   /* on the device asked for: CUDA makes the calling thread's current device's
    * context, and a rank should not open one on GPU 0 it never uses */
+  const char *call = "cudaGetDevice";
   cudaError_t err = cudaGetDevice(&previous);
-  if (err == cudaSuccess) err = cudaSetDevice(device);
+  if (err == cudaSuccess) {
+    call = "cudaSetDevice";
+    err = cudaSetDevice(device);
+  }
   if (err != cudaSuccess) {
     cudaGetLastError();
     previous = -1;
-    st = cg_fail(cuda_status(err), "cg_topo_host_alloc: %zu bytes for device %d: %s", bytes, device,
-                 cudaGetErrorString(err));
+    st = cg_fail_cuda_as(cuda_status(err), err, call, "cg_topo_host_alloc: %zu bytes for device %d", bytes, device);
     goto out;
   }
 #if TOPO_HWLOC
@@ -289,8 +294,8 @@ cg_status_t cg_topo_host_alloc(void **out, size_t bytes, int device) {
     if (err != cudaSuccess) {
       cudaGetLastError();
       b.p = NULL;
-      st = cg_fail(cuda_status(err), "cg_topo_host_alloc: cudaHostAlloc of %zu bytes for device %d: %s", bytes,
-                   device, cudaGetErrorString(err));
+      st = cg_fail_cuda_as(cuda_status(err), err, "cudaHostAlloc", "cg_topo_host_alloc: %zu bytes for device %d",
+                           bytes, device);
       goto out;
     }
   }
@@ -387,8 +392,9 @@ static void describe_gpus(FILE *f) {
   if (err != cudaSuccess) {
     cudaGetLastError();
     cudaDriverGetVersion(&driver);
+    char text[512];
     fprintf(f, "CUDA devices: 0 (%s: %s)\n", driver ? "cudaGetDeviceCount" : "no CUDA driver",
-            cudaGetErrorString(err));
+            cg_cuda_error_text(err, text, sizeof text));
     return;
   }
   fprintf(f, "CUDA devices: %d\n", count);

@@ -10,6 +10,7 @@
 #include <threads.h>
 #include <time.h>
 
+#include "cuda_check.h"
 #include "error.h"
 #include "graph_internal.h"
 #include "node/topology.h"
@@ -73,11 +74,11 @@ cg_status_t cg_ht_flags_alloc(cg_ht_flags_t *out, uint32_t n) {
   size_t bytes = (size_t)2 * n * sizeof(uint32_t);
   void *host = NULL, *dev = NULL;
   cudaError_t err = cudaHostAlloc(&host, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
-  if (err != cudaSuccess) return cg_fail(CG_ERR_NO_MEMORY, "cudaHostAlloc of %zu bytes of flags: %s", bytes,
-                                         cudaGetErrorString(err));
+  if (err != cudaSuccess) /* whatever CUDA says, the flags could not be had */
+    return cg_fail_cuda_as(CG_ERR_NO_MEMORY, err, "cudaHostAlloc", "%zu bytes of progress flags", bytes);
   if ((err = cudaHostGetDevicePointer(&dev, host, 0)) != cudaSuccess) {
     cudaFreeHost(host);
-    return cg_fail(CG_ERR_BACKEND, "cudaHostGetDevicePointer of the flags: %s", cudaGetErrorString(err));
+    return cg_fail_cuda(err, "cudaHostGetDevicePointer", "the device address of %zu bytes of progress flags", bytes);
   }
   memset(host, 0, bytes);
   *out = (cg_ht_flags_t){host, dev, n};

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_check.h"
 #include "error.h"
 #include "param.h"
 #include "graph_internal.h"
@@ -104,12 +105,14 @@ const cg_staged_comm_t *cg_staged_comm_of(const cg_comm_t *comm) {
   return comm->ops == &staged_ops || comm->ops == &hosttransfer_ops ? comm->impl : NULL;
 }
 
-/* This rank's device set-up; "" or why not. */
+/* This rank's device set-up; "" or why not (a CUDA error's detail as
+ * cg_fail_cuda words it; the caller fails with CG_ERR_UNSUPPORTED). */
 static void open_device(cg_staged_comm_t *s, char *why, size_t size) {
   int devices = 0, previous = 0;
   cudaError_t err = cudaGetDeviceCount(&devices);
   if (err != cudaSuccess) {
-    snprintf(why, size, "no usable CUDA device (%s)", cudaGetErrorString(err));
+    cg_fail_cuda(err, "cudaGetDeviceCount", "no usable CUDA device");
+    snprintf(why, size, "%s", cg_error_last());
     return;
   }
   if (s->device >= devices) {
@@ -117,15 +120,23 @@ static void open_device(cg_staged_comm_t *s, char *why, size_t size) {
     return;
   }
   cudaGetDevice(&previous);
+  const char *call = "cudaSetDevice";
   err = cudaSetDevice(s->device);
-  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s->copy_in, cudaStreamNonBlocking);
-  if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s->copy_out, cudaStreamNonBlocking);
-  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming);
-  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s->joined, cudaEventDisableTiming);
+  if (err == cudaSuccess) {
+    call = "cudaStreamCreateWithFlags";
+    err = cudaStreamCreateWithFlags(&s->copy_in, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&s->copy_out, cudaStreamNonBlocking);
+  }
+  if (err == cudaSuccess) {
+    call = "cudaEventCreateWithFlags";
+    err = cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s->joined, cudaEventDisableTiming);
+  }
   cudaSetDevice(previous);
-  if (err != cudaSuccess)
-    snprintf(why, size, "device %d: %s", s->device, cudaGetErrorString(err));
-  else if (!cg_ht_memops_supported())
+  if (err != cudaSuccess) {
+    cg_fail_cuda(err, call, "device %d", s->device);
+    snprintf(why, size, "%s", cg_error_last());
+  } else if (!cg_ht_memops_supported())
     snprintf(why, size, "the CUDA driver offers no stream memory operations (cuStreamWaitValue32), which the GPU "
              "waits on");
 }

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_check.h"
 #include "error.h"
 #include "graph_internal.h"
 #include "memory_kind.h"
@@ -307,17 +308,21 @@ static cg_status_t staging_alloc(void **out, size_t bytes, const cg_staged_comm_
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(sc->device);
+  const char *call = sc->mpi_reads_device ? "cudaMalloc" : "cudaMallocManaged";
   cudaError_t err = sc->mpi_reads_device ? cudaMalloc(out, padded) : cudaMallocManaged(out, padded, cudaMemAttachGlobal);
   if (err != cudaSuccess) *out = NULL;
-  if (err == cudaSuccess) err = cudaMemset((char *)*out + bytes, 0, padded - bytes);
+  if (err == cudaSuccess) {
+    call = "cudaMemset (padding)";
+    err = cudaMemset((char *)*out + bytes, 0, padded - bytes);
+  }
   if (err != cudaSuccess && *out) {
     cudaFree(*out);
     *out = NULL;
   }
   cudaSetDevice(previous);
-  if (err != cudaSuccess)
-    return cg_fail(CG_ERR_NO_MEMORY, "allocating %zu bytes of device staging on device %d: %s", padded, sc->device,
-                   cudaGetErrorString(err));
+  if (err != cudaSuccess) /* whatever CUDA says, the staging could not be had */
+    return cg_fail_cuda_as(CG_ERR_NO_MEMORY, err, call, "allocating %zu bytes of device staging on device %d", padded,
+                           sc->device);
   return CG_SUCCESS;
 }
 
@@ -496,10 +501,6 @@ static cudaError_t enqueue_copy(const copy_t *c, cudaStream_t stream) {
   return cudaMemcpy2DAsync(c->dst, c->dpitch, c->src, c->spitch, c->width, c->height, cudaMemcpyDefault, stream);
 }
 
-static cg_status_t cuda_fail(cudaError_t err, const char *call) {
-  return cg_fail(CG_ERR_BACKEND, "%s: %s", call, cudaGetErrorString(err));
-}
-
 /* Chunks on two streams forked from the lane: copies in and posts on one
  * (chunk k's MPI calls begin as soon as its copy lands, while chunk k + 1
  * copies), waits for completion and copies out on the other; then the lane
@@ -548,7 +549,8 @@ cg_status_t cg_staged_step_enqueue(void *comm_impl, const cg_step_t *s, void *st
     sc->group[sc->n_group++] = st;
     sc->group_stream = lane; /* a group's steps share their communicator's lane */
     err = enqueue_copy(&st->chunks[0].in, lane);
-    return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "cudaMemcpyAsync (device to staging)");
+    return err == cudaSuccess ? CG_SUCCESS
+                              : cg_fail_cuda(err, "cudaMemcpyAsync (device to staging)", "device %d", sc->device);
   }
   cg_ht_op_t *ops[1] = {&st->chunks[0].op};
   cg_status_t status = CG_SUCCESS;
@@ -557,7 +559,8 @@ cg_status_t cg_staged_step_enqueue(void *comm_impl, const cg_step_t *s, void *st
     if ((status = watch(sc, st, st->seq_ops, st->n_chunks)) != CG_SUCCESS) return status;
     err = enqueue_pipeline(sc, st, lane);
     if (err == cudaSuccess) err = enqueue_average(st, s, lane);
-    return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "enqueueing a pipelined staged step");
+    return err == cudaSuccess ? CG_SUCCESS
+                              : cg_fail_cuda(err, "enqueueing a pipelined staged step", "device %d", sc->device);
   }
   if ((status = watch(sc, st, ops, 1)) != CG_SUCCESS) return status;
   chunk_t *ch = &st->chunks[0];
@@ -566,7 +569,7 @@ cg_status_t cg_staged_step_enqueue(void *comm_impl, const cg_step_t *s, void *st
   if (err == cudaSuccess) err = cg_ht_enqueue_wait_done(lane, &ch->op);
   if (err == cudaSuccess) err = enqueue_copy(&ch->out, lane);
   if (err == cudaSuccess) err = enqueue_average(st, s, lane);
-  return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "enqueueing a staged step");
+  return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "enqueueing a staged step", "device %d", sc->device);
 }
 
 cg_status_t cg_staged_group_start(void *comm_impl) {
@@ -605,7 +608,9 @@ cg_status_t cg_staged_group_end(void *comm_impl) {
   if (err == cudaSuccess) err = cg_ht_enqueue_wait_done(sc->group_stream, &lead->group_op);
   for (uint32_t i = 0; i < lead->n_group && err == cudaSuccess; i++)
     err = enqueue_copy(&lead->group[i]->chunks[0].out, sc->group_stream);
-  return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, "enqueueing a group of staged sends and receives");
+  return err == cudaSuccess
+             ? CG_SUCCESS
+             : cg_fail_cuda(err, "enqueueing a group of staged sends and receives", "device %d", sc->device);
 }
 
 const char *cg_staged_step_call(const cg_step_t *s) {

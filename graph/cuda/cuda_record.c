@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "commgraph/cuda.h"
+#include "cuda_check.h"
 #include "error.h"
 #include "graph_internal.h"
 
@@ -14,9 +15,8 @@ cg_status_t cg_child_graph(cg_node_t *out, cg_graph_t *g, cudaGraph_t child, con
   if (!child) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_child_graph: node #%u: NULL child graph", g->n_nodes);
   cudaGraph_t clone = NULL;
   cudaError_t err = cudaGraphClone(&clone, child);
-  if (err != cudaSuccess)
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_child_graph: node #%u: cudaGraphClone failed: %s", g->n_nodes,
-                   cudaGetErrorString(err));
+  if (err != cudaSuccess) /* the user's graph is what CUDA rejects */
+    return cg_fail_cuda_as(CG_ERR_INVALID_ARGUMENT, err, "cudaGraphClone", "cg_child_graph: node #%u", g->n_nodes);
   cg_node_rec_t proto = {.kind = CG_NODE_CHILD_GRAPH,
                          .dtype = CG_UINT8,
                          .user_object = clone,

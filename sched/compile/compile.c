@@ -110,7 +110,8 @@ static cg_status_t participants_of_order(cg_participants_t *pt, const cg_comm_or
   uint32_t n = order->n_sequences + n_joined;
   cg_comm_t **comms = malloc(((size_t)n + 1) * sizeof *comms);
   if (!comms) return cg_fail(CG_ERR_NO_MEMORY, "%s: listing communicators", where);
-  for (uint32_t i = 0; i < n; i++) comms[i] = i < order->n_sequences ? order->sequences[i].comm : joined[i - order->n_sequences];
+  for (uint32_t i = 0; i < n; i++)
+    comms[i] = i < order->n_sequences ? order->sequences[i].comm : joined[i - order->n_sequences];
   cg_status_t st = cg_participants_make(pt, comms, n, where);
   free(comms);
   return st;

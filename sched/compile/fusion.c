@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "error.h"
 #include "graph_view.h"
+#include "heap.h"
 #include "param.h"
 #include "rank_check.h"
 
@@ -51,37 +52,14 @@ typedef struct sim {
   uint8_t *state;
   uint8_t *feeds_other; /* per node: a successor leads to communication off its communicator */
   open_bucket_t *open; /* per sequence */
-  uint32_t *heap;      /* ready nodes by rank */
-  uint32_t n_heap;
+  cg_heap_t ready;     /* ready nodes by rank */
   uint32_t n_done;
 } sim_t;
 
-static void heap_push(sim_t *s, uint32_t node) {
-  uint32_t i = s->n_heap++;
-  s->heap[i] = node;
+/* Into the ready heap, by rank. */
+static void queue(sim_t *s, uint32_t node) {
   s->state[node] = QUEUED;
-  while (i > 0 && s->rank[s->heap[(i - 1) / 2]] > s->rank[s->heap[i]]) {
-    uint32_t parent = (i - 1) / 2, t = s->heap[parent];
-    s->heap[parent] = s->heap[i];
-    s->heap[i] = t;
-    i = parent;
-  }
-}
-
-static uint32_t heap_pop(sim_t *s) {
-  uint32_t top = s->heap[0];
-  s->heap[0] = s->heap[--s->n_heap];
-  for (uint32_t i = 0;;) {
-    uint32_t l = 2 * i + 1, r = l + 1, m = i;
-    if (l < s->n_heap && s->rank[s->heap[l]] < s->rank[s->heap[m]]) m = l;
-    if (r < s->n_heap && s->rank[s->heap[r]] < s->rank[s->heap[m]]) m = r;
-    if (m == i) break;
-    uint32_t t = s->heap[m];
-    s->heap[m] = s->heap[i];
-    s->heap[i] = t;
-    i = m;
-  }
-  return top;
+  cg_heap_push(&s->ready, node);
 }
 
 static void extend(sim_t *s, uint32_t c);
@@ -99,7 +77,7 @@ static void finish(sim_t *s, uint32_t node) {
       extend(s, c);
       continue;
     }
-    if (s->pending[next] == 0 && s->state[next] == WAITING) heap_push(s, next);
+    if (s->pending[next] == 0 && s->state[next] == WAITING) queue(s, next);
   }
 }
 
@@ -194,11 +172,11 @@ static cg_status_t simulate(sim_t *s, const char *where) {
   uint32_t n = cg_graph_node_count(s->g);
   for (uint32_t v = 0; v < n; v++) {
     s->pending[v] = cg_graph_node(s->g, v)->preds.len;
-    if (!s->pending[v]) heap_push(s, v);
+    if (!s->pending[v]) queue(s, v);
   }
   for (;;) {
-    while (s->n_heap) {
-      uint32_t v = heap_pop(s);
+    while (s->ready.n) {
+      uint32_t v = cg_heap_pop(&s->ready);
       const cg_node_rec_t *node = cg_graph_node(s->g, v);
       if (cg_kind_is_fusible(node->kind) && s->f->bucket_bytes[s->seq[v]])
         open_bucket(s, v);
@@ -333,11 +311,11 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   s.pending = malloc(nn * sizeof *s.pending);
   s.state = calloc(nn, 1);
   s.feeds_other = calloc(nn, 1);
-  s.heap = malloc(nn * sizeof *s.heap);
+  s.ready = cg_heap_make(malloc(nn * sizeof *s.ready.items), cg_heap_less_key, s.rank);
   s.open = calloc(n_seq ? n_seq : 1, sizeof *s.open);
   uint32_t *topo = malloc(nn * sizeof *topo);
-  if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.feeds_other || !s.heap ||
-      !s.open || !topo) {
+  if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.feeds_other ||
+      !s.ready.items || !s.open || !topo) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
     goto out;
   }
@@ -371,7 +349,7 @@ out:
   free(s.pending);
   free(s.state);
   free(s.feeds_other);
-  free(s.heap);
+  free(s.ready.items);
   free(s.open);
   if (st != CG_SUCCESS) cg_fusion_free(out);
   return st;
@@ -385,54 +363,57 @@ static uint32_t sequence_index(const cg_comm_order_t *order, const cg_comm_t *co
   return UINT32_MAX;
 }
 
+/* The fusion agreement's payload: one flag per collective of the
+ * participant's sequence (sends and receives may differ between ranks;
+ * collectives do not, after the check), 1 where this rank joined it. */
+typedef struct agree_ctx {
+  cg_fusion_t *f;
+  const cg_graph_t *g;
+  const cg_comm_sequence_t **seq; /* per participant; NULL when the graph does not use it */
+} agree_ctx_t;
+
+static size_t agree_bytes(void *ctx, uint32_t i) {
+  const agree_ctx_t *a = ctx;
+  size_t n = 0;
+  for (uint32_t p = 0; a->seq[i] && p < a->seq[i]->len; p++)
+    n += !cg_kind_is_p2p(cg_graph_node(a->g, a->seq[i]->nodes[p])->kind);
+  return n;
+}
+
+static void agree_fill(void *ctx, uint32_t i, uint8_t *mine) {
+  const agree_ctx_t *a = ctx;
+  for (uint32_t p = 0, k = 0; a->seq[i] && p < a->seq[i]->len; p++) {
+    uint32_t node = a->seq[i]->nodes[p];
+    if (!cg_kind_is_p2p(cg_graph_node(a->g, node)->kind)) mine[k++] = a->f->why[node] == CG_FUSE_JOINED;
+  }
+}
+
+/* Joined here but not on every rank: not joined. */
+static void agree_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride, int size) {
+  agree_ctx_t *a = ctx;
+  for (uint32_t p = 0, k = 0; a->seq[i] && p < a->seq[i]->len; p++) {
+    uint32_t node = a->seq[i]->nodes[p];
+    if (cg_kind_is_p2p(cg_graph_node(a->g, node)->kind)) continue;
+    int everywhere = 1;
+    for (int r = 0; r < size; r++) everywhere &= all[(size_t)r * stride + k];
+    k++;
+    if (a->f->why[node] == CG_FUSE_JOINED && !everywhere) a->f->why[node] = CG_FUSE_RANKS;
+  }
+}
+
 cg_status_t cg_fusion_agree(cg_fusion_t *f, const cg_graph_t *g, const cg_comm_order_t *order,
                             const cg_participants_t *pt, cg_status_t mine, const char *where) {
-  char detail[1024];
-  snprintf(detail, sizeof detail, "%s", mine != CG_SUCCESS ? cg_error_last() : "");
-  cg_status_t first = CG_SUCCESS;
-  char first_detail[600] = "";
-  for (uint32_t i = 0; i < pt->n; i++) {
-    const cg_comm_t *comm = pt->comms[i];
-    uint32_t c = sequence_index(order, comm);
-    const cg_comm_sequence_t *sq = c == UINT32_MAX ? NULL : &order->sequences[c];
-    /* one flag per collective (sends and receives may differ between ranks;
-     * collectives do not, after the check): status first */
-    uint32_t n_coll = 0;
-    for (uint32_t p = 0; sq && p < sq->len; p++) n_coll += !cg_kind_is_p2p(cg_graph_node(g, sq->nodes[p])->kind);
-    size_t bytes = 1 + (size_t)n_coll;
-    uint8_t *msg = calloc(bytes, 1), *all = calloc(bytes, (size_t)comm->size);
-    cg_status_t st = msg && all ? CG_SUCCESS : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion agreement", where);
-    if (msg) msg[0] = mine == CG_SUCCESS && st == CG_SUCCESS;
-    for (uint32_t p = 0, k = 0; msg && mine == CG_SUCCESS && sq && p < sq->len; p++) {
-      if (cg_kind_is_p2p(cg_graph_node(g, sq->nodes[p])->kind)) continue;
-      msg[1 + k++] = f->why[sq->nodes[p]] == CG_FUSE_JOINED;
-    }
-    if (msg && all) st = cg_control_allgather(comm, msg, all, bytes);
-    int failed = st == CG_SUCCESS ? -1 : comm->rank;
-    for (int r = 0; st == CG_SUCCESS && r < comm->size && failed < 0; r++)
-      if (!all[(size_t)r * bytes]) failed = r;
-    if (failed < 0 && mine == CG_SUCCESS && sq)
-      for (uint32_t p = 0, k = 0; p < sq->len; p++) {
-        uint32_t node = sq->nodes[p];
-        if (cg_kind_is_p2p(cg_graph_node(g, node)->kind)) continue;
-        int everywhere = 1;
-        for (int r = 0; r < comm->size; r++) everywhere &= all[(size_t)r * bytes + 1 + k];
-        k++;
-        if (f->why[node] == CG_FUSE_JOINED && !everywhere) f->why[node] = CG_FUSE_RANKS;
-      }
-    free(msg);
-    free(all);
-    if (failed >= 0 && first == CG_SUCCESS) {
-      char label[64];
-      first = st == CG_SUCCESS ? CG_ERR_BACKEND : st;
-      snprintf(first_detail, sizeof first_detail, "rank %d of communicator %s could not agree on buckets%s", failed,
-               cg_comm_id_label(label, sizeof label, comm->id),
-               st == CG_SUCCESS ? " (its own cg_compile says why)" : "");
-    }
+  static const cg_agree_payload_t payload = {agree_bytes, agree_fill, agree_use};
+  agree_ctx_t ctx = {f, g, calloc(pt->n ? pt->n : 1, sizeof *ctx.seq)};
+  if (!ctx.seq && mine == CG_SUCCESS) mine = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion agreement", where);
+  for (uint32_t i = 0; ctx.seq && i < pt->n; i++) {
+    uint32_t c = sequence_index(order, pt->comms[i]);
+    ctx.seq[i] = c == UINT32_MAX ? NULL : &order->sequences[c];
   }
-  if (mine != CG_SUCCESS) return cg_fail(mine, "%s", detail);
-  if (first != CG_SUCCESS) return cg_fail(first, "%s: %s", where, first_detail);
-  return CG_SUCCESS;
+  /* without the list every payload is empty: this rank then only fails */
+  cg_status_t st = cg_agree_with(NULL, pt, mine, ctx.seq ? &payload : NULL, &ctx, "agree on buckets", where);
+  free(ctx.seq);
+  return st;
 }
 
 void cg_fusion_free(cg_fusion_t *f) {

@@ -30,47 +30,16 @@
 #include <stdlib.h>
 
 #include "error.h"
+#include "heap.h"
 #include "lower.h"
 #include "plan_internal.h"
-
-typedef struct min_heap {
-  uint32_t *items;
-  uint32_t n;
-} min_heap_t;
-
-static void heap_push(min_heap_t *h, uint32_t v) {
-  uint32_t i = h->n++;
-  h->items[i] = v;
-  while (i > 0 && h->items[(i - 1) / 2] > h->items[i]) {
-    uint32_t parent = (i - 1) / 2, t = h->items[parent];
-    h->items[parent] = h->items[i];
-    h->items[i] = t;
-    i = parent;
-  }
-}
-
-static uint32_t heap_pop(min_heap_t *h) {
-  uint32_t top = h->items[0];
-  h->items[0] = h->items[--h->n];
-  for (uint32_t i = 0;;) {
-    uint32_t l = 2 * i + 1, r = l + 1, m = i;
-    if (l < h->n && h->items[l] < h->items[m]) m = l;
-    if (r < h->n && h->items[r] < h->items[m]) m = r;
-    if (m == i) break;
-    uint32_t t = h->items[m];
-    h->items[m] = h->items[i];
-    h->items[i] = t;
-    i = m;
-  }
-  return top;
-}
 
 typedef struct issue_state {
   cg_plan_t *plan;
   uint32_t *pending; /* dependencies not yet issued */
   uint8_t *issued;
   uint8_t *queued;       /* in a heap already: each step enters one at most once */
-  min_heap_t other, p2p; /* ready steps */
+  cg_heap_t other, p2p;  /* ready steps, lowest index first */
   uint32_t *cursor;      /* per communicator: first position not yet issued */
   uint32_t n_issued;
   const uint32_t *levels; /* of sends and receives (p2p_levels.c) */
@@ -87,7 +56,7 @@ static void offer(issue_state_t *st, uint32_t index) {
   if (st->issued[index] || st->queued[index] || st->pending[index]) return;
   if (is_p2p_step(s) && s->post_after != CG_NO_STEP && !st->issued[s->post_after]) return;
   st->queued[index] = 1;
-  heap_push(is_p2p_step(s) ? &st->p2p : &st->other, index);
+  cg_heap_push(is_p2p_step(s) ? &st->p2p : &st->other, index);
 }
 
 static void issue(issue_state_t *st, uint32_t index) {
@@ -174,8 +143,8 @@ cg_status_t cg_plan_issue_order(cg_plan_t *p, const uint32_t *levels, const char
   st.pending = malloc(n * sizeof *st.pending);
   st.issued = calloc(n, 1);
   st.queued = calloc(n, 1);
-  st.other.items = malloc(n * sizeof *st.other.items);
-  st.p2p.items = malloc(n * sizeof *st.p2p.items);
+  st.other = cg_heap_make(malloc(n * sizeof *st.other.items), cg_heap_less_value, NULL);
+  st.p2p = cg_heap_make(malloc(n * sizeof *st.p2p.items), cg_heap_less_value, NULL);
   st.cursor = calloc(p->n_comms ? p->n_comms : 1, sizeof *st.cursor);
   p->issue_order = malloc(n * sizeof *p->issue_order);
   p->units = malloc(n * sizeof *p->units);
@@ -189,13 +158,13 @@ cg_status_t cg_plan_issue_order(cg_plan_t *p, const uint32_t *levels, const char
   while (st.n_issued < p->n_steps) {
     cg_issue_unit_t u = {.first = st.n_issued};
     if (st.other.n) {
-      uint32_t index = heap_pop(&st.other);
+      uint32_t index = cg_heap_pop(&st.other);
       issue(&st, index);
     } else if (st.p2p.n) {
       uint32_t level = 0, index = pick_complete_group(&st, &level);
       int complete = index != CG_NO_STEP;
       if (!complete) {
-        index = heap_pop(&st.p2p);
+        index = cg_heap_pop(&st.p2p);
         if (st.issued[index]) continue;
         level = levels[index];
       }

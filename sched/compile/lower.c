@@ -12,6 +12,7 @@
 #include "error.h"
 #include "fusion.h"
 #include "graph_view.h"
+#include "heap.h"
 #include "lower.h"
 
 typedef struct item {
@@ -112,60 +113,40 @@ static cg_status_t connect_items(lowering_t *l, const char *where) {
   return CG_SUCCESS;
 }
 
+/* Items by the topological rank of their first member. */
+static int item_rank_less(uint32_t a, uint32_t b, const void *ctx) {
+  const item_t *items = ctx;
+  return items[a].rank < items[b].rank;
+}
+
 /* Kahn over items, the earliest first member first. */
 static cg_status_t order_items(lowering_t *l, const char *where) {
   uint32_t n = l->n_items;
-  uint32_t *pending = malloc((n ? n : 1) * sizeof *pending), *heap = malloc((n ? n : 1) * sizeof *heap);
+  uint32_t *pending = malloc((n ? n : 1) * sizeof *pending);
+  cg_heap_t ready = cg_heap_make(malloc((n ? n : 1) * sizeof *ready.items), item_rank_less, l->items);
   l->item_order = malloc((n ? n : 1) * sizeof *l->item_order);
   cg_status_t st = CG_SUCCESS;
-  if (!pending || !heap || !l->item_order) {
+  if (!pending || !ready.items || !l->item_order) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: ordering %u items", where, n);
     goto out;
   }
-  uint32_t n_heap = 0, n_out = 0;
-#define KEY(i) (l->items[i].rank)
+  uint32_t n_out = 0;
   for (uint32_t i = 0; i < n; i++) {
     pending[i] = l->pred_start[i + 1] - l->pred_start[i];
-    if (pending[i]) continue;
-    uint32_t h = n_heap++;
-    heap[h] = i;
-    for (; h > 0 && KEY(heap[(h - 1) / 2]) > KEY(heap[h]); h = (h - 1) / 2) {
-      uint32_t t = heap[h];
-      heap[h] = heap[(h - 1) / 2];
-      heap[(h - 1) / 2] = t;
-    }
+    if (!pending[i]) cg_heap_push(&ready, i);
   }
-  while (n_heap) {
-    uint32_t top = heap[0];
-    heap[0] = heap[--n_heap];
-    for (uint32_t h = 0;;) {
-      uint32_t a = 2 * h + 1, b = a + 1, m = h;
-      if (a < n_heap && KEY(heap[a]) < KEY(heap[m])) m = a;
-      if (b < n_heap && KEY(heap[b]) < KEY(heap[m])) m = b;
-      if (m == h) break;
-      uint32_t t = heap[m];
-      heap[m] = heap[h];
-      heap[h] = t;
-      h = m;
-    }
+  while (ready.n) {
+    uint32_t top = cg_heap_pop(&ready);
     l->item_order[n_out++] = top;
     for (uint32_t e = l->succ_start[top]; e < l->succ_start[top + 1]; e++) {
       uint32_t s = l->succs[e];
-      if (--pending[s]) continue;
-      uint32_t h = n_heap++;
-      heap[h] = s;
-      for (; h > 0 && KEY(heap[(h - 1) / 2]) > KEY(heap[h]); h = (h - 1) / 2) {
-        uint32_t t = heap[h];
-        heap[h] = heap[(h - 1) / 2];
-        heap[(h - 1) / 2] = t;
-      }
+      if (!--pending[s]) cg_heap_push(&ready, s);
     }
   }
-#undef KEY
   if (n_out != n) st = cg_fail(CG_ERR_INTERNAL, "%s: the fused graph has a cycle (%u of %u items ordered)", where, n_out, n);
 out:
   free(pending);
-  free(heap);
+  free(ready.items);
   return st;
 }
 

@@ -59,19 +59,28 @@ cg_status_t cg_control_allgather(const cg_comm_t *comm, const void *mine, void *
   return st;
 }
 
-cg_status_t cg_agree(uint8_t *all_ok, const cg_participants_t *pt, cg_status_t mine, const char *what,
-                     const char *where) {
+cg_status_t cg_agree_with(uint8_t *all_ok, const cg_participants_t *pt, cg_status_t mine,
+                          const cg_agree_payload_t *payload, void *ctx, const char *what, const char *where) {
   char detail[1024];
   snprintf(detail, sizeof detail, "%s", mine != CG_SUCCESS ? cg_error_last() : "");
   cg_status_t first = CG_SUCCESS;
   char first_detail[600] = "";
   for (uint32_t i = 0; i < pt->n; i++) {
     const cg_comm_t *comm = pt->comms[i];
-    int32_t ok = mine == CG_SUCCESS, *all = malloc((size_t)comm->size * sizeof *all);
-    cg_status_t st = all ? cg_control_allgather(comm, &ok, all, sizeof ok) : CG_ERR_NO_MEMORY;
+    /* every rank sends the same size: a flag, then the payload */
+    size_t bytes = 1 + (payload ? payload->bytes(ctx, i) : 0);
+    uint8_t *msg = calloc(bytes, 1), *all = calloc(bytes, (size_t)comm->size);
+    cg_status_t st = msg && all ? CG_SUCCESS : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating an agreement", where);
+    if (st == CG_SUCCESS) {
+      msg[0] = mine == CG_SUCCESS;
+      if (mine == CG_SUCCESS && payload) payload->fill(ctx, i, msg + 1);
+      st = cg_control_allgather(comm, msg, all, bytes);
+    }
     int failed = st == CG_SUCCESS ? -1 : comm->rank;
     for (int r = 0; st == CG_SUCCESS && r < comm->size && failed < 0; r++)
-      if (!all[r]) failed = r;
+      if (!all[(size_t)r * bytes]) failed = r;
+    if (failed < 0 && mine == CG_SUCCESS && payload) payload->use(ctx, i, all + 1, bytes, comm->size);
+    free(msg);
     free(all);
     if (all_ok) all_ok[i] = failed < 0;
     if (failed >= 0 && first == CG_SUCCESS) {
@@ -85,4 +94,9 @@ cg_status_t cg_agree(uint8_t *all_ok, const cg_participants_t *pt, cg_status_t m
   if (mine != CG_SUCCESS) return cg_fail(mine, "%s", detail);
   if (first != CG_SUCCESS) return cg_fail(first, "%s: %s", where, first_detail);
   return CG_SUCCESS;
+}
+
+cg_status_t cg_agree(uint8_t *all_ok, const cg_participants_t *pt, cg_status_t mine, const char *what,
+                     const char *where) {
+  return cg_agree_with(all_ok, pt, mine, NULL, NULL, what, where);
 }

@@ -35,6 +35,22 @@ void cg_participants_free(cg_participants_t *pt);
 cg_status_t cg_agree(uint8_t *all_ok, const cg_participants_t *pt, cg_status_t mine, const char *what,
                      const char *where);
 
+/* What a round carries besides the flag, per participant i: `bytes` (the
+ * same on every rank), filled by `fill` on a rank whose `mine` succeeded
+ * (zeros otherwise), and handed to `use` once every rank succeeded: `all`
+ * holds rank r's payload at all + r * stride. */
+typedef struct cg_agree_payload {
+  size_t (*bytes)(void *ctx, uint32_t i);
+  void (*fill)(void *ctx, uint32_t i, uint8_t *mine);
+  void (*use)(void *ctx, uint32_t i, const uint8_t *all, size_t stride, int size);
+} cg_agree_payload_t;
+
+/* cg_agree with a payload: the one routine every agreement after the
+ * cross-rank check goes through, so a failure is handled the same way in
+ * each. */
+cg_status_t cg_agree_with(uint8_t *all_ok, const cg_participants_t *pt, cg_status_t mine,
+                          const cg_agree_payload_t *payload, void *ctx, const char *what, const char *where);
+
 /* "3 (world leader 0)": how messages name a communicator by its agreed id, the
  * same on every rank. */
 const char *cg_comm_id_label(char *buf, size_t size, uint64_t id);

@@ -31,10 +31,6 @@
 #include "plan_lock.h"
 #include "watchdog.h"
 
-static cg_status_t cuda_fail(cudaError_t err, const char *where, const char *call) {
-  return cg_fail_cuda(err, call, "%s", where);
-}
-
 static cg_status_t cuda_test(int *done, cg_plan_t *p);
 
 static void cuda_release(cg_plan_t *p) {
@@ -81,7 +77,7 @@ static cg_status_t capture_child_graph(cudaStream_t stream, cudaGraph_t child, c
 #else
   cudaError_t err = cudaStreamGetCaptureInfo_v3(stream, &status, NULL, &graph, &deps, &edges, &n_deps);
 #endif
-  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamGetCaptureInfo");
+  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaStreamGetCaptureInfo", "%s", where);
   if (status != cudaStreamCaptureStatusActive)
     return cg_fail(CG_ERR_BACKEND, "%s: the stream's capture was invalidated by an earlier error", where);
   struct cudaGraphNodeParams params;
@@ -90,13 +86,13 @@ static cg_status_t capture_child_graph(cudaStream_t stream, cudaGraph_t child, c
   params.graph.graph = child;
   cudaGraphNode_t node = NULL;
   if ((err = cudaGraphAddNode(&node, graph, deps, edges, n_deps, &params)) != cudaSuccess)
-    return cuda_fail(err, where, "cudaGraphAddNode (child graph)");
+    return cg_fail_cuda(err, "cudaGraphAddNode (child graph)", "%s", where);
 #if CUDART_VERSION >= 13000
   err = cudaStreamUpdateCaptureDependencies(stream, &node, NULL, 1, cudaStreamSetCaptureDependencies);
 #else
   err = cudaStreamUpdateCaptureDependencies_v2(stream, &node, NULL, 1, cudaStreamSetCaptureDependencies);
 #endif
-  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamUpdateCaptureDependencies");
+  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaStreamUpdateCaptureDependencies", "%s", where);
   return CG_SUCCESS;
 #else
   (void)stream;
@@ -114,11 +110,11 @@ static cg_status_t capture_cuda_node(const cg_plan_t *p, uint32_t index, cudaStr
     case CG_NODE_CHILD_GRAPH: return capture_child_graph(lane, p->cuda->children[index], where);
     case CG_NODE_EVENT_WAIT:
       if ((err = cudaStreamWaitEvent(lane, (cudaEvent_t)s->object, cudaEventWaitExternal)) != cudaSuccess)
-        return cuda_fail(err, where, "cudaStreamWaitEvent (external)");
+        return cg_fail_cuda(err, "cudaStreamWaitEvent (external)", "%s", where);
       return CG_SUCCESS;
     case CG_NODE_EVENT_RECORD:
       if ((err = cudaEventRecordWithFlags((cudaEvent_t)s->object, lane, cudaEventRecordExternal)) != cudaSuccess)
-        return cuda_fail(err, where, "cudaEventRecordWithFlags (external)");
+        return cg_fail_cuda(err, "cudaEventRecordWithFlags (external)", "%s", where);
       return CG_SUCCESS;
     default: return cg_fail(CG_ERR_INTERNAL, "%s: step %u is not a CUDA node", where, index);
   }
@@ -135,7 +131,7 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
     for (uint32_t e = 0; e < s->n_deps; e++) {
       const cg_step_t *d = &p->steps[s->deps[e]];
       if (d->lane != u->lane && (err = cudaStreamWaitEvent(lane, events[s->deps[e]], 0)) != cudaSuccess)
-        return cuda_fail(err, where, "cudaStreamWaitEvent");
+        return cg_fail_cuda(err, "cudaStreamWaitEvent", "%s", where);
     }
   }
   const cg_step_t *first = &p->steps[p->issue_order[u->first]];
@@ -146,7 +142,7 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
     const cg_step_t *s = &p->steps[index];
     if (s->kind == CG_STEP_HOST_FUNC) {
       if ((err = cudaLaunchHostFunc(lane, s->fn, s->arg)) != cudaSuccess)
-        st = cuda_fail(err, where, "cudaLaunchHostFunc");
+        st = cg_fail_cuda(err, "cudaLaunchHostFunc", "%s", where);
     } else if (s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK) {
       st = cg_cuda_bucket_copy(p, s, lane, where);
     } else if (s->kind == CG_STEP_CUDA_NODE) {
@@ -167,11 +163,11 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
   }
   for (uint32_t k = 0; k < u->n && st == CG_SUCCESS && c->marks; k++)
     if ((err = cg_progress_mark_launch(&c->marks_dev[p->issue_order[u->first + k]], lane)) != cudaSuccess)
-      st = cuda_fail(err, where, "the watchdog's progress mark");
+      st = cg_fail_cuda(err, "the watchdog's progress mark", "%s", where);
   for (uint32_t k = 0; k < u->n && st == CG_SUCCESS; k++) {
     uint32_t index = p->issue_order[u->first + k];
     if (events[index] && (err = cudaEventRecord(events[index], lane)) != cudaSuccess)
-      st = cuda_fail(err, where, "cudaEventRecord");
+      st = cg_fail_cuda(err, "cudaEventRecord", "%s", where);
   }
   return st;
 }
@@ -187,14 +183,14 @@ static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, const 
     cudaError_t err = cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming);
     if (err != cudaSuccess) {
       events[i] = NULL;
-      return cuda_fail(err, where, "cudaEventCreateWithFlags");
+      return cg_fail_cuda(err, "cudaEventCreateWithFlags", "%s", where);
     }
   }
   for (uint32_t l = 0; l < p->n_lanes; l++) {
     cudaError_t err = cudaEventCreateWithFlags(&joins[l], cudaEventDisableTiming);
     if (err != cudaSuccess) {
       joins[l] = NULL;
-      return cuda_fail(err, where, "cudaEventCreateWithFlags");
+      return cg_fail_cuda(err, "cudaEventCreateWithFlags", "%s", where);
     }
   }
   return CG_SUCCESS;
@@ -204,22 +200,23 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
                                  const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   cudaError_t err = cudaStreamBeginCapture(c->lanes[0], cudaStreamCaptureModeThreadLocal);
-  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamBeginCapture");
+  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaStreamBeginCapture", "%s", where);
   cg_status_t st = CG_SUCCESS;
   /* the other lanes join the capture from lane 0 and return to it at the end */
-  if ((err = cudaEventRecord(joins[0], c->lanes[0])) != cudaSuccess) st = cuda_fail(err, where, "cudaEventRecord");
+  if ((err = cudaEventRecord(joins[0], c->lanes[0])) != cudaSuccess)
+    st = cg_fail_cuda(err, "cudaEventRecord", "%s", where);
   for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++)
     if ((err = cudaStreamWaitEvent(c->lanes[l], joins[0], 0)) != cudaSuccess)
-      st = cuda_fail(err, where, "cudaStreamWaitEvent");
+      st = cg_fail_cuda(err, "cudaStreamWaitEvent", "%s", where);
   for (uint32_t u = 0; u < p->n_units && st == CG_SUCCESS; u++) st = capture_unit(p, &p->units[u], events, where);
   for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++) {
     if ((err = cudaEventRecord(joins[l], c->lanes[l])) != cudaSuccess ||
         (err = cudaStreamWaitEvent(c->lanes[0], joins[l], 0)) != cudaSuccess)
-      st = cuda_fail(err, where, "joining the lanes");
+      st = cg_fail_cuda(err, "joining the lanes", "%s", where);
   }
   /* ends the capture even after a failure, so the streams are usable again */
   err = cudaStreamEndCapture(c->lanes[0], out);
-  if (st == CG_SUCCESS && err != cudaSuccess) st = cuda_fail(err, where, "cudaStreamEndCapture");
+  if (st == CG_SUCCESS && err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);
   return st;
 }
 
@@ -249,7 +246,7 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
   if (c) c->seq_base = calloc(p->n_comms ? p->n_comms : 1, sizeof *c->seq_base);
   if (!c || !c->lanes || !c->seq_base) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
   cudaError_t err = cudaSetDevice(p->device);
-  if (err != cudaSuccess) return cuda_fail(err, where, "cudaSetDevice");
+  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaSetDevice", "%s", where);
   c->n_lanes = p->n_lanes;
   /* Collectives get the highest priority and bucket copies the lowest:
    * captured kernels keep their stream's priority (the graph is instantiated
@@ -257,32 +254,33 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
    * collective does not keep NCCL's blocks from starting. */
   int least = 0, greatest = 0;
   if ((err = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess)
-    return cuda_fail(err, where, "cudaDeviceGetStreamPriorityRange");
+    return cg_fail_cuda(err, "cudaDeviceGetStreamPriorityRange", "%s", where);
   for (uint32_t l = 0; l < p->n_lanes; l++)
     if ((err = cudaStreamCreateWithPriority(&c->lanes[l], cudaStreamNonBlocking,
                                             p->lanes[l].kind == CG_LANE_PACK || p->lanes[l].kind == CG_LANE_UNPACK
                                                 ? least
                                                 : greatest)) != cudaSuccess)
-      return cuda_fail(err, where, "creating lane streams");
+      return cg_fail_cuda(err, "creating lane streams", "%s", where);
   if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess)
-    return cuda_fail(err, where, "cudaEventCreateWithFlags");
+    return cg_fail_cuda(err, "cudaEventCreateWithFlags", "%s", where);
   if ((err = cudaMalloc((void **)&c->lock, sizeof *c->lock)) != cudaSuccess) {
     c->lock = NULL;
-    return cuda_fail(err, where, "cudaMalloc (the plan's lock)");
+    return cg_fail_cuda(err, "cudaMalloc (the plan's lock)", "%s", where);
   }
-  if ((err = cudaMemset(c->lock, 0, sizeof *c->lock)) != cudaSuccess) return cuda_fail(err, where, "cudaMemset");
+  if ((err = cudaMemset(c->lock, 0, sizeof *c->lock)) != cudaSuccess)
+    return cg_fail_cuda(err, "cudaMemset", "%s", where);
   if (p->timeout_s > 0) {
     size_t bytes = (p->n_steps ? p->n_steps : 1) * sizeof *c->marks;
     if ((err = cudaHostAlloc((void **)&c->marks, bytes, cudaHostAllocMapped)) != cudaSuccess) {
       c->marks = NULL;
-      return cuda_fail(err, where, "cudaHostAlloc (the watchdog's progress marks)");
+      return cg_fail_cuda(err, "cudaHostAlloc (the watchdog's progress marks)", "%s", where);
     }
     memset(c->marks, 0, bytes);
     if ((err = cudaHostGetDevicePointer((void **)&c->marks_dev, c->marks, 0)) != cudaSuccess)
-      return cuda_fail(err, where, "cudaHostGetDevicePointer");
+      return cg_fail_cuda(err, "cudaHostGetDevicePointer", "%s", where);
     if ((err = cudaEventCreateWithFlags(&c->launch_done, cudaEventDisableTiming)) != cudaSuccess) {
       c->launch_done = NULL;
-      return cuda_fail(err, where, "cudaEventCreateWithFlags (the watchdog's)");
+      return cg_fail_cuda(err, "cudaEventCreateWithFlags (the watchdog's)", "%s", where);
     }
   }
   /* the recorded graph owns the child graphs and may be destroyed after
@@ -294,7 +292,7 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
     if (s->kind != CG_STEP_CUDA_NODE || s->op_kind != CG_NODE_CHILD_GRAPH) continue;
     if ((err = cudaGraphClone(&c->children[i], (cudaGraph_t)s->object)) != cudaSuccess) {
       c->children[i] = NULL;
-      return cuda_fail(err, where, "cudaGraphClone");
+      return cg_fail_cuda(err, "cudaGraphClone", "%s", where);
     }
     s->object = c->children[i];
   }
@@ -306,14 +304,15 @@ static cg_status_t build_embed_graph(cudaGraph_t *out, cg_plan_t *p, cudaGraph_t
   struct cg_cuda_plan *c = p->cuda;
   cudaStream_t s = c->lanes[0];
   cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  if (err != cudaSuccess) return cuda_fail(err, where, "cudaStreamBeginCapture");
+  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaStreamBeginCapture", "%s", where);
   cg_status_t st = CG_SUCCESS;
-  if ((err = cg_plan_lock_launch(c->lock, s)) != cudaSuccess) st = cuda_fail(err, where, "the plan's lock kernel");
+  if ((err = cg_plan_lock_launch(c->lock, s)) != cudaSuccess)
+    st = cg_fail_cuda(err, "the plan's lock kernel", "%s", where);
   if (st == CG_SUCCESS) st = capture_child_graph(s, plan_graph, where);
   if (st == CG_SUCCESS && (err = cg_plan_unlock_launch(c->lock, s)) != cudaSuccess)
-    st = cuda_fail(err, where, "the plan's unlock kernel");
+    st = cg_fail_cuda(err, "the plan's unlock kernel", "%s", where);
   err = cudaStreamEndCapture(s, out);
-  if (st == CG_SUCCESS && err != cudaSuccess) st = cuda_fail(err, where, "cudaStreamEndCapture");
+  if (st == CG_SUCCESS && err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);
   return st;
 }
 
@@ -323,9 +322,9 @@ static cg_status_t instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStr
   cudaError_t err = cudaGraphInstantiateWithFlags(exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   if (err != cudaSuccess) {
     *exec = NULL;
-    return cuda_fail(err, where, "cudaGraphInstantiateWithFlags");
+    return cg_fail_cuda(err, "cudaGraphInstantiateWithFlags", "%s", where);
   }
-  if ((err = cudaGraphUpload(*exec, stream)) != cudaSuccess) return cuda_fail(err, where, "cudaGraphUpload");
+  if ((err = cudaGraphUpload(*exec, stream)) != cudaSuccess) return cg_fail_cuda(err, "cudaGraphUpload", "%s", where);
   return CG_SUCCESS;
 }
 
@@ -370,7 +369,7 @@ static cg_status_t cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_stat
   if (st == CG_SUCCESS) st = instantiate(&c->exec, c->graph, c->lanes[0], where);
   if (st == CG_SUCCESS) st = build_embed_graph(&c->embed_graph, p, c->graph, where);
   if (st == CG_SUCCESS && (err = cudaStreamSynchronize(c->lanes[0])) != cudaSuccess)
-    st = cuda_fail(err, where, "cudaStreamSynchronize");
+    st = cg_fail_cuda(err, "cudaStreamSynchronize", "%s", where);
   cudaSetDevice(previous);
   free(go);
   /* p may be NULL only when mine failed: nothing above touched it */
@@ -422,7 +421,7 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
   struct cg_cuda_plan *c = plan->cuda;
   enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   cudaError_t err = cudaStreamIsCapturing(stream, &capturing);
-  if (err != cudaSuccess) return cuda_fail(err, "cg_plan_launch", "cudaStreamIsCapturing");
+  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaStreamIsCapturing", "cg_plan_launch");
   if (capturing == cudaStreamCaptureStatusInvalidated)
     return cg_fail(CG_ERR_BACKEND, "cg_plan_launch: the stream's capture was invalidated by an earlier error");
   if (capturing == cudaStreamCaptureStatusActive) {
@@ -433,12 +432,13 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
   if ((st = cg_cuda_check_runnable(plan, "cg_plan_launch")) != CG_SUCCESS) return st;
   cudaGraphExec_t exec = NULL;
   if ((st = launch_exec(&exec, plan, "cg_plan_launch")) != CG_SUCCESS) return st;
-  if ((err = cudaGraphLaunch(exec, stream)) != cudaSuccess) return cuda_fail(err, "cg_plan_launch", "cudaGraphLaunch");
+  if ((err = cudaGraphLaunch(exec, stream)) != cudaSuccess)
+    return cg_fail_cuda(err, "cudaGraphLaunch", "cg_plan_launch");
   note_launch(plan);
   c->launched = 1;
   if (c->marks) {
     if ((err = cudaEventRecord(c->launch_done, stream)) != cudaSuccess)
-      return cuda_fail(err, "cg_plan_launch", "cudaEventRecord (the watchdog's)");
+      return cg_fail_cuda(err, "cudaEventRecord (the watchdog's)", "cg_plan_launch");
     return cg_cuda_watch_launch(plan);
   }
   return CG_SUCCESS;
@@ -465,7 +465,7 @@ static cg_status_t cuda_start(cg_plan_t *p) {
   if ((st = launch_exec(&exec, p, "cg_plan_start")) != CG_SUCCESS) return st;
   cudaError_t err = cudaGraphLaunch(exec, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
-  if (err != cudaSuccess) return cuda_fail(err, "cg_plan_start", "cudaGraphLaunch");
+  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaGraphLaunch", "cg_plan_start");
   c->running = 1;
   c->started_ns = cg_watchdog_now_ns();
   note_launch(p);
@@ -475,7 +475,7 @@ static cg_status_t cuda_start(cg_plan_t *p) {
 /* cg_plan_start's replay has ended (err: how the event says it did). */
 static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *caller) {
   p->cuda->running = 0;
-  if (err != cudaSuccess) return cuda_fail(err, caller, "the replay");
+  if (err != cudaSuccess) return cg_fail_cuda(err, "the replay", "%s", caller);
   cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
   return CG_SUCCESS;
 }
@@ -530,7 +530,7 @@ static cg_status_t cuda_quiesce(cg_plan_t *p, const char *where) {
     cudaSetDevice(p->device);
     cudaError_t err = cudaDeviceSynchronize();
     cudaSetDevice(previous);
-    if (err != cudaSuccess) return cuda_fail(err, where, "cudaDeviceSynchronize (replays in flight)");
+    if (err != cudaSuccess) return cg_fail_cuda(err, "cudaDeviceSynchronize (replays in flight)", "%s", where);
   }
   return CG_SUCCESS;
 }
@@ -578,7 +578,7 @@ static cg_status_t cuda_rebuild(cg_plan_t *p, const char *where) {
 
 cg_status_t cg_executor_current_device(int *device, const char *where) {
   cudaError_t err = cudaGetDevice(device);
-  return err == cudaSuccess ? CG_SUCCESS : cuda_fail(err, where, "cudaGetDevice");
+  return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "cudaGetDevice", "%s", where);
 }
 
 static const cg_executor_t cuda_executor = {

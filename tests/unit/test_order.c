@@ -627,8 +627,8 @@ START_TEST(comm_order__random_graphs_match_reference) {
 END_TEST
 
 static Suite *suite(void) {
-  Suite *s = suite_create("topo");
-  TCase *tc = tcase_create("topo");
+  Suite *s = suite_create("order");
+  TCase *tc = tcase_create("order");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, topo__empty_graph);
   tcase_add_test(tc, topo__forward_edges_give_record_order);

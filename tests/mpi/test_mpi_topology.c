@@ -253,7 +253,7 @@ START_TEST(topo__describe_names_hwloc_and_the_gpus) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("mpi_topo");
+  Suite *s = suite_create("mpi_topology");
   TCase *ranks = cg_mpi_tcase("local_ranks");
   tcase_add_test(ranks, topo__local_ranks_are_distinct_and_cover_the_node);
   tcase_add_test(ranks, topo__bad_arguments_are_refused);
