@@ -14,6 +14,15 @@
 /* Used where neither the options, the environment nor the backend say. */
 #define DEFAULT_BUCKET_BYTES ((size_t)25 << 20)
 
+/* Buckets whose members wait for compute between them (a gradient's backward
+ * runs after the bucket opened) stop at these sizes when the library picks
+ * the bucket size, so their communication overlaps the compute still to come
+ * instead of waiting for all of it: the first bucket on a communicator at
+ * 1 MiB, the later ones at 25 MiB (PyTorch DDP's first and later bucket
+ * caps). A bucket size given by the options or CG_BUCKET_BYTES is kept. */
+#define OVERLAP_FIRST_BYTES ((size_t)1 << 20)
+#define OVERLAP_BUCKET_BYTES ((size_t)25 << 20)
+
 size_t cg_fusion_node_bytes(const cg_node_rec_t *node) {
   size_t bytes = node->count * cg_dtype_size(node->dtype); /* recording checked it does not overflow */
   if (node->kind == CG_NODE_ALLGATHER || node->kind == CG_NODE_REDUCE_SCATTER) bytes *= (size_t)node->comm->size;
@@ -39,6 +48,8 @@ typedef struct open_bucket {
   int open;
   uint32_t first, last; /* positions in the communicator's sequence */
   size_t bytes;
+  uint32_t compute_epoch; /* compute nodes done when it opened */
+  uint32_t index;         /* buckets opened on the communicator before it */
 } open_bucket_t;
 
 typedef struct sim {
@@ -52,8 +63,11 @@ typedef struct sim {
   uint8_t *state;
   uint8_t *feeds_other; /* per node: a successor leads to communication off its communicator */
   open_bucket_t *open; /* per sequence */
+  uint32_t *n_opened;  /* per sequence: buckets opened so far */
   cg_heap_t ready;     /* ready nodes by rank */
   uint32_t n_done;
+  uint32_t compute_done; /* user compute nodes done (host functions, child graphs, events) */
+  int library_size;      /* the bucket size is the library's choice: overlap caps apply */
 } sim_t;
 
 /* Into the ready heap, by rank. */
@@ -68,6 +82,7 @@ static void finish(sim_t *s, uint32_t node) {
   s->state[node] = DONE;
   s->n_done++;
   const cg_node_rec_t *n = cg_graph_node(s->g, node);
+  if (!n->comm) s->compute_done++;
   for (uint32_t e = 0; e < n->succs.len; e++) {
     uint32_t next = n->succs.items[e].node;
     s->pending[next]--;
@@ -100,9 +115,16 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     return NEVER;
   }
   size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
+  cg_fuse_why_t full = CG_FUSE_FULL;
+  /* compute ran since the bucket opened: this member's inputs come later
+   * than the first member's (re-checked each time it is asked) */
+  if (s->library_size && s->compute_done != b->compute_epoch) {
+    size_t overlap = b->index == 0 ? OVERLAP_FIRST_BYTES : OVERLAP_BUCKET_BYTES;
+    if (overlap < cap) cap = overlap, full = CG_FUSE_OVERLAP;
+  }
   /* a first member larger than the bucket size fills it alone */
   if (b->bytes > cap || bytes > cap - b->bytes) {
-    *why = CG_FUSE_FULL;
+    *why = full;
     return NEVER;
   }
   if (s->feeds_other[last]) {
@@ -152,7 +174,8 @@ static void extend(sim_t *s, uint32_t c) {
 
 static void open_bucket(sim_t *s, uint32_t node) {
   uint32_t c = s->seq[node];
-  s->open[c] = (open_bucket_t){1, s->pos[node], s->pos[node], cg_fusion_node_bytes(cg_graph_node(s->g, node))};
+  s->open[c] = (open_bucket_t){1, s->pos[node], s->pos[node], cg_fusion_node_bytes(cg_graph_node(s->g, node)),
+                               s->compute_done, s->n_opened[c]++};
   s->state[node] = IN_BUCKET;
   extend(s, c);
 }
@@ -313,14 +336,16 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   s.feeds_other = calloc(nn, 1);
   s.ready = cg_heap_make(malloc(nn * sizeof *s.ready.items), cg_heap_less_key, s.rank);
   s.open = calloc(n_seq ? n_seq : 1, sizeof *s.open);
+  s.n_opened = calloc(n_seq ? n_seq : 1, sizeof *s.n_opened);
   uint32_t *topo = malloc(nn * sizeof *topo);
   if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.feeds_other ||
-      !s.ready.items || !s.open || !topo) {
+      !s.ready.items || !s.open || !s.n_opened || !topo) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
     goto out;
   }
   if (enabled && env_fusion_off()) enabled = 0;
   if (enabled && !bucket_bytes) cg_param_bytes(&bucket_bytes, CG_PARAM_BUCKET_BYTES);
+  s.library_size = !bucket_bytes;
   for (uint32_t c = 0; c < n_seq && enabled; c++) {
     const cg_comm_t *comm = order->sequences[c].comm;
     const cg_backend_t *b = comm->ops->backend;
@@ -351,6 +376,7 @@ out:
   free(s.feeds_other);
   free(s.ready.items);
   free(s.open);
+  free(s.n_opened);
   if (st != CG_SUCCESS) cg_fusion_free(out);
   return st;
 }

@@ -651,6 +651,60 @@ START_TEST(fusion__dependent_allreduces_do_not_fuse) {
 }
 END_TEST
 
+/* A backward pass on the host: host function k writes gradient k (reading the
+ * activation layer k + 1 wrote, writing its own), then gradient k's
+ * allreduce, for k = n-1 down to 0. With the library's bucket size the
+ * buckets stop at 1 MiB (the first) and 25 MiB (later ones), so communication
+ * overlaps the backward still to come; a size from the options or
+ * CG_BUCKET_BYTES is kept; without compute between them the allreduces fuse
+ * up to the library's size. Gradients of 512 KiB; offline communicators,
+ * whose size is 25 MiB. */
+START_TEST(fusion__buckets_overlap_compute) {
+  enum { N = 60, G = 131072 /* floats in 512 KiB */ };
+  cg_comm_t *comm = offline(0, 2);
+  float *grads = calloc((size_t)N * G, sizeof *grads);
+  static float act[N + 1];
+  ck_assert_ptr_nonnull(grads);
+  for (int variant = 0; variant < 4; variant++) {
+    cg_graph_t *g = new_graph();
+    for (int k = N - 1; k >= 0; k--) {
+      if (variant != 2) {
+        cg_access_t access = CG_ACCESS_INIT;
+        cg_range_t reads[] = {{&act[k + 1], sizeof(float)}};
+        cg_range_t writes[] = {{&act[k], sizeof(float)}, {grads + (size_t)k * G, G * sizeof(float)}};
+        access.everything = 0, access.reads = reads, access.n_reads = 1, access.writes = writes, access.n_writes = 2;
+        ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &access));
+      }
+      float *grad = grads + (size_t)k * G;
+      ck_assert_cg_ok(cg_allreduce(NULL, g, comm, grad, grad, G, CG_FLOAT32, CG_SUM));
+    }
+    /* 0: library size; 1: 64 MiB from the options; 2: no compute; 3: CG_BUCKET_BYTES */
+    if (variant == 3) setenv("CG_BUCKET_BYTES", "64M", 1);
+    cg_plan_t *plan = fused(g, variant == 1 ? (size_t)64 << 20 : 0);
+    unsetenv("CG_BUCKET_BYTES");
+    /* members per bucket, in order: 2 (1 MiB), then 50 (25 MiB), then the 8 left */
+    const uint32_t overlap[] = {2, 50, 8};
+    uint32_t want_n = variant == 0 ? 3 : variant == 2 ? 2 : 1;
+    ck_assert_uint_eq(plan->n_buckets, want_n);
+    for (uint32_t b = 0; b < plan->n_buckets; b++) {
+      uint32_t want = variant == 0 ? overlap[b] : variant == 2 ? (b ? 10 : 50) : N;
+      ck_assert_msg(plan->buckets[b].n_members == want, "variant %d bucket %u: %u members, expected %u", variant, b,
+                    plan->buckets[b].n_members, want);
+    }
+    /* why each later bucket starts where it does: after the first, the
+     * overlap size is the offline communicator's own (25 MiB) */
+    for (uint32_t b = 1; b < plan->n_buckets; b++) {
+      int want = variant == 0 && b == 1 ? CG_FUSE_OVERLAP : CG_FUSE_FULL;
+      ck_assert_int_eq(plan->fuse_why[plan->buckets[b].members[0]], want);
+    }
+    cg_plan_destroy(plan);
+    cg_graph_destroy(g);
+  }
+  free(grads);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
 /* The hang CI once found on two ranks: a bucket {a0, a1} holds back what a0
  * feeds until a1 is done; when another rank needs that (a collective of
  * another communicator, a send) before it reaches a1, every rank waits. So
@@ -931,7 +985,7 @@ static Suite *suite(void) {
       {fusion__random_graphs_keep_invariants, fusion__ten_allreduces_fuse_into_one_bucket,
        fusion__bucket_size_splits_buckets, fusion__dependent_allreduces_do_not_fuse, fusion__different_keys_do_not_fuse,
        fusion__bucket_bytes_from_the_environment, fusion__stats_count_copies,
-       fusion__bucket_never_holds_back_other_communication},
+       fusion__bucket_never_holds_back_other_communication, fusion__buckets_overlap_compute},
       {fusion__fence_waits_for_bucket_unpack, fusion__bucket_pack_waits_for_fence},
       {arena__pieces_touch_and_align_to_their_elements, arena__random_allocations_follow_the_model}};
   const char *names[] = {"fusion", "bugs", "arena"};
