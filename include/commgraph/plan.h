@@ -135,6 +135,32 @@ typedef struct cg_rebind {
 } cg_rebind_t;
 CG_API cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, size_t n);
 
+/* ---- tuning: buckets from measured times (docs/tuning.md)
+ *
+ * cg_plan_tune replays `plan` a few times (one warm-up, then `replays`
+ * profiled ones, on the calling thread like cg_plan_run) and measures when
+ * each collective's inputs become ready (the end of the compute nodes it
+ * depends on: host functions, child graphs, events) and what a collective
+ * costs on each communicator (alpha + bytes / bandwidth, fitted to its
+ * steps). The ranks agree on the measurements (latest ready times; the
+ * cost measured by the rank that waited least for the others), and `graph`, the graph `plan` was compiled from and unchanged since,
+ * is compiled again into *out with opts->compile: bucket boundaries now
+ * minimize the predicted finish of each communicator's last collective, so
+ * buckets whose inputs come late start without waiting for the rest, and
+ * buckets that would only add fixed costs are merged. The cross-rank check
+ * runs again (on even if opts->compile turned it off: it carries a rank's
+ * failure to the others). `plan` stays valid. Collective over the plan's
+ * communicators, like cg_compile; with CG_ERR_UNSUPPORTED where the plan's
+ * executor cannot profile yet (device plans in this version). */
+typedef struct cg_tune_opts {
+  size_t size;               /* sizeof(cg_tune_opts_t) */
+  int replays;               /* profiled replays, 1 to 1000 (default 5) */
+  void *stream;              /* device plans: the cudaStream_t to replay on; NULL: the plan's own */
+  cg_compile_opts_t compile; /* options of the new plan */
+} cg_tune_opts_t;
+#define CG_TUNE_OPTS_INIT {sizeof(cg_tune_opts_t), 5, NULL, CG_COMPILE_OPTS_INIT}
+CG_API cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, const cg_tune_opts_t *opts);
+
 /* ---- inspection */
 
 typedef struct cg_plan_stats {

@@ -17,6 +17,7 @@
 #include "lower.h"
 #include "plan_internal.h"
 #include "rank_check.h"
+#include "tuning.h"
 #include "param.h"
 
 static int is_cuda_kind(cg_node_kind_t k) {
@@ -118,6 +119,11 @@ static cg_status_t participants_of_order(cg_participants_t *pt, const cg_comm_or
 }
 
 cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts) {
+  return cg_compile_tuned(out, graph, opts, NULL, CG_SUCCESS);
+}
+
+cg_status_t cg_compile_tuned(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts,
+                             cg_tuning_t *tuning, cg_status_t mine) {
   static const cg_compile_opts_t defaults = CG_COMPILE_OPTS_INIT;
   cg_status_t st = CG_SUCCESS;
   cg_comm_order_t order = {0};
@@ -136,9 +142,10 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
     snprintf(where, sizeof where, "cg_compile: graph '%s'", graph->name);
   else
     snprintf(where, sizeof where, "cg_compile");
-  cg_status_t local = CG_SUCCESS;
+  /* a caller's failure (cg_plan_tune's profile) travels like this rank's own */
+  cg_status_t local = mine;
   int device = CG_DEVICE_HOST;
-  local = check_placement(&device, graph, where);
+  if (local == CG_SUCCESS) local = check_placement(&device, graph, where);
   const cg_executor_t *exec = cg_executor_for(device);
   if (local == CG_SUCCESS && !exec)
     local = cg_fail(CG_ERR_UNSUPPORTED, "%s: a plan on device %d, and this build has no device executor", where,
@@ -154,12 +161,15 @@ cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts
    * levels, warm-up, agreeing on the build): a rank whose local work fails
    * goes through them with its failure, so the others fail too. */
   int is_device = device != CG_DEVICE_HOST;
-  /* the participants agree on buckets (any plan) and on the CUDA graph */
-  if ((is_device || opts->check_ranks) &&
+  /* the participants agree on buckets (any plan), on tuning and on the CUDA
+   * graph */
+  if ((is_device || opts->check_ranks || tuning) &&
       (st = participants_of_order(&pt, &order, joined, n_joined, where)) != CG_SUCCESS)
     goto out;
-  st = cg_fusion_plan(&fusion, graph, &order, opts->fusion, opts->bucket_bytes, where);
-  if (opts->check_ranks) st = cg_fusion_agree(&fusion, graph, &order, &pt, st, where);
+  /* measurements differ between ranks; the buckets must not */
+  if (tuning) st = cg_tuning_agree(tuning, graph, &order, &pt, st, where);
+  if (st == CG_SUCCESS) st = cg_fusion_plan(&fusion, graph, &order, opts->fusion, opts->bucket_bytes, tuning, where);
+  if (opts->check_ranks || tuning) st = cg_fusion_agree(&fusion, graph, &order, &pt, st, where);
   p = st == CG_SUCCESS ? calloc(1, sizeof *p) : NULL;
   const char *name = opts->name ? opts->name : graph->name;
   if (st == CG_SUCCESS && (!p || (name && !(p->name = cg_copy_text(name, 255)))))

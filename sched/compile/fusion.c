@@ -1,5 +1,6 @@
 #include "fusion.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "graph_view.h"
 #include "heap.h"
 #include "param.h"
+#include "tuning.h"
 #include "rank_check.h"
 
 /* Used where neither the options, the environment nor the backend say. */
@@ -68,6 +70,8 @@ typedef struct sim {
   uint32_t n_done;
   uint32_t compute_done; /* user compute nodes done (host functions, child graphs, events) */
   int library_size;      /* the bucket size is the library's choice: overlap caps apply */
+  const cg_tuning_t *tuning;
+  uint8_t *tuned_break;  /* per node: tuning starts a new bucket here; NULL without tuning */
 } sim_t;
 
 /* Into the ready heap, by rank. */
@@ -112,6 +116,10 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
   uint32_t last = sq->nodes[b->last];
   if (!cg_kind_is_fusible(n->kind) || !same_key(n, head)) {
     *why = cg_kind_is_fusible(n->kind) ? CG_FUSE_DIFFERS : CG_FUSE_NOT_FUSIBLE;
+    return NEVER;
+  }
+  if (s->tuned_break && s->tuned_break[node]) {
+    *why = CG_FUSE_TUNED;
     return NEVER;
   }
   size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
@@ -318,8 +326,65 @@ static void initial_reasons(cg_fusion_t *f, const cg_graph_t *g, const cg_comm_o
   }
 }
 
+/* Members a tuned bucket may have: keeps the boundary search linear in
+ * practice on long sequences. */
+#define TUNED_WINDOW 1024
+
+/* Bucket boundaries for one communicator from measured times: with F(p) the
+ * predicted finish of the collective that ends at position p, a bucket of
+ * positions i..p starts once the one before has finished and its last input
+ * is ready, and costs alpha + bytes / bytes_per_us:
+ *   F(p) = min over i of max(F(i - 1), max ready(i..p)) + alpha + bytes(i..p) / bytes_per_us
+ * over the i that may join p (same key, consecutive, within the bucket size).
+ * Marks the first position of every chosen bucket that could have joined the
+ * one before. */
+static cg_status_t tuned_breaks(sim_t *s, uint32_t c, const cg_comm_cost_t *cost, const char *where) {
+  const cg_comm_sequence_t *sq = &s->order->sequences[c];
+  const cg_tuning_t *t = s->tuning;
+  uint32_t len = sq->len;
+  double *finish = malloc((len ? len : 1) * sizeof *finish);
+  uint32_t *from = malloc((len ? len : 1) * sizeof *from);
+  if (!finish || !from) {
+    free(finish), free(from);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the tuned bucket search", where);
+  }
+  size_t cap = s->f->bucket_bytes[c];
+  for (uint32_t p = 0; p < len; p++) {
+    finish[p] = INFINITY;
+    from[p] = p;
+    double ready = 0;
+    size_t bytes = 0;
+    for (uint32_t i = p + 1; i-- > 0 && p - i < TUNED_WINDOW;) {
+      const cg_node_rec_t *n = cg_graph_node(s->g, sq->nodes[i]);
+      size_t b = cg_fusion_node_bytes(n);
+      if (i < p && (b > cap || bytes > cap - b)) break;
+      bytes += b;
+      double r = t->ready_us[sq->nodes[i]];
+      if (r > ready) ready = r;
+      double start = i ? finish[i - 1] : 0;
+      if (ready > start) start = ready;
+      double f = start + cost->alpha_us + (double)bytes / cost->bytes_per_us;
+      /* within a nanosecond counts as a tie, which goes to the larger bucket
+       * (fewer collectives for the same finish) */
+      if (f <= finish[p] + 1e-3) finish[p] = f, from[p] = i;
+      /* i may join i - 1 only when both fuse with the same key */
+      const cg_node_rec_t *before = i ? cg_graph_node(s->g, sq->nodes[i - 1]) : NULL;
+      if (!before || !cg_kind_is_fusible(n->kind) || !cg_kind_is_fusible(before->kind) || !same_key(n, before)) break;
+    }
+  }
+  for (uint32_t p = len; p-- > 0;) {
+    uint32_t i = from[p];
+    s->tuned_break[sq->nodes[i]] = 1;
+    p = i;
+    if (!p) break;
+  }
+  free(finish);
+  free(from);
+  return CG_SUCCESS;
+}
+
 cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_order_t *order, int enabled,
-                           size_t bucket_bytes, const char *where) {
+                           size_t bucket_bytes, const cg_tuning_t *tuning, const char *where) {
   cg_status_t st = CG_SUCCESS;
   uint32_t n = cg_graph_node_count(g), n_seq = order->n_sequences;
   size_t nn = n ? n : 1;
@@ -345,7 +410,8 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   }
   if (enabled && env_fusion_off()) enabled = 0;
   if (enabled && !bucket_bytes) cg_param_bytes(&bucket_bytes, CG_PARAM_BUCKET_BYTES);
-  s.library_size = !bucket_bytes;
+  s.library_size = !bucket_bytes && !tuning;
+  s.tuning = tuning;
   for (uint32_t c = 0; c < n_seq && enabled; c++) {
     const cg_comm_t *comm = order->sequences[c].comm;
     const cg_backend_t *b = comm->ops->backend;
@@ -365,7 +431,12 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
       s.pos[order->sequences[c].nodes[p]] = p;
     }
   if ((st = find_feeds_other(&s, topo, where)) != CG_SUCCESS) goto out;
-  st = simulate(&s, where);
+  if (tuning && !(s.tuned_break = calloc(nn, 1))) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating tuned breaks", where);
+  for (uint32_t c = 0; tuning && st == CG_SUCCESS && c < n_seq; c++) {
+    const cg_comm_cost_t *cost = cg_tuning_cost(tuning, order->sequences[c].comm);
+    if (cost) st = tuned_breaks(&s, c, cost, where);
+  }
+  if (st == CG_SUCCESS) st = simulate(&s, where);
 out:
   free(topo);
   free(s.rank);
@@ -377,6 +448,7 @@ out:
   free(s.ready.items);
   free(s.open);
   free(s.n_opened);
+  free(s.tuned_break);
   if (st != CG_SUCCESS) cg_fusion_free(out);
   return st;
 }

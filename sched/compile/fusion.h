@@ -43,8 +43,12 @@ size_t cg_fusion_node_bytes(const cg_node_rec_t *node);
 
 /* This rank's buckets. `enabled` and `bucket_bytes` come from the compile
  * options (bucket_bytes 0: environment, then the backend's preference). */
+struct cg_tuning;
+/* With `tuning` (cg_plan_tune's measurements, agreed; NULL: none), bucket
+ * boundaries minimize the predicted finish of each communicator's last
+ * collective instead (the library's overlap caps then do not apply). */
 cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_order_t *order, int enabled,
-                           size_t bucket_bytes, const char *where);
+                           size_t bucket_bytes, const struct cg_tuning *tuning, const char *where);
 
 /* Agreement over the participants (collective; a rank whose `mine` failed
  * still takes part, fusing nothing, and every rank then fails). Nodes joined

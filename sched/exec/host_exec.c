@@ -32,6 +32,8 @@ struct cg_host_run {
   uint32_t n_done;
   uint64_t *seq;      /* per step: its communicator's sequence number this replay */
   uint64_t started_ns; /* when this replay started (the watchdog's clock) */
+  uint64_t *stamps;    /* profiling replays (cg_plan_tune): per step, its start and end in ns after
+                          started_ns; NULL otherwise */
   uint32_t last_done;  /* the step that completed last, or CG_NO_STEP */
   int running;
 };
@@ -84,9 +86,15 @@ static void copy_bucket(const cg_plan_t *p, const cg_step_t *step) {
   for (uint32_t k = 0; k < n; k++) memcpy(segs[k].dst, segs[k].src, segs[k].bytes);
 }
 
+/* Profiling: when step `index` starts (which 0) or ends (1). */
+static void stamp(cg_host_run_t *r, uint32_t index, int which) {
+  if (r->stamps) r->stamps[2 * (size_t)index + which] = cg_watchdog_now_ns() - r->started_ns;
+}
+
 static void complete(cg_plan_t *plan, uint32_t index) {
   cg_host_run_t *r = plan->run;
   const cg_step_t *s = &plan->steps[index];
+  stamp(r, index, 1);
   r->state[index] = STEP_DONE;
   r->n_done++;
   r->last_done = index;
@@ -100,6 +108,7 @@ static cg_status_t start_step(cg_plan_t *plan, uint32_t index, const char *calle
   cg_step_t *s = &plan->steps[index];
   const cg_backend_t *b = s->comm->ops->backend;
   r->seq[index] = atomic_fetch_add(&s->comm->issued, 1);
+  stamp(r, index, 0);
   cg_flight_step(plan, CG_FLIGHT_STEP_START, plan->replays, index, r->seq[index]);
   cg_status_t st = b->host_step_start(s->comm->impl, s, s->backend_state);
   if (st != CG_SUCCESS) return fail_step(plan, st, index, caller);
@@ -116,6 +125,7 @@ static cg_status_t start_ready(cg_plan_t *plan, const char *caller) {
     uint32_t index = r->worklist[--r->n_work];
     cg_step_t *s = &plan->steps[index];
     if (s->kind == CG_STEP_HOST_FUNC || s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK) {
+      stamp(r, index, 0);
       if (s->kind == CG_STEP_HOST_FUNC)
         s->fn(s->arg);
       else
@@ -287,6 +297,40 @@ static cg_status_t host_quiesce(cg_plan_t *plan, const char *where) {
   return CG_SUCCESS;
 }
 
+static int compare_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static cg_status_t host_profile(cg_profile_t *out, cg_plan_t *plan, int replays, void *stream, const char *where) {
+  (void)stream;
+  size_t n = plan->n_steps ? plan->n_steps : 1;
+  uint64_t *all = calloc((size_t)replays * 2 * n, sizeof *all), *column = malloc((size_t)replays * sizeof *column);
+  *out = (cg_profile_t){calloc(n, sizeof *out->start_us), calloc(n, sizeof *out->end_us), plan->n_steps};
+  cg_status_t st = all && column && out->start_us && out->end_us
+                       ? CG_SUCCESS
+                       : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the profile of %u steps", where, plan->n_steps);
+  /* one warm-up replay, then the profiled ones */
+  for (int k = -1; k < replays && st == CG_SUCCESS; k++) {
+    if ((st = run_alloc(plan)) != CG_SUCCESS) break;
+    plan->run->stamps = k >= 0 ? all + (size_t)k * 2 * n : NULL;
+    st = host_start(plan);
+    if (st == CG_SUCCESS) st = host_wait(plan);
+    if (plan->run) plan->run->stamps = NULL;
+  }
+  for (uint32_t i = 0; i < plan->n_steps && st == CG_SUCCESS; i++)
+    for (int which = 0; which < 2; which++) {
+      for (int k = 0; k < replays; k++) column[k] = all[(size_t)k * 2 * n + 2 * (size_t)i + which];
+      qsort(column, (size_t)replays, sizeof *column, compare_u64);
+      double median_us = (double)column[replays / 2] / 1e3;
+      (which ? out->end_us : out->start_us)[i] = median_us;
+    }
+  free(all);
+  free(column);
+  if (st != CG_SUCCESS) cg_profile_free(out);
+  return st;
+}
+
 const cg_executor_t cg_host_executor = {
     .name = "host",
     .release = host_release,
@@ -294,4 +338,5 @@ const cg_executor_t cg_host_executor = {
     .test = host_test,
     .wait = host_wait,
     .quiesce = host_quiesce,
+    .profile = host_profile,
 };

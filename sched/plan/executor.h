@@ -12,6 +12,17 @@
 
 struct cg_participants;
 
+/* What profiling replays measured (cg_plan_tune): per step, when it started
+ * and ended, in microseconds from its replay's start, the median over the
+ * replays. A collective's start is when it was issued, so its end minus its
+ * start includes waiting for the other ranks. */
+typedef struct cg_profile {
+  double *start_us, *end_us; /* n_steps each */
+  uint32_t n_steps;
+} cg_profile_t;
+
+void cg_profile_free(cg_profile_t *profile);
+
 typedef struct cg_executor {
   const char *name; /* "host", "cuda": for messages */
   /* The last step of cg_compile, once the plan's steps, buckets and issue
@@ -36,6 +47,11 @@ typedef struct cg_executor {
    * updates the executable graphs). NULL: nothing to do. */
   cg_status_t (*quiesce)(cg_plan_t *plan, const char *where);
   cg_status_t (*rebuild)(cg_plan_t *plan, const char *where);
+  /* cg_plan_tune: one warm-up replay, then `replays` replays with every
+   * step's start and end recorded (device plans on `stream`, a cudaStream_t;
+   * NULL: the plan's own). Collective like any replay. NULL: this executor
+   * cannot profile. */
+  cg_status_t (*profile)(cg_profile_t *out, cg_plan_t *plan, int replays, void *stream, const char *where);
 } cg_executor_t;
 
 /* The executor for plans on `device` (CG_DEVICE_HOST or a CUDA ordinal);

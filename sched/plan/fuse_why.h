@@ -15,7 +15,8 @@
   X(CG_FUSE_FEEDS, "the operation before it feeds communication on another communicator")     \
   X(CG_FUSE_WAITED, "its inputs were not ready when the bucket before it had to run")            \
   X(CG_FUSE_RANKS, "another rank could not fuse it")                                           \
-  X(CG_FUSE_OVERLAP, "the bucket before it waits for compute and reached its overlap size")
+  X(CG_FUSE_OVERLAP, "the bucket before it waits for compute and reached its overlap size")               \
+  X(CG_FUSE_TUNED, "with the measured ready times and costs, a new bucket here finishes sooner")
 
 typedef enum cg_fuse_why {
 #define CG_FUSE_ENUM(name, text) name,

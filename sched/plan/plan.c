@@ -82,6 +82,12 @@ void cg_plan_free(cg_plan_t *p) {
   free(p);
 }
 
+void cg_profile_free(cg_profile_t *profile) {
+  free(profile->start_us);
+  free(profile->end_us);
+  *profile = (cg_profile_t){0};
+}
+
 void cg_plan_destroy(cg_plan_t *plan) {
   if (!plan) return;
   if (plan->exec) plan->exec->wait(plan);

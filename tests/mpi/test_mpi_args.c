@@ -1123,6 +1123,29 @@ static void row_plan_rebind(fx_t *fx) {
 #endif
 }
 
+static void row_plan_tune(fx_t *fx) {
+  const char *fn = "cg_plan_tune";
+  cg_plan_t *out = NULL;
+  cg_tune_opts_t o = CG_TUNE_OPTS_INIT;
+  EXPECT(fx, fn, cg_plan_tune(NULL, fx->plan, fx->g, NULL), IA);
+  EXPECT(fx, fn, cg_plan_tune(&out, NULL, fx->g, NULL), IA);
+  EXPECT(fx, fn, cg_plan_tune(&out, fx->plan, NULL, NULL), IA);
+  EXPECT(fx, fn, cg_plan_tune(&out, fx->plan, fx->other, NULL), IA); /* not its graph */
+  o.size = 1;
+  EXPECT(fx, fn, cg_plan_tune(&out, fx->plan, fx->g, &o), IA);
+  o = (cg_tune_opts_t)CG_TUNE_OPTS_INIT;
+  o.replays = 0;
+  EXPECT(fx, fn, cg_plan_tune(&out, fx->plan, fx->g, &o), IA);
+  o.replays = 1001;
+  EXPECT(fx, fn, cg_plan_tune(&out, fx->plan, fx->g, &o), IA);
+  o = (cg_tune_opts_t)CG_TUNE_OPTS_INIT;
+  o.compile.size = 3;
+  EXPECT(fx, fn, cg_plan_tune(&out, fx->plan, fx->g, &o), IA);
+  /* offline communicators compile, they do not run: nothing to profile */
+  EXPECT(fx, fn, cg_plan_tune(&out, fx->offplan, fx->offg, NULL), CG_ERR_UNSUPPORTED);
+  CHECK(fx, out == NULL, "cg_plan_tune set *out on failure");
+}
+
 static void row_plan_stats(fx_t *fx) {
   cg_plan_stats_t s;
   EXPECT(fx, "cg_plan_stats", cg_plan_stats(NULL, fx->plan), IA);
@@ -1384,6 +1407,7 @@ static const row_t rows[] = {
     {"cg_plan_wait", row_plan_wait},
     {"cg_plan_rebind", row_plan_rebind},
     {"cg_plan_stats", row_plan_stats},
+    {"cg_plan_tune", row_plan_tune},
     {"cg_plan_write_dot", row_plan_write_dot},
     {"cg_plan_dump", row_plan_dump},
     {"cg_plan_timeout", row_plan_timeout},
@@ -1416,7 +1440,7 @@ END_TEST
 START_TEST(args__table_has_no_duplicates) {
   for (int i = 0; i < N_ROWS; i++)
     for (int j = i + 1; j < N_ROWS; j++) ck_assert_msg(strcmp(rows[i].name, rows[j].name) != 0, "row %s twice", rows[i].name);
-  ck_assert_int_eq(N_ROWS, 58);
+  ck_assert_int_eq(N_ROWS, 59);
 }
 END_TEST
 

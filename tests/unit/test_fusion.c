@@ -13,6 +13,7 @@
 #include "graph_view.h"
 #include "plan_internal.h"
 #include "test_support.h"
+#include "tuning.h"
 
 /* ck_assert for hot loops: Check logs every passing ck_assert. */
 #define REQUIRE(cond, ...)                  \
@@ -705,6 +706,60 @@ START_TEST(fusion__buckets_overlap_compute) {
 }
 END_TEST
 
+/* Tuned boundaries (cg_plan_tune's fusion, with a hand-made tuning): the
+ * same backward as above; gradient k ready (N - k) ms after the start. A
+ * collective of 512 KiB costing 15 us goes as soon as its gradient is ready;
+ * with no compute between them, they fuse up to the bucket size; with a
+ * fixed cost far above the gaps and bytes for free, as few buckets as the
+ * bucket size allows finish as early as any split (ties go to larger
+ * buckets). */
+START_TEST(fusion__tuned_boundaries_follow_the_cost_model) {
+  enum { N = 60, G = 131072 };
+  cg_comm_t *comm = offline(0, 2);
+  float *grads = calloc((size_t)N * G, sizeof *grads);
+  static float act[N + 1];
+  ck_assert_ptr_nonnull(grads);
+  cg_graph_t *g = new_graph();
+  for (int k = N - 1; k >= 0; k--) {
+    cg_access_t access = CG_ACCESS_INIT;
+    cg_range_t reads[] = {{&act[k + 1], sizeof(float)}};
+    cg_range_t writes[] = {{&act[k], sizeof(float)}, {grads + (size_t)k * G, G * sizeof(float)}};
+    access.everything = 0, access.reads = reads, access.n_reads = 1, access.writes = writes, access.n_writes = 2;
+    ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &access));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, grads + (size_t)k * G, grads + (size_t)k * G, G, CG_FLOAT32, CG_SUM));
+  }
+  uint32_t n = cg_graph_node_count(g);
+  for (int variant = 0; variant < 3; variant++) {
+    cg_comm_cost_t cost = {comm, variant == 2 ? 5000.0 : 10.0, variant == 2 ? 1e12 : 1e5};
+    cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1};
+    for (uint32_t v = 0; v < n; v++) /* node 2j + 1 is gradient N-1-j's allreduce */
+      t.ready_us[v] = variant == 1 ? 0 : 1000.0 * (double)(v / 2 + 1);
+    cg_plan_t *plan = NULL;
+    cg_compile_opts_t o = CG_COMPILE_OPTS_INIT;
+    ck_assert_cg_ok(cg_compile_tuned(&plan, g, &o, &t, CG_SUCCESS));
+    check_fused(g, plan, NULL, plan->bucket_bytes, 1);
+    uint32_t colls = 0;
+    for (uint32_t i = 0; i < plan->n_steps; i++) colls += plan->steps[i].kind == CG_STEP_COLLECTIVE;
+    if (variant == 0) {
+      ck_assert_msg(colls == N && plan->n_buckets == 0, "%u collectives, %u buckets", colls, plan->n_buckets);
+      for (uint32_t v = 3; v < n; v += 2) ck_assert_int_eq(plan->fuse_why[v], CG_FUSE_TUNED);
+    } else if (variant == 1) {
+      /* two buckets (the size allows 50), split anywhere: the same finish */
+      ck_assert_msg(colls == 2 && plan->n_buckets == 2 && plan->buckets[0].n_members + plan->buckets[1].n_members == N,
+                    "%u collectives, %u buckets", colls, plan->n_buckets);
+    } else {
+      /* two: one bucket holds 50 at most */
+      ck_assert_msg(colls == 2 && plan->n_buckets == 2, "%u collectives", colls);
+    }
+    cg_plan_destroy(plan);
+    free(t.ready_us);
+  }
+  cg_graph_destroy(g);
+  free(grads);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
 /* The hang CI once found on two ranks: a bucket {a0, a1} holds back what a0
  * feeds until a1 is done; when another rank needs that (a collective of
  * another communicator, a send) before it reaches a1, every rank waits. So
@@ -981,18 +1036,19 @@ END_TEST
 
 static Suite *suite(void) {
   Suite *s = suite_create("fusion");
-  const TTest *tests[][9] = {
+  const TTest *tests[][10] = {
       {fusion__random_graphs_keep_invariants, fusion__ten_allreduces_fuse_into_one_bucket,
        fusion__bucket_size_splits_buckets, fusion__dependent_allreduces_do_not_fuse, fusion__different_keys_do_not_fuse,
        fusion__bucket_bytes_from_the_environment, fusion__stats_count_copies,
-       fusion__bucket_never_holds_back_other_communication, fusion__buckets_overlap_compute},
+       fusion__bucket_never_holds_back_other_communication, fusion__buckets_overlap_compute,
+       fusion__tuned_boundaries_follow_the_cost_model},
       {fusion__fence_waits_for_bucket_unpack, fusion__bucket_pack_waits_for_fence},
       {arena__pieces_touch_and_align_to_their_elements, arena__random_allocations_follow_the_model}};
   const char *names[] = {"fusion", "bugs", "arena"};
   for (int c = 0; c < 3; c++) {
     TCase *tc = tcase_create(names[c]);
     tcase_set_timeout(tc, 120);
-    for (int k = 0; k < 9 && tests[c][k]; k++) tcase_add_test(tc, tests[c][k]);
+    for (int k = 0; k < 10 && tests[c][k]; k++) tcase_add_test(tc, tests[c][k]);
     suite_add_tcase(s, tc);
   }
   return s;

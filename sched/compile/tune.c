@@ -1,0 +1,124 @@
+/* cg_plan_tune: buckets chosen from the DAG and measured times.
+ *
+ * A few profiling replays of the plan (its executor's profile entry) give
+ * every step's start and end. From them: when each collective's inputs were
+ * ready (the latest end of the compute nodes it depends on directly: host
+ * functions, child graphs, events) and what a collective costs on each
+ * communicator (alpha + bytes / bytes_per_us, fitted to its collective steps
+ * by least squares). The graph is then compiled again with that tuning:
+ * the ranks agree on it (latest ready times; the cost the least delayed
+ * rank measured), and the fusion pass picks the bucket boundaries that minimize
+ * the predicted finish of each communicator's last collective (fusion.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agreement.h"
+#include "error.h"
+#include "executor.h"
+#include "fusion.h"
+#include "graph_view.h"
+#include "tuning.h"
+
+#define WHERE "cg_plan_tune"
+
+/* ---- from a profile to a tuning */
+
+/* Bytes a collective step moves as buckets count them (its largest buffer). */
+static size_t step_bytes(const cg_step_t *s) {
+  size_t bytes = s->count * cg_dtype_size(s->dtype);
+  if (s->op_kind == CG_NODE_ALLGATHER || s->op_kind == CG_NODE_REDUCE_SCATTER) bytes *= (size_t)s->comm->size;
+  return bytes;
+}
+
+/* alpha + bytes / bytes_per_us through the communicator's collective steps
+ * (least squares; with one size, or a fit that is not physical, alpha is the
+ * fastest step and the bandwidth the best any step reached beyond it). */
+static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, const cg_profile_t *prof) {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, fastest = INFINITY;
+  const cg_plan_comm_t *pc = &plan->comms[c];
+  for (uint32_t k = 0; k < pc->n_steps; k++) {
+    const cg_step_t *s = &plan->steps[pc->steps[k]];
+    if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) continue;
+    double x = (double)step_bytes(s), y = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]];
+    if (y < 0.1) y = 0.1;
+    n++, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    if (y < fastest) fastest = y;
+  }
+  *out = (cg_comm_cost_t){pc->comm, n ? fastest : 1.0, INFINITY};
+  double det = n * sxx - sx * sx;
+  double slope = det > 0 ? (n * sxy - sx * sy) / det : 0, alpha = n ? (sy - slope * sx) / n : 0;
+  if (slope > 0 && alpha >= 0) {
+    out->alpha_us = alpha;
+    out->bytes_per_us = 1.0 / slope;
+    return;
+  }
+  for (uint32_t k = 0; k < pc->n_steps; k++) {
+    const cg_step_t *s = &plan->steps[pc->steps[k]];
+    if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) continue;
+    double beyond = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]] - out->alpha_us;
+    double rate = beyond > 0 ? (double)step_bytes(s) / beyond : INFINITY;
+    if (out->bytes_per_us == INFINITY || (rate < INFINITY && rate > out->bytes_per_us)) out->bytes_per_us = rate;
+  }
+  if (!(out->bytes_per_us < INFINITY)) out->bytes_per_us = 1e6; /* nothing moved: bandwidth plays no part */
+}
+
+static cg_status_t make_tuning(cg_tuning_t *t, const cg_plan_t *plan, const cg_graph_t *g, const cg_profile_t *prof) {
+  uint32_t n = cg_graph_node_count(g);
+  *t = (cg_tuning_t){calloc(n ? n : 1, sizeof *t->ready_us), n, calloc(plan->n_comms ? plan->n_comms : 1,
+                                                                          sizeof *t->costs), plan->n_comms};
+  if (!t->ready_us || !t->costs) {
+    cg_tuning_free(t);
+    return cg_fail(CG_ERR_NO_MEMORY, WHERE ": allocating the tuning of %u nodes", n);
+  }
+  for (uint32_t v = 0; v < n; v++) {
+    const cg_node_rec_t *node = cg_graph_node(g, v);
+    if (!node->comm) continue;
+    for (uint32_t e = 0; e < node->preds.len; e++) {
+      uint32_t from = node->preds.items[e].node;
+      if (cg_graph_node(g, from)->comm) continue; /* communication: ordered, not an input becoming ready */
+      double end = prof->end_us[plan->nodes[from].step];
+      if (end > t->ready_us[v]) t->ready_us[v] = end;
+    }
+  }
+  for (uint32_t c = 0; c < plan->n_comms; c++) fit_cost(&t->costs[c], plan, c, prof);
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, const cg_tune_opts_t *opts) {
+  static const cg_tune_opts_t defaults = CG_TUNE_OPTS_INIT;
+  cg_profile_t prof = {0};
+  cg_tuning_t tuning = {0};
+  cg_status_t st = CG_SUCCESS;
+  if (!out || !plan || !graph)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": NULL %s", !out ? "out" : !plan ? "plan" : "graph");
+  if (!opts) opts = &defaults;
+  if ((st = cg_check_opts_size(opts->size, sizeof(cg_tune_opts_t), WHERE, "opts")) != CG_SUCCESS) return st;
+  if (opts->replays < 1 || opts->replays > 1000)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": replays is %d, not 1 to 1000", opts->replays);
+  if (!(opts->compile.size == sizeof(cg_compile_opts_t)))
+    return cg_check_opts_size(opts->compile.size, sizeof(cg_compile_opts_t), WHERE, "opts->compile");
+  if (graph->serial != plan->graph_serial || cg_graph_node_count(graph) != plan->n_names)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": the graph is not the one the plan was compiled from, as it was "
+                   "then (%u nodes now, %u in the plan)", cg_graph_node_count(graph), plan->n_names);
+  if (!plan->exec->profile)
+    return cg_fail(CG_ERR_UNSUPPORTED, WHERE ": the %s executor cannot profile a plan", plan->exec->name);
+  *out = NULL;
+  /* profiling is collective like any replay; a rank that fails here still
+   * compiles (below), carrying its failure, so the others do not wait */
+  cg_status_t mine = plan->exec->profile(&prof, plan, opts->replays, opts->stream, WHERE);
+  if (mine != CG_SUCCESS && strncmp(cg_error_last(), WHERE, strlen(WHERE)) != 0) {
+    char detail[2048];
+    snprintf(detail, sizeof detail, "%s", cg_error_last());
+    cg_fail(mine, WHERE ": profiling replays: %s", detail);
+  }
+  if (mine == CG_SUCCESS) mine = make_tuning(&tuning, plan, graph, &prof);
+  cg_profile_free(&prof);
+  /* the cross-rank check carries a rank's failure to the others: on */
+  cg_compile_opts_t copts = opts->compile;
+  copts.check_ranks = 1;
+  st = cg_compile_tuned(out, graph, &copts, mine == CG_SUCCESS ? &tuning : NULL, mine);
+  cg_tuning_free(&tuning);
+  return st;
+}

@@ -1,0 +1,50 @@
+/* Tuning (cg_plan_tune, tune.c): what profiling replays measured, in the
+ * form the fusion pass uses to choose bucket boundaries (fusion.c), and the
+ * compile that takes it. */
+#ifndef CG_SCHED_TUNING_H
+#define CG_SCHED_TUNING_H
+
+#include <stdint.h>
+
+#include "comm_order.h"
+#include "plan_internal.h"
+
+struct cg_participants;
+
+/* One communicator's measured collective cost: alpha_us + bytes / bytes_per_us
+ * (bytes: a node's largest buffer, as buckets count them). */
+typedef struct cg_comm_cost {
+  const cg_comm_t *comm;
+  double alpha_us, bytes_per_us;
+} cg_comm_cost_t;
+
+typedef struct cg_tuning {
+  double *ready_us; /* per graph node: when a collective's inputs were ready, in us from the replay's start (the
+                       latest end of the compute nodes it depends on directly; 0: none); unused for others */
+  uint32_t n_nodes;
+  cg_comm_cost_t *costs;
+  uint32_t n_costs;
+} cg_tuning_t;
+
+void cg_tuning_free(cg_tuning_t *t);
+
+/* The cost of `comm` in `t`; NULL if it was not measured. */
+const cg_comm_cost_t *cg_tuning_cost(const cg_tuning_t *t, const cg_comm_t *comm);
+
+/* Makes every rank hold the same tuning for the collectives of `order`: per
+ * participant communicator, each collective's ready time becomes the latest
+ * over its ranks (a collective starts once its last rank is ready), alpha the
+ * smallest and bytes_per_us the largest (a collective's measured time on a
+ * rank includes waiting for the others; the rank that came last waited
+ * least). Collective, like cg_agree: a rank whose `mine` failed still takes
+ * part. */
+cg_status_t cg_tuning_agree(cg_tuning_t *t, const cg_graph_t *g, const cg_comm_order_t *order,
+                            const struct cg_participants *pt, cg_status_t mine, const char *where);
+
+/* cg_compile with bucket boundaries chosen from `tuning` (NULL: cg_compile).
+ * `mine`: a failure of this rank before the compile (its detail set), which
+ * the cross-rank check carries so every rank fails; CG_SUCCESS otherwise. */
+cg_status_t cg_compile_tuned(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts,
+                             cg_tuning_t *tuning, cg_status_t mine);
+
+#endif

@@ -1,0 +1,156 @@
+/* cg_plan_tune on real ranks (sched/compile/tune.c, tuning.c, the host
+ * executor's profile): a backward pass of host functions, each writing one
+ * gradient, and an in-place allreduce per gradient. When the backward's steps
+ * take long against a collective, the tuned plan sends gradients as they come
+ * (more collectives than the default's 1 MiB first bucket); when they take no
+ * time, it fuses them (from an unfused plan: fewer collectives). Every rank ends with
+ * the same buckets (the ranks agree on the measurements, which differ), and
+ * every plan's sums are right. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mpi_test.h"
+#include "fuse_why.h"
+#include "plan_internal.h"
+
+enum { N = 12, G = 1024 /* int32 per gradient: 4 KB */ };
+
+typedef struct layer {
+  int32_t *grad;
+  int index;
+  long sleep_us; /* this rank's backward time for the layer */
+  int rank;
+} layer_t;
+
+/* The layer's backward: some time, then its gradient. */
+static void backward(void *arg) {
+  const layer_t *l = arg;
+  struct timespec t = {0, l->sleep_us * 1000};
+  if (l->sleep_us) nanosleep(&t, NULL);
+  for (int i = 0; i < G; i++) l->grad[i] = (l->rank + 1) * (l->index + 1) + i % 5;
+}
+
+static cg_graph_t *record(cg_comm_t *c, layer_t *layers, int32_t *grads, int32_t *chain) {
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int k = N - 1; k >= 0; k--) {
+    layers[k].grad = grads + (size_t)k * G;
+    cg_access_t access = CG_ACCESS_INIT;
+    cg_range_t reads[] = {{&chain[k + 1], sizeof(int32_t)}};
+    cg_range_t writes[] = {{&chain[k], sizeof(int32_t)}, {layers[k].grad, G * sizeof(int32_t)}};
+    access.everything = 0, access.reads = reads, access.n_reads = 1, access.writes = writes, access.n_writes = 2;
+    ck_assert_cg_ok(cg_host_func(NULL, g, backward, &layers[k], &access));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, c, layers[k].grad, layers[k].grad, G, CG_INT32, CG_SUM));
+  }
+  return g;
+}
+
+/* Collective steps of the plan: buckets count once. */
+static uint32_t collectives(const cg_plan_t *plan) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < plan->n_steps; i++) n += plan->steps[i].kind == CG_STEP_COLLECTIVE;
+  return n;
+}
+
+/* Runs the plan and checks every gradient's sum. */
+static int sums_right(cg_plan_t *plan, int32_t *grads) {
+  int size = cg_mpi_size(), ok = 1;
+  memset(grads, CG_MPI_POISON, (size_t)N * G * sizeof *grads);
+  ck_assert_cg_ok(cg_plan_run(plan));
+  for (int k = 0; k < N; k++)
+    for (int i = 0; i < G; i++) ok &= grads[(size_t)k * G + i] == (k + 1) * size * (size + 1) / 2 + size * (i % 5);
+  return ok;
+}
+
+/* The same buckets (members) on every rank. */
+static int same_buckets_everywhere(const cg_plan_t *plan) {
+  uint32_t mine[N + 1] = {plan->n_buckets}, k = 1;
+  for (uint32_t b = 0; b < plan->n_buckets && k < N + 1; b++) mine[k++] = plan->buckets[b].n_members;
+  uint32_t *all = malloc((size_t)cg_mpi_size() * sizeof mine);
+  MPI_Allgather(mine, N + 1, MPI_UINT32_T, all, N + 1, MPI_UINT32_T, MPI_COMM_WORLD);
+  int same = 1;
+  for (int r = 0; r < cg_mpi_size(); r++) same &= memcmp(all + (size_t)r * (N + 1), mine, sizeof mine) == 0;
+  free(all);
+  return same;
+}
+
+static void tune_case(long sleep_us) {
+  cg_comm_t *c = NULL;
+  ck_assert_cg_ok(cg_comm_create(&c, MPI_COMM_WORLD, NULL));
+  int rank = cg_mpi_rank();
+  int32_t *grads = malloc((size_t)N * G * sizeof *grads);
+  static int32_t chain[N + 1];
+  layer_t layers[N];
+  for (int k = 0; k < N; k++)
+    layers[k] = (layer_t){NULL, k, sleep_us ? sleep_us + 100 * rank : 0, rank}; /* ranks differ */
+  cg_graph_t *g = record(c, layers, grads, chain);
+  cg_plan_t *plan = NULL, *tuned = NULL;
+  /* the instant case starts unfused, so that tuning must merge */
+  cg_compile_opts_t first = CG_COMPILE_OPTS_INIT;
+  first.fusion = sleep_us != 0;
+  ck_assert_cg_ok(cg_compile(&plan, g, &first));
+  cg_tune_opts_t o = CG_TUNE_OPTS_INIT;
+  o.replays = 3;
+  ck_assert_cg_ok(cg_plan_tune(&tuned, plan, g, &o));
+  ck_assert_all_ranks(sums_right(plan, grads), "the default plan's sums");
+  ck_assert_all_ranks(sums_right(tuned, grads), "the tuned plan's sums");
+  ck_assert_all_ranks(same_buckets_everywhere(tuned), "the tuned buckets agree");
+  uint32_t before = collectives(plan), after = collectives(tuned);
+  if (sleep_us)
+    /* 4 KB collectives cost far less than a 50 ms layer: each goes when ready */
+    ck_assert_all_ranks(after > before, "slow backward: more, earlier collectives");
+  else
+    ck_assert_all_ranks(before == N && after < N / 2, "instant backward: fused");
+  /* the reasons say why */
+  int tuned_reason = 0;
+  for (uint32_t v = 0; v < tuned->n_names; v++) tuned_reason |= tuned->fuse_why[v] == CG_FUSE_TUNED;
+  ck_assert_all_ranks(!sleep_us || tuned_reason, "CG_FUSE_TUNED where a boundary was chosen");
+  cg_plan_destroy(tuned);
+  cg_plan_destroy(plan);
+  cg_graph_destroy(g);
+  cg_comm_destroy(c);
+  free(grads);
+}
+
+START_TEST(tune__slow_backward_sends_gradients_as_they_come) { tune_case(50000); }
+END_TEST
+
+START_TEST(tune__instant_backward_fuses) { tune_case(0); }
+END_TEST
+
+/* A graph that is not the plan's is refused before anything runs. */
+START_TEST(tune__refuses_another_graph) {
+  cg_comm_t *c = NULL;
+  ck_assert_cg_ok(cg_comm_create(&c, MPI_COMM_WORLD, NULL));
+  int32_t x[4] = {0};
+  cg_graph_t *g, *other;
+  cg_plan_t *plan, *tuned = (cg_plan_t *)&tuned;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_graph_create(&other, NULL));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, c, x, x, 4, CG_INT32, CG_SUM));
+  ck_assert_cg_ok(cg_allreduce(NULL, other, c, x, x, 4, CG_INT32, CG_SUM));
+  ck_assert_cg_ok(cg_compile(&plan, g, NULL));
+  ck_assert_int_eq(cg_plan_tune(&tuned, plan, other, NULL), CG_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(cg_error_last(), "not the one the plan was compiled from"), "%s", cg_error_last());
+  ck_assert_cg_ok(cg_allreduce(NULL, g, c, x + 2, x + 2, 2, CG_INT32, CG_SUM)); /* changed since */
+  ck_assert_int_eq(cg_plan_tune(&tuned, plan, g, NULL), CG_ERR_INVALID_ARGUMENT);
+  cg_plan_destroy(plan);
+  cg_graph_destroy(g);
+  cg_graph_destroy(other);
+  cg_comm_destroy(c);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("mpi_tune");
+  TCase *tc = cg_mpi_tcase("tune");
+  tcase_add_test(tc, tune__slow_backward_sends_gradients_as_they_come);
+  tcase_add_test(tc, tune__instant_backward_fuses);
+  tcase_add_test(tc, tune__refuses_another_graph);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return cg_mpi_test_main(suite()); }
