@@ -150,8 +150,10 @@ CG_API cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, siz
  * buckets that would only add fixed costs are merged. The cross-rank check
  * runs again (on even if opts->compile turned it off: it carries a rank's
  * failure to the others). `plan` stays valid. Collective over the plan's
- * communicators, like cg_compile; with CG_ERR_UNSUPPORTED where the plan's
- * executor cannot profile yet (device plans in this version). */
+ * communicators, like cg_compile. A device plan's profiling replays are its
+ * steps captured once more with a GPU time stamp before and after each,
+ * launched on opts->stream (NULL: the plan's own stream) and waited for; the
+ * plan must not be running. */
 typedef struct cg_tune_opts {
   size_t size;               /* sizeof(cg_tune_opts_t) */
   int replays;               /* profiled replays, 1 to 1000 (default 5) */

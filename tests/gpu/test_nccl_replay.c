@@ -2,8 +2,8 @@
  * replays interleaved with the user's kernels on one stream with no host
  * synchronization in between; cg_plan_run / start / test / wait on a device
  * plan; host functions as CUDA host nodes. And the device-plan API: NCCL
- * communicators (created, wrapped, inspected), plan statistics and DOT, and
- * what cg_plan_launch refuses. */
+ * communicators (created, wrapped, inspected), plan statistics and DOT, what
+ * cg_plan_launch refuses, and cg_plan_tune's profiling and new buckets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -595,6 +595,92 @@ START_TEST(nccl_api__launch_refuses_host_plans_and_joins_streams_being_captured)
 }
 END_TEST
 
+/* ---- cg_plan_tune on a device plan: a backward pass of child graphs (each
+ * about 2 ms of slow increments on its own word, then its gradient written),
+ * an in-place allreduce per gradient. The default plan fuses the small
+ * gradients into one bucket after the whole backward; the tuned one, from
+ * profiling replays, sends them as they come. Both sum right, and every rank
+ * has the same plan. */
+
+enum { TN = 8, TG = 4096 };
+
+static cudaGraph_t captured_layer(int32_t *act, int32_t *grad, uint64_t base, const unsigned long long *round) {
+  cudaStream_t s;
+  cudaGraph_t g = NULL;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  CUDA_OK(cg_gpu_slow_increment(act, 1, 40, 50000, s));
+  CUDA_OK(cg_gpu_fill_round(grad, 0, TG, base, cg_gpu_rank(), round, s));
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  CUDA_OK(cudaStreamDestroy(s));
+  return g;
+}
+
+/* Collectives of a plan of TN child graphs: the other steps are the children
+ * and each bucket's pack and unpack. */
+static size_t collectives_of(const cg_plan_t *plan) {
+  cg_plan_stats_t st;
+  ck_assert_cg_ok(cg_plan_stats(&st, plan));
+  return st.steps - TN - 2 * st.buckets;
+}
+
+static int tuned_sums_right(cg_plan_t *plan, int32_t *grads, uint64_t seed, const unsigned long long *round,
+                            unsigned long long *bad) {
+  poison_now(grads, (size_t)TN * TG * 4);
+  bad[0] = 0, bad[1] = ~0ull;
+  ck_assert_cg_ok(cg_plan_launch(plan, cg_gpu_stream()));
+  for (int k = 0; k < TN; k++)
+    CUDA_OK(cg_gpu_check_round(grads + (size_t)k * TG, 0, TG, TG, 1, 0, seed + (uint64_t)k, 0, cg_gpu_size(), round,
+                               bad, cg_gpu_stream()));
+  CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
+  return bad[0] == 0;
+}
+
+START_TEST(nccl_api__tune_sends_gradients_as_the_backward_makes_them) {
+  uint64_t seed = replay_seed(-3);
+  int32_t *act = cg_gpu_alloc((TN + 1) * 4), *grads = cg_gpu_alloc((size_t)TN * TG * 4);
+  unsigned long long *round, *bad;
+  CUDA_OK(cudaMallocManaged((void **)&round, sizeof *round, cudaMemAttachGlobal));
+  CUDA_OK(cudaMallocManaged((void **)&bad, 2 * sizeof *bad, cudaMemAttachGlobal));
+  *round = 0;
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int k = TN - 1; k >= 0; k--) {
+    int32_t *grad = grads + (size_t)k * TG;
+    cudaGraph_t child = captured_layer(act + k, grad, seed + (uint64_t)k, round);
+    cg_range_t reads[] = {{act + k + 1, 4}}, writes[] = {{act + k, 4}, {grad, TG * 4}};
+    cg_access_t access = CG_ACCESS_INIT;
+    access.everything = 0, access.reads = reads, access.n_reads = 1, access.writes = writes, access.n_writes = 2;
+    ck_assert_cg_ok(cg_child_graph(NULL, g, child, &access));
+    CUDA_OK(cudaGraphDestroy(child));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), grad, grad, TG, CG_INT32, CG_SUM));
+  }
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "a backward of child graphs and allreduces"), *tuned = NULL;
+  cg_tune_opts_t o = CG_TUNE_OPTS_INIT;
+  o.replays = 3;
+  cg_status_t st = cg_plan_tune(&tuned, plan, g, &o);
+  char text[1200];
+  snprintf(text, sizeof text, "cg_plan_tune: %s: %s", cg_status_string(st), st == CG_SUCCESS ? "" : cg_error_last());
+  ck_assert_all_ranks(st == CG_SUCCESS, text);
+  ck_assert_all_ranks(tuned_sums_right(plan, grads, seed, round, bad), "the default plan's sums");
+  ck_assert_all_ranks(tuned_sums_right(tuned, grads, seed, round, bad), "the tuned plan's sums");
+  unsigned long long mine = collectives_of(tuned), lo = 0, hi = 0;
+  MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  ck_assert_all_ranks(lo == hi, "the tuned plans agree");
+  snprintf(text, sizeof text, "rank %d: the default plan runs %zu collectives, the tuned one %llu (2 ms layers, "
+           "16 KB gradients: more expected)", cg_gpu_rank(), collectives_of(plan), mine);
+  ck_assert_all_ranks(collectives_of(plan) == 1 && mine > 1, text);
+  cg_plan_destroy(tuned);
+  cg_plan_destroy(plan);
+  cg_graph_destroy(g);
+  CUDA_OK(cudaFree(round));
+  CUDA_OK(cudaFree(bad));
+  cg_gpu_free(act);
+  cg_gpu_free(grads);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("nccl_replay");
   TCase *replay = cg_gpu_tcase("nccl_replay");
@@ -609,6 +695,7 @@ int main(void) {
   tcase_add_test(api, nccl_api__stats_and_dot_of_device_plans);
   tcase_add_test(api, nccl_api__launch_refuses_host_plans_and_joins_streams_being_captured);
   tcase_add_test(api, nccl_api__graphs_a_device_plan_cannot_hold_are_refused_on_every_rank);
+  tcase_add_test(api, nccl_api__tune_sends_gradients_as_the_backward_makes_them);
   suite_add_tcase(s, api);
   return cg_gpu_test_main(s, "test_nccl_replay");
 }

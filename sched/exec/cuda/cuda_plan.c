@@ -134,6 +134,9 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
         return cg_fail_cuda(err, "cudaStreamWaitEvent", "%s", where);
     }
   }
+  for (uint32_t k = 0; k < u->n && c->stamps; k++)
+    if ((err = cg_time_stamp_launch(&c->stamps[2 * (size_t)p->issue_order[u->first + k]], lane)) != cudaSuccess)
+      return cg_fail_cuda(err, "the profiling stamp", "%s", where);
   const cg_step_t *first = &p->steps[p->issue_order[u->first]];
   int grouped = u->n > 1;
   if (grouped && (st = backend_of(first)->device_group_start(first->comm->impl)) != CG_SUCCESS) return st;
@@ -161,6 +164,9 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
     cg_status_t end = backend_of(first)->device_group_end(first->comm->impl);
     if (st == CG_SUCCESS) st = end;
   }
+  for (uint32_t k = 0; k < u->n && st == CG_SUCCESS && c->stamps; k++)
+    if ((err = cg_time_stamp_launch(&c->stamps[2 * (size_t)p->issue_order[u->first + k] + 1], lane)) != cudaSuccess)
+      st = cg_fail_cuda(err, "the profiling stamp", "%s", where);
   for (uint32_t k = 0; k < u->n && st == CG_SUCCESS && c->marks; k++)
     if ((err = cg_progress_mark_launch(&c->marks_dev[p->issue_order[u->first + k]], lane)) != cudaSuccess)
       st = cg_fail_cuda(err, "the watchdog's progress mark", "%s", where);
@@ -202,8 +208,10 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
   cudaError_t err = cudaStreamBeginCapture(c->lanes[0], cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) return cg_fail_cuda(err, "cudaStreamBeginCapture", "%s", where);
   cg_status_t st = CG_SUCCESS;
+  if (c->stamps && (err = cg_time_stamp_launch(&c->stamps[2 * (size_t)p->n_steps], c->lanes[0])) != cudaSuccess)
+    st = cg_fail_cuda(err, "the profiling stamp", "%s", where);
   /* the other lanes join the capture from lane 0 and return to it at the end */
-  if ((err = cudaEventRecord(joins[0], c->lanes[0])) != cudaSuccess)
+  if (st == CG_SUCCESS && (err = cudaEventRecord(joins[0], c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "cudaEventRecord", "%s", where);
   for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++)
     if ((err = cudaStreamWaitEvent(c->lanes[l], joins[0], 0)) != cudaSuccess)
@@ -581,6 +589,83 @@ cg_status_t cg_executor_current_device(int *device, const char *where) {
   return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "cudaGetDevice", "%s", where);
 }
 
+/* ---- profiling (cg_plan_tune): the steps captured again with a time stamp
+ * before and after each one (and one at the start), replayed, read back */
+
+static int compare_u64(const void *a, const void *b) {
+  unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median over the replays of (slot - start), in us; `all` holds `replays`
+ * rows of `slots` stamps. */
+static double stamp_median_us(const unsigned long long *all, size_t slots, int replays, size_t slot,
+                              unsigned long long *column) {
+  for (int k = 0; k < replays; k++) {
+    const unsigned long long *row = all + (size_t)k * slots;
+    column[k] = row[slot] > row[slots - 1] ? row[slot] - row[slots - 1] : 0;
+  }
+  qsort(column, (size_t)replays, sizeof *column, compare_u64);
+  return (double)column[replays / 2] / 1e3;
+}
+
+static cg_status_t cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, void *stream, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  size_t slots = 2 * (size_t)p->n_steps + 1;
+  int done = 1, previous = 0;
+  *out = (cg_profile_t){0};
+  cg_status_t st = cg_cuda_check_runnable(p, where);
+  if (st == CG_SUCCESS) st = cuda_test(&done, p);
+  if (st != CG_SUCCESS) return st;
+  if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "%s: the plan's cg_plan_start replay is running: wait for it first", where);
+  unsigned long long *dev = NULL, *all = calloc(slots * (size_t)replays, sizeof *all);
+  unsigned long long *column = malloc((size_t)replays * sizeof *column);
+  *out = (cg_profile_t){calloc(p->n_steps ? p->n_steps : 1, sizeof(double)),
+                        calloc(p->n_steps ? p->n_steps : 1, sizeof(double)), p->n_steps};
+  if (!all || !column || !out->start_us || !out->end_us)
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the profile of %u steps", where, p->n_steps);
+  cudaGetDevice(&previous);
+  cudaSetDevice(p->device);
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  cudaStream_t s = stream ? (cudaStream_t)stream : c->lanes[0];
+  cudaError_t err = cudaSuccess;
+  if (st == CG_SUCCESS && (err = cudaMalloc((void **)&dev, slots * sizeof *dev)) != cudaSuccess) {
+    dev = NULL;
+    st = cg_fail_cuda(err, "cudaMalloc (profiling stamps)", "%s", where);
+  }
+  if (st == CG_SUCCESS) {
+    /* the watchdog's marks count the plan's own replays: not these */
+    unsigned *marks = c->marks, *marks_dev = c->marks_dev;
+    c->marks = c->marks_dev = NULL;
+    c->stamps = dev;
+    st = capture(&graph, p, where);
+    c->stamps = NULL;
+    c->marks = marks, c->marks_dev = marks_dev;
+  }
+  if (st == CG_SUCCESS) st = instantiate(&exec, graph, s, where);
+  /* one warm-up replay, then the profiled ones, each waited for */
+  for (int k = -1; k < replays && st == CG_SUCCESS; k++) {
+    if ((err = cudaGraphLaunch(exec, s)) != cudaSuccess || (err = cudaStreamSynchronize(s)) != cudaSuccess)
+      st = cg_fail_cuda(err, "a profiling replay", "%s", where);
+    else if (k >= 0 && (err = cudaMemcpy(all + (size_t)k * slots, dev, slots * sizeof *dev,
+                                         cudaMemcpyDeviceToHost)) != cudaSuccess)
+      st = cg_fail_cuda(err, "cudaMemcpy (profiling stamps)", "%s", where);
+  }
+  for (uint32_t i = 0; i < p->n_steps && st == CG_SUCCESS; i++) {
+    out->start_us[i] = stamp_median_us(all, slots, replays, 2 * (size_t)i, column);
+    out->end_us[i] = stamp_median_us(all, slots, replays, 2 * (size_t)i + 1, column);
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  if (dev) cudaFree(dev);
+  cudaSetDevice(previous);
+  free(all);
+  free(column);
+  if (st != CG_SUCCESS) cg_profile_free(out);
+  return st;
+}
+
 static const cg_executor_t cuda_executor = {
     .name = "cuda",
     .build = cuda_build,
@@ -591,6 +676,7 @@ static const cg_executor_t cuda_executor = {
     .wait = cuda_wait,
     .quiesce = cuda_quiesce,
     .rebuild = cuda_rebuild,
+    .profile = cuda_profile,
 };
 
 const cg_executor_t *cg_device_executor(void) { return &cuda_executor; }

@@ -34,6 +34,10 @@ struct cg_cuda_plan {
   uint64_t progress_ns;    /* when the marks last moved */
   uint64_t marks_seen;     /* their sum then */
   char *timeout_report;    /* the monitor's report, for the next cg_plan_launch */
+  /* while capturing profiling replays (cg_plan_tune): device slots for every
+   * step's start (2 i) and end (2 i + 1) and the replay's start (2 n_steps),
+   * %globaltimer ns; NULL otherwise */
+  unsigned long long *stamps;
 };
 
 /* The communicator's sequence number of a collective step in the latest

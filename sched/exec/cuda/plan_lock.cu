@@ -40,3 +40,16 @@ extern "C" cudaError_t cg_progress_mark_launch(unsigned *slot, cudaStream_t stre
   cg_progress_mark_kernel<<<1, 1, 0, stream>>>(slot);
   return cudaGetLastError();
 }
+
+/* Profiling replays (cg_plan_tune): one thread writes the GPU's global
+ * nanosecond clock into `slot` once the stream's earlier work is done. */
+__global__ void cg_time_stamp_kernel(unsigned long long *slot) {
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  *slot = now;
+}
+
+extern "C" cudaError_t cg_time_stamp_launch(unsigned long long *slot, cudaStream_t stream) {
+  cg_time_stamp_kernel<<<1, 1, 0, stream>>>(slot);
+  return cudaGetLastError();
+}

@@ -1,6 +1,7 @@
 /* The embedded plan's lock (plan_lock.cu): enqueue taking and releasing a
- * word of device memory (0: free) on `stream`; and the watchdog's progress
- * marks, the other one-thread kernel of a plan. */
+ * word of device memory (0: free) on `stream`; the watchdog's progress
+ * marks and the profiling time stamps, the other one-thread kernels of a
+ * plan. */
 #ifndef CG_SCHED_PLAN_LOCK_H
 #define CG_SCHED_PLAN_LOCK_H
 
@@ -14,6 +15,9 @@ cudaError_t cg_plan_unlock_launch(unsigned *word, cudaStream_t stream);
 /* The watchdog's progress mark: one thread adds 1 to `slot` (mapped host
  * memory) once the stream's earlier work is done. */
 cudaError_t cg_progress_mark_launch(unsigned *slot, cudaStream_t stream);
+/* Profiling: one thread writes the GPU's nanosecond clock (%globaltimer)
+ * into `slot` once the stream's earlier work is done. */
+cudaError_t cg_time_stamp_launch(unsigned long long *slot, cudaStream_t stream);
 #ifdef __cplusplus
 }
 #endif
