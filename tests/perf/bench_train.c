@@ -35,6 +35,9 @@
  *      gradient; gradients from a device cg_arena in record order (zero-copy
  *      buckets); compiled with the default options (fusion on, bucket_bytes 0:
  *      the library's choice); cg_plan_launch on one stream;
+ *   5t. commgraph, tuned: mode 5's plan given to cg_plan_tune (5 profiling
+ *      replays on the same stream) and compiled again with bucket boundaries
+ *      from the measured ready times and collective costs;
  *   6. commgraph at each --bucket-mb size (default 1, 4, 25 MiB) and in one
  *      bucket (the whole workload): the same graph, bucket_bytes set;
  *   7. the lower bound of the exposed time, computed: from the ready times of
@@ -363,7 +366,7 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaStreamSynchronize(c.s));
 
   /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5 and 6 */
-  int nb_per_b = 4 + a.n_bucket + 1, nb = 3 + a.n_backward * nb_per_b;
+  int nb_per_b = 5 + a.n_bucket + 1, nb = 3 + a.n_backward * nb_per_b;
   bt_bench_t *b = cgb_xcalloc((size_t)nb, sizeof *b);
   unsigned long long **stamps = cgb_xcalloc((size_t)nb, sizeof *stamps), *ns = cgb_xcalloc((size_t)n, sizeof *ns);
   size_t stamp_bytes = 2 * (size_t)n * TRAIN_BLOCKS * sizeof **stamps;
@@ -416,13 +419,19 @@ int main(int argc, char **argv) {
     m[3].plan = bt_compile(graph, 0, &m[3].stats);
     snprintf(m[3].label, sizeof m[3].label, "5. commgraph, default (library's: %.1f MiB)",
              (double)m[3].stats.bucket_bytes / CGB_MIB);
+    /* tuned: the default plan profiled (cg_plan_tune) and compiled again */
+    cg_tune_opts_t tune = CG_TUNE_OPTS_INIT;
+    tune.stream = c.s;
+    CG_CHECK(cg_plan_tune(&m[4].plan, m[3].plan, graph, &tune));
+    CG_CHECK(cg_plan_stats(&m[4].stats, m[4].plan));
+    snprintf(m[4].label, sizeof m[4].label, "5t. commgraph, tuned (cg_plan_tune, %d replays)", tune.replays);
     for (int z = 0; z <= a.n_bucket; z++) {
       size_t cap = z < a.n_bucket ? (size_t)(a.bucket_mb[z] * CGB_MIB) : total * sizeof(float);
-      m[4 + z].plan = bt_compile(graph, cap, &m[4 + z].stats);
+      m[5 + z].plan = bt_compile(graph, cap, &m[5 + z].stats);
       if (z < a.n_bucket)
-        snprintf(m[4 + z].label, sizeof m[4 + z].label, "6. commgraph, %g MiB buckets", a.bucket_mb[z]);
+        snprintf(m[5 + z].label, sizeof m[5 + z].label, "6. commgraph, %g MiB buckets", a.bucket_mb[z]);
       else
-        snprintf(m[4 + z].label, sizeof m[4 + z].label, "6. commgraph, one bucket (%.1f MiB)",
+        snprintf(m[5 + z].label, sizeof m[5 + z].label, "6. commgraph, one bucket (%.1f MiB)",
                  (double)cap / CGB_MIB);
     }
     cg_graph_destroy(graph);
