@@ -4,17 +4,22 @@
  * every step's start and end. From them: when each collective's inputs were
  * ready (the latest end of the compute nodes it depends on directly: host
  * functions, child graphs, events) and what a collective costs on each
- * communicator (alpha + bytes / bytes_per_us, fitted to its collective steps
- * by least squares, then alpha raised until the model finishes the profiled
- * plan's own collectives when they were measured to finish: what a
- * collective costs inside a replay, dependency edges and launches included). The graph is then compiled again with that tuning:
- * the ranks agree on it (latest ready times; the cost the least delayed
- * rank measured), and the fusion pass picks the bucket boundaries that minimize
- * the predicted finish of each communicator's last collective (fusion.c). */
+ * communicator: alpha + bytes / bytes_per_us, fitted to its collective steps
+ * by least squares, alpha then raised by the steps' mean delay after their
+ * dependencies and until the model finishes the profiled plan's own
+ * collectives no earlier than measured (what a collective costs inside a
+ * replay, edges and launches included). The graph is compiled again with that
+ * tuning: the ranks agree on it (latest ready times; the cost the least
+ * delayed rank measured), and the fusion pass picks the bucket boundaries
+ * that minimize the predicted finish of each communicator's last collective
+ * (fusion.c). The model can still be wrong, so the tuned plan is timed
+ * against the untuned one and kept only when it is faster on every rank. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agreement.h"
 #include "error.h"
@@ -24,6 +29,11 @@
 #include "tuning.h"
 
 #define WHERE "cg_plan_tune"
+
+static int compare_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
 
 /* ---- from a profile to a tuning */
 
@@ -151,6 +161,66 @@ static cg_status_t make_tuning(cg_tuning_t *t, const cg_plan_t *plan, const cg_g
   return CG_SUCCESS;
 }
 
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* One replay through the plan's executor, waited for; its seconds. */
+static cg_status_t replay(double *seconds, cg_plan_t *plan) {
+  uint64_t t0 = now_ns();
+  cg_status_t st = plan->exec->start(plan);
+  if (st == CG_SUCCESS) st = plan->exec->wait(plan);
+  *seconds = (double)(now_ns() - t0) * 1e-9;
+  return st;
+}
+
+static size_t max_bytes(void *ctx, uint32_t i) {
+  (void)ctx, (void)i;
+  return 2 * sizeof(double);
+}
+static void max_fill(void *ctx, uint32_t i, uint8_t *mine) {
+  (void)i;
+  memcpy(mine, ctx, 2 * sizeof(double));
+}
+static void max_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride, int size) {
+  double *v = ctx, x[2];
+  (void)i;
+  for (int r = 0; r < size; r++) {
+    memcpy(x, all + (size_t)r * stride, sizeof x);
+    if (x[0] > v[0]) v[0] = x[0];
+    if (x[1] > v[1]) v[1] = x[1];
+  }
+}
+
+/* seconds[0], [1]: the median replay of `a` and of `b`, interleaved, after a
+ * warm-up each; the slowest rank's (collective over a's communicators). */
+static cg_status_t time_both(double seconds[2], cg_plan_t *a, cg_plan_t *b, int replays) {
+  static const cg_agree_payload_t payload = {max_bytes, max_fill, max_use};
+  double *t = calloc(2 * (size_t)(replays + 1), sizeof *t), warm;
+  cg_participants_t pt = {0};
+  cg_status_t st = t ? CG_SUCCESS : cg_fail(CG_ERR_NO_MEMORY, WHERE ": allocating replay times");
+  if (st == CG_SUCCESS) st = replay(&warm, a);
+  if (st == CG_SUCCESS) st = replay(&warm, b);
+  for (int k = 0; k < replays && st == CG_SUCCESS; k++) {
+    st = replay(&t[k], a);
+    if (st == CG_SUCCESS) st = replay(&t[replays + 1 + k], b);
+  }
+  if (st == CG_SUCCESS) {
+    qsort(t, (size_t)replays, sizeof *t, compare_double);
+    qsort(t + replays + 1, (size_t)replays, sizeof *t, compare_double);
+    seconds[0] = t[replays / 2];
+    seconds[1] = t[replays + 1 + replays / 2];
+  }
+  cg_status_t listed = cg_participants_of_plan(&pt, a, WHERE);
+  if (listed == CG_SUCCESS) st = cg_agree_with(NULL, &pt, st, &payload, seconds, "time the tuned plan", WHERE);
+  else if (st == CG_SUCCESS) st = listed;
+  cg_participants_free(&pt);
+  free(t);
+  return st;
+}
+
 cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, const cg_tune_opts_t *opts) {
   static const cg_tune_opts_t defaults = CG_TUNE_OPTS_INIT;
   cg_profile_t prof = {0};
@@ -183,7 +253,22 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
   /* the cross-rank check carries a rank's failure to the others: on */
   cg_compile_opts_t copts = opts->compile;
   copts.check_ranks = 1;
-  st = cg_compile_tuned(out, graph, &copts, mine == CG_SUCCESS ? &tuning : NULL, mine);
+  cg_plan_t *tuned = NULL, *untuned = NULL;
+  st = cg_compile_tuned(&tuned, graph, &copts, mine == CG_SUCCESS ? &tuning : NULL, mine);
   cg_tuning_free(&tuning);
+  /* the model can be wrong: the tuned plan is kept only when it runs faster
+   * than the same graph compiled without tuning, timed on every rank */
+  if (st == CG_SUCCESS) st = cg_compile_tuned(&untuned, graph, &copts, NULL, CG_SUCCESS);
+  double seconds[2] = {0, 0};
+  if (st == CG_SUCCESS) st = time_both(seconds, tuned, untuned, opts->replays);
+  if (st == CG_SUCCESS && !(seconds[0] < seconds[1])) {
+    cg_plan_t *slower = tuned;
+    tuned = untuned, untuned = slower;
+  }
+  cg_plan_destroy(untuned);
+  if (st == CG_SUCCESS)
+    *out = tuned;
+  else
+    cg_plan_destroy(tuned);
   return st;
 }

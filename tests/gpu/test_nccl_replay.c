@@ -596,13 +596,13 @@ START_TEST(nccl_api__launch_refuses_host_plans_and_joins_streams_being_captured)
 END_TEST
 
 /* ---- cg_plan_tune on a device plan: a backward pass of child graphs (each
- * about 2 ms of slow increments on its own word, then its gradient written),
- * an in-place allreduce per gradient. The default plan fuses the small
- * gradients into one bucket after the whole backward; the tuned one, from
- * profiling replays, sends them as they come. Both sum right, and every rank
- * has the same plan. */
+ * about 2 ms of slow increments on its own word, then its 4 MiB gradient
+ * written), an in-place allreduce per gradient, compiled with 64 MiB buckets:
+ * one bucket after the whole backward. The tuned plan, from profiling
+ * replays, sends gradients while the backward runs and is kept because it
+ * is faster. Both sum right, and every rank has the same plan. */
 
-enum { TN = 8, TG = 4096 };
+enum { TN = 8, TG = 1 << 20 /* int32: 4 MiB per gradient */ };
 
 static cudaGraph_t captured_layer(int32_t *act, int32_t *grad, uint64_t base, const unsigned long long *round) {
   cudaStream_t s;
@@ -655,9 +655,13 @@ START_TEST(nccl_api__tune_sends_gradients_as_the_backward_makes_them) {
     CUDA_OK(cudaGraphDestroy(child));
     ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), grad, grad, TG, CG_INT32, CG_SUM));
   }
-  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "a backward of child graphs and allreduces"), *tuned = NULL;
+  cg_compile_opts_t big = CG_COMPILE_OPTS_INIT;
+  big.bucket_bytes = (size_t)64 << 20;
+  cg_plan_t *plan = NULL, *tuned = NULL;
+  ck_assert_all_ranks(cg_compile(&plan, g, &big) == CG_SUCCESS, "cg_compile with 64 MiB buckets");
   cg_tune_opts_t o = CG_TUNE_OPTS_INIT;
   o.replays = 3;
+  o.compile = big;
   cg_status_t st = cg_plan_tune(&tuned, plan, g, &o);
   char text[1200];
   snprintf(text, sizeof text, "cg_plan_tune: %s: %s", cg_status_string(st), st == CG_SUCCESS ? "" : cg_error_last());
@@ -668,8 +672,8 @@ START_TEST(nccl_api__tune_sends_gradients_as_the_backward_makes_them) {
   MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&mine, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
   ck_assert_all_ranks(lo == hi, "the tuned plans agree");
-  snprintf(text, sizeof text, "rank %d: the default plan runs %zu collectives, the tuned one %llu (2 ms layers, "
-           "16 KB gradients: more expected)", cg_gpu_rank(), collectives_of(plan), mine);
+  snprintf(text, sizeof text, "rank %d: the 64 MiB plan runs %zu collectives, the tuned one %llu (2 ms layers, "
+           "4 MiB gradients: more expected)", cg_gpu_rank(), collectives_of(plan), mine);
   ck_assert_all_ranks(collectives_of(plan) == 1 && mine > 1, text);
   cg_plan_destroy(tuned);
   cg_plan_destroy(plan);
