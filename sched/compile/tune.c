@@ -232,8 +232,8 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
   if ((st = cg_check_opts_size(opts->size, sizeof(cg_tune_opts_t), WHERE, "opts")) != CG_SUCCESS) return st;
   if (opts->replays < 1 || opts->replays > 1000)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": replays is %d, not 1 to 1000", opts->replays);
-  if (!(opts->compile.size == sizeof(cg_compile_opts_t)))
-    return cg_check_opts_size(opts->compile.size, sizeof(cg_compile_opts_t), WHERE, "opts->compile");
+  if ((st = cg_check_opts_size(opts->compile.size, sizeof(cg_compile_opts_t), WHERE, "opts->compile")) != CG_SUCCESS)
+    return st;
   if (graph->serial != plan->graph_serial || cg_graph_node_count(graph) != plan->n_names)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": the graph is not the one the plan was compiled from, as it was "
                    "then (%u nodes now, %u in the plan)", cg_graph_node_count(graph), plan->n_names);

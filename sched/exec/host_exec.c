@@ -297,37 +297,24 @@ static cg_status_t host_quiesce(cg_plan_t *plan, const char *where) {
   return CG_SUCCESS;
 }
 
-static int compare_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
 static cg_status_t host_profile(cg_profile_t *out, cg_plan_t *plan, int replays, void *stream, const char *where) {
   (void)stream;
-  size_t n = plan->n_steps ? plan->n_steps : 1;
-  uint64_t *all = calloc((size_t)replays * 2 * n, sizeof *all), *column = malloc((size_t)replays * sizeof *column);
-  *out = (cg_profile_t){calloc(n, sizeof *out->start_us), calloc(n, sizeof *out->end_us), plan->n_steps};
-  cg_status_t st = all && column && out->start_us && out->end_us
-                       ? CG_SUCCESS
-                       : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the profile of %u steps", where, plan->n_steps);
+  /* rows of 2 n + 1 stamps, the last (the replay's start) 0: host stamps
+   * count from it already */
+  size_t row = 2 * (size_t)plan->n_steps + 1;
+  uint64_t *all = calloc((size_t)replays * row, sizeof *all);
+  *out = (cg_profile_t){0};
+  cg_status_t st = all ? CG_SUCCESS : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating profiling stamps", where);
   /* one warm-up replay, then the profiled ones */
   for (int k = -1; k < replays && st == CG_SUCCESS; k++) {
     if ((st = run_alloc(plan)) != CG_SUCCESS) break;
-    plan->run->stamps = k >= 0 ? all + (size_t)k * 2 * n : NULL;
+    plan->run->stamps = k >= 0 ? all + (size_t)k * row : NULL;
     st = host_start(plan);
     if (st == CG_SUCCESS) st = host_wait(plan);
     if (plan->run) plan->run->stamps = NULL;
   }
-  for (uint32_t i = 0; i < plan->n_steps && st == CG_SUCCESS; i++)
-    for (int which = 0; which < 2; which++) {
-      for (int k = 0; k < replays; k++) column[k] = all[(size_t)k * 2 * n + 2 * (size_t)i + which];
-      qsort(column, (size_t)replays, sizeof *column, compare_u64);
-      double median_us = (double)column[replays / 2] / 1e3;
-      (which ? out->end_us : out->start_us)[i] = median_us;
-    }
+  if (st == CG_SUCCESS) st = cg_profile_from_stamps(out, all, plan->n_steps, replays, where);
   free(all);
-  free(column);
-  if (st != CG_SUCCESS) cg_profile_free(out);
   return st;
 }
 

@@ -21,6 +21,11 @@ typedef struct cg_profile {
   uint32_t n_steps;
 } cg_profile_t;
 
+/* Fills *out from `replays` rows of 2 n_steps + 1 stamps each, in ns on one
+ * clock: every step's start (2 i) and end (2 i + 1), then the replay's start;
+ * each time is the median over the rows, in us after its row's start. */
+cg_status_t cg_profile_from_stamps(cg_profile_t *out, const uint64_t *stamps, uint32_t n_steps, int replays,
+                                   const char *where);
 void cg_profile_free(cg_profile_t *profile);
 
 typedef struct cg_executor {

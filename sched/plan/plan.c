@@ -23,13 +23,6 @@ void cg_plan_free_nodes(cg_plan_t *p) {
   p->nodes = NULL;
 }
 
-static void free_memory(void *ptr, int device) {
-  if (device == CG_DEVICE_HOST)
-    free(ptr);
-  else
-    cg_device_free(ptr, device);
-}
-
 void cg_bucket_layouts_free(cg_bucket_t *buckets, uint32_t n, void *staging, int device) {
   for (uint32_t i = 0; i < n; i++) {
     cg_bucket_t *b = &buckets[i];
@@ -39,7 +32,10 @@ void cg_bucket_layouts_free(cg_bucket_t *buckets, uint32_t n, void *staging, int
     if (b->device_pack) cg_device_free(b->device_pack, device);
     if (b->device_unpack) cg_device_free(b->device_unpack, device);
   }
-  free_memory(staging, device);
+  if (device == CG_DEVICE_HOST)
+    free(staging);
+  else
+    cg_device_free(staging, device);
 }
 
 void cg_plan_free_buckets(cg_plan_t *p) {
@@ -80,6 +76,34 @@ void cg_plan_free(cg_plan_t *p) {
   free(p->steps);
   free(p->name);
   free(p);
+}
+
+static int compare_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+cg_status_t cg_profile_from_stamps(cg_profile_t *out, const uint64_t *stamps, uint32_t n_steps, int replays,
+                                   const char *where) {
+  size_t row = 2 * (size_t)n_steps + 1;
+  uint64_t *column = malloc((size_t)replays * sizeof *column);
+  *out = (cg_profile_t){calloc(n_steps ? n_steps : 1, sizeof(double)), calloc(n_steps ? n_steps : 1, sizeof(double)),
+                        n_steps};
+  if (!column || !out->start_us || !out->end_us) {
+    free(column);
+    cg_profile_free(out);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the profile of %u steps", where, n_steps);
+  }
+  for (size_t slot = 0; slot + 1 < row; slot++) {
+    for (int k = 0; k < replays; k++) {
+      const uint64_t *r = stamps + (size_t)k * row;
+      column[k] = r[slot] > r[row - 1] ? r[slot] - r[row - 1] : 0;
+    }
+    qsort(column, (size_t)replays, sizeof *column, compare_u64);
+    (slot % 2 ? out->end_us : out->start_us)[slot / 2] = (double)column[replays / 2] / 1e3;
+  }
+  free(column);
+  return CG_SUCCESS;
 }
 
 void cg_profile_free(cg_profile_t *profile) {

@@ -244,16 +244,6 @@ static void time_batch(const bt_timer_t *tm, bt_bench_t *b, int iters, int round
 
 /* ---- the table */
 
-static const char *bytes_text(char *out, size_t size, double bytes) {
-  if (bytes >= 1e6)
-    snprintf(out, size, "%.1f MB", bytes / 1e6);
-  else if (bytes > 0)
-    snprintf(out, size, "%.1f KB", bytes / 1e3);
-  else
-    snprintf(out, size, "0");
-  return out;
-}
-
 static void print_row(const bt_bench_t *b, const bt_ctx_t *c, const bt_ddp_t *d, size_t total, double backward,
                       double bound) {
   char exposed[32] = "-", ratio[32] = "-", buckets[32] = "-", fused[32] = "-", copied[32] = "-", span[32] = "-";
@@ -264,11 +254,11 @@ static void print_row(const bt_bench_t *b, const bt_ctx_t *c, const bt_ddp_t *d,
   if (b->kind == BT_PLAN) {
     snprintf(buckets, sizeof buckets, "%zu", b->stats.buckets);
     snprintf(fused, sizeof fused, "%zu", b->stats.fused_nodes);
-    bytes_text(copied, sizeof copied, (double)b->stats.copy_bytes);
+    cgb_bytes_text(copied, sizeof copied, (double)b->stats.copy_bytes);
   } else if (b->kind != BT_BACKWARD) {
     snprintf(buckets, sizeof buckets, "%d", d->n);
     snprintf(fused, sizeof fused, "%d", c->n);
-    bytes_text(copied, sizeof copied, b->kind == BT_DDP_COPY ? 2.0 * (double)total * sizeof(float) : 0);
+    cgb_bytes_text(copied, sizeof copied, b->kind == BT_DDP_COPY ? 2.0 * (double)total * sizeof(float) : 0);
   }
   if (b->stamps) snprintf(span, sizeof span, "%.1f", b->span_med * 1e6);
   printf("%-52s %10.1f %10s %8s %8s %6s %11s %10s\n", b->label, b->med * 1e6, exposed, ratio, buckets, fused, copied,
@@ -530,7 +520,7 @@ int main(int argc, char **argv) {
     NCCL_CHECK(ncclCommDestroy(c.nccl));
   }
   cg_comm_destroy(c.comm);
-  bt_free_ddp(&d);
+  cgb_free_buckets(&d);
   free(ready);
   free(stamps);
   free(ns);

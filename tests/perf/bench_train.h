@@ -8,6 +8,7 @@
 #include <nccl.h>
 #include <stddef.h>
 
+#include "cgbench_workload.h"
 #include "commgraph.h"
 
 #define BT_MAX_ROUNDS 101
@@ -27,16 +28,8 @@ typedef struct bt_tensors {
   int owns; /* base is a cudaMalloc of bt_alloc_tensors (else an arena's) */
 } bt_tensors_t;
 
-/* PyTorch DDP's buckets: tensors in backward order (n-1 first); bucket k holds
- * the tensors n-1-p for p in [first[k], first[k+1]), back to back from element
- * offset[k] of one flat buffer of span elements (buckets 256-byte aligned);
- * tensor i sits at element pos[i]. */
-typedef struct bt_ddp {
-  int n;
-  int *first;
-  size_t *count, *offset, *pos;
-  size_t span;
-} bt_ddp_t;
+/* PyTorch DDP's buckets (cgbench_workload.h), first at 1 MiB, then 25 MiB. */
+typedef cgb_buckets_t bt_ddp_t;
 
 typedef enum bt_kind {
   BT_BACKWARD, /* mode 1: the backward kernels alone */
@@ -82,7 +75,6 @@ typedef struct bt_ctx {
 
 /* bench_train_modes.c */
 bt_ddp_t bt_make_ddp(const bt_ctx_t *c);
-void bt_free_ddp(bt_ddp_t *d);
 /* count[0 .. n) in one cudaMalloc: at off (NULL: gapped, tensor 0 first, 256-byte
  * aligned with 256 bytes between tensors) */
 bt_tensors_t bt_alloc_tensors(int n, const size_t *count, const size_t *off);

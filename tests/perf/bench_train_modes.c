@@ -11,40 +11,11 @@
 #include "gpu_bench.h"
 #include "train_kernels.h"
 
-static size_t align_up(size_t floats) {
-  return (floats + CGB_ALIGN_FLOATS - 1) / CGB_ALIGN_FLOATS * CGB_ALIGN_FLOATS;
-}
-
 /* ---- memory */
 
 bt_ddp_t bt_make_ddp(const bt_ctx_t *c) {
-  int n = c->n;
-  bt_ddp_t d = {.first = cgb_xcalloc((size_t)n + 1, sizeof(int)),
-                .count = cgb_xcalloc((size_t)n, sizeof(size_t)),
-                .offset = cgb_xcalloc((size_t)n, sizeof(size_t)),
-                .pos = cgb_xcalloc((size_t)n, sizeof(size_t))};
-  size_t elements = 0; /* in the open bucket, which starts at element d.span */
-  for (int p = 0; p < n; p++) {
-    int i = n - 1 - p;
-    d.pos[i] = d.span + elements;
-    elements += c->count[i];
-    size_t cap = d.n == 0 ? BT_DDP_FIRST_CAP : BT_DDP_CAP;
-    if (elements * sizeof(float) >= cap || p == n - 1) { /* close it */
-      d.count[d.n] = elements;
-      d.offset[d.n] = d.span;
-      d.span = align_up(d.span + elements);
-      d.first[++d.n] = p + 1;
-      elements = 0;
-    }
-  }
-  return d;
-}
-
-void bt_free_ddp(bt_ddp_t *d) {
-  free(d->first);
-  free(d->count);
-  free(d->offset);
-  free(d->pos);
+  cgb_layout_t l = {.n = c->n, .count = (size_t *)c->count};
+  return cgb_make_ddp_buckets(&l, BT_DDP_FIRST_CAP, BT_DDP_CAP);
 }
 
 bt_tensors_t bt_alloc_tensors(int n, const size_t *count, const size_t *off) {

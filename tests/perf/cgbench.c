@@ -308,17 +308,6 @@ static char rule_mark(const bench_t *b) {
   return '*';
 }
 
-/* "995.5 MB", "256.0 KB", "0" */
-static const char *bytes_text(char *out, size_t size, double bytes) {
-  if (bytes >= 1e6)
-    snprintf(out, size, "%.1f MB", bytes / 1e6);
-  else if (bytes > 0)
-    snprintf(out, size, "%.1f KB", bytes / 1e3);
-  else
-    snprintf(out, size, "0");
-  return out;
-}
-
 /* A bench's buckets, fused tensors, bucket size and copies per iteration, as
  * table columns ("-" where they do not apply). */
 static const char *bucket_columns(char *out, size_t size, const bench_t *b) {
@@ -326,13 +315,13 @@ static const char *bucket_columns(char *out, size_t size, const bench_t *b) {
   if (b->kind == DDP) {
     snprintf(cap, sizeof cap, "%.1f", (double)b->cap_bytes / CGB_MIB);
     snprintf(out, size, "%8d  %6d %10s %11s", b->buckets->n, b->layout->n, cap,
-             bytes_text(copied, sizeof copied, 2.0 * (double)b->layout->total * sizeof(float)));
+             cgb_bytes_text(copied, sizeof copied, 2.0 * (double)b->layout->total * sizeof(float)));
   } else if (b->kind == PLAN) {
     int off = b->stats.bucket_bytes == 0;
     char mark = rule_mark(b);
     snprintf(cap, sizeof cap, "%.1f", (double)b->stats.bucket_bytes / CGB_MIB);
     snprintf(out, size, "%8zu%c %6zu %10s %11s", b->stats.buckets, mark, b->stats.fused_nodes, off ? "off" : cap,
-             bytes_text(copied, sizeof copied, (double)b->stats.copy_bytes));
+             cgb_bytes_text(copied, sizeof copied, (double)b->stats.copy_bytes));
   } else {
     snprintf(out, size, "%8s  %6s %10s %11s", "-", "-", "-", "-");
   }
@@ -359,7 +348,7 @@ static void print_sweep(const bench_t *b, const char size_text[][32], double flo
     const bench_t *c = &b[2 * z], *a = &b[2 * z + 1];
     char mc = rule_mark(c), ma = rule_mark(a);
     printf("%-18s | %8zu%c %6zu %11s %9.1f %8.2f | %8zu%c %6zu %9.1f %8.2f\n", size_text[z], c->stats.buckets, mc,
-           c->stats.fused_nodes, bytes_text(copied, sizeof copied, (double)c->stats.copy_bytes), c->med * 1e6,
+           c->stats.fused_nodes, cgb_bytes_text(copied, sizeof copied, (double)c->stats.copy_bytes), c->med * 1e6,
            c->med / floor_s, a->stats.buckets, ma, a->stats.fused_nodes, a->med * 1e6, a->med / floor_s);
   }
 }
@@ -471,7 +460,7 @@ int main(int argc, char **argv) {
                large = cgb_make_layout(1, &large_count, CGB_GAPPED),
                tiny = cgb_make_layout(TINY_OPS, tiny_counts, CGB_GAPPED);
   size_t ddp_cap = (size_t)(ddp_mb * CGB_MIB), cg_cap = (size_t)(bucket_mb * CGB_MIB);
-  cgb_buckets_t buckets = cgb_make_ddp_buckets(&work, ddp_cap);
+  cgb_buckets_t buckets = cgb_make_ddp_buckets(&work, ddp_cap, ddp_cap); /* no small first bucket */
   if (rank == 0) print_header(argc, argv, device, nodes, name, &work, iters, rounds);
 
   /* the arena: pieces allocated in record order (n-1 first) lie where `packed` says */

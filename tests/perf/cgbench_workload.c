@@ -94,14 +94,18 @@ void cgb_free_layout(cgb_layout_t *l) {
   free(l->offset);
 }
 
-cgb_buckets_t cgb_make_ddp_buckets(const cgb_layout_t *l, size_t cap_bytes) {
+cgb_buckets_t cgb_make_ddp_buckets(const cgb_layout_t *l, size_t first_cap_bytes, size_t cap_bytes) {
   cgb_buckets_t b = {.first = cgb_xcalloc((size_t)l->n + 1, sizeof(int)),
                      .count = cgb_xcalloc((size_t)l->n, sizeof(size_t)),
-                     .offset = cgb_xcalloc((size_t)l->n, sizeof(size_t))};
-  size_t elements = 0;
+                     .offset = cgb_xcalloc((size_t)l->n, sizeof(size_t)),
+                     .pos = cgb_xcalloc((size_t)l->n, sizeof(size_t))};
+  size_t elements = 0; /* in the open bucket, which starts at element b.span */
   for (int p = 0; p < l->n; p++) {
-    elements += l->count[l->n - 1 - p];
-    if (elements * sizeof(float) >= cap_bytes || p == l->n - 1) { /* close the bucket */
+    int i = l->n - 1 - p;
+    b.pos[i] = b.span + elements;
+    elements += l->count[i];
+    size_t cap = b.n == 0 ? first_cap_bytes : cap_bytes;
+    if (elements * sizeof(float) >= cap || p == l->n - 1) { /* close the bucket */
       b.count[b.n] = elements;
       b.offset[b.n] = b.span;
       b.span = align_up(b.span + elements);
@@ -116,6 +120,17 @@ void cgb_free_buckets(cgb_buckets_t *b) {
   free(b->first);
   free(b->count);
   free(b->offset);
+  free(b->pos);
+}
+
+const char *cgb_bytes_text(char *out, size_t size, double bytes) {
+  if (bytes >= 1e6)
+    snprintf(out, size, "%.1f MB", bytes / 1e6);
+  else if (bytes > 0)
+    snprintf(out, size, "%.1f KB", bytes / 1e3);
+  else
+    snprintf(out, size, "0");
+  return out;
 }
 
 size_t cgb_expected_buckets(const cgb_layout_t *l, size_t cap_bytes, size_t *fused) {

@@ -42,20 +42,25 @@ typedef enum cgb_placement {
 cgb_layout_t cgb_make_layout(int n, const size_t *count, cgb_placement_t placement);
 void cgb_free_layout(cgb_layout_t *l);
 
-/* DDP-style buckets: tensors taken in reverse order (n-1 first), a bucket
- * closed once it holds at least cap_bytes (PyTorch DDP's rule, without its
- * small first bucket) or at the last tensor. Bucket k holds the tensors n-1-p
- * for p in [first[k], first[k+1]), packed back to back from element offset[k]
- * of one flat buffer of span elements (buckets at 256-byte aligned offsets). */
+/* DDP-style buckets: tensors taken in reverse order (n-1 first), the first
+ * bucket closed once it holds at least first_cap_bytes, later ones at
+ * cap_bytes (PyTorch DDP's rule: 1 MiB, then bucket_cap_mb), or at the last
+ * tensor. Bucket k holds the tensors n-1-p for p in [first[k], first[k+1]),
+ * packed back to back from element offset[k] of one flat buffer of span
+ * elements (buckets at 256-byte aligned offsets); tensor i sits at element
+ * pos[i]. Uses l->n and l->count only. */
 typedef struct cgb_buckets {
   int n;
   int *first;
-  size_t *count, *offset;
+  size_t *count, *offset, *pos;
   size_t span;
 } cgb_buckets_t;
 
-cgb_buckets_t cgb_make_ddp_buckets(const cgb_layout_t *l, size_t cap_bytes);
+cgb_buckets_t cgb_make_ddp_buckets(const cgb_layout_t *l, size_t first_cap_bytes, size_t cap_bytes);
 void cgb_free_buckets(cgb_buckets_t *b);
+
+/* "995.5 MB", "256.0 KB", "0" */
+const char *cgb_bytes_text(char *out, size_t size, double bytes);
 
 /* What cg_compile's documented fusion rule gives for the float32 allreduces of
  * l recorded in reverse order (n-1 first), independent of each other, on one

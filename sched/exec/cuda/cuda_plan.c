@@ -592,23 +592,6 @@ cg_status_t cg_executor_current_device(int *device, const char *where) {
 /* ---- profiling (cg_plan_tune): the steps captured again with a time stamp
  * before and after each one (and one at the start), replayed, read back */
 
-static int compare_u64(const void *a, const void *b) {
-  unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
-  return (x > y) - (x < y);
-}
-
-/* Median over the replays of (slot - start), in us; `all` holds `replays`
- * rows of `slots` stamps. */
-static double stamp_median_us(const unsigned long long *all, size_t slots, int replays, size_t slot,
-                              unsigned long long *column) {
-  for (int k = 0; k < replays; k++) {
-    const unsigned long long *row = all + (size_t)k * slots;
-    column[k] = row[slot] > row[slots - 1] ? row[slot] - row[slots - 1] : 0;
-  }
-  qsort(column, (size_t)replays, sizeof *column, compare_u64);
-  return (double)column[replays / 2] / 1e3;
-}
-
 static cg_status_t cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, void *stream, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   size_t slots = 2 * (size_t)p->n_steps + 1;
@@ -617,13 +600,11 @@ static cg_status_t cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, vo
   cg_status_t st = cg_cuda_check_runnable(p, where);
   if (st == CG_SUCCESS) st = cuda_test(&done, p);
   if (st != CG_SUCCESS) return st;
-  if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "%s: the plan's cg_plan_start replay is running: wait for it first", where);
-  unsigned long long *dev = NULL, *all = calloc(slots * (size_t)replays, sizeof *all);
-  unsigned long long *column = malloc((size_t)replays * sizeof *column);
-  *out = (cg_profile_t){calloc(p->n_steps ? p->n_steps : 1, sizeof(double)),
-                        calloc(p->n_steps ? p->n_steps : 1, sizeof(double)), p->n_steps};
-  if (!all || !column || !out->start_us || !out->end_us)
-    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the profile of %u steps", where, p->n_steps);
+  if (!done)
+    return cg_fail(CG_ERR_IN_PROGRESS, "%s: the plan's cg_plan_start replay is running: wait for it first", where);
+  unsigned long long *dev = NULL;
+  uint64_t *all = calloc(slots * (size_t)replays, sizeof *all);
+  if (!all) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating profiling stamps", where);
   cudaGetDevice(&previous);
   cudaSetDevice(p->device);
   cudaGraph_t graph = NULL;
@@ -652,17 +633,12 @@ static cg_status_t cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, vo
                                          cudaMemcpyDeviceToHost)) != cudaSuccess)
       st = cg_fail_cuda(err, "cudaMemcpy (profiling stamps)", "%s", where);
   }
-  for (uint32_t i = 0; i < p->n_steps && st == CG_SUCCESS; i++) {
-    out->start_us[i] = stamp_median_us(all, slots, replays, 2 * (size_t)i, column);
-    out->end_us[i] = stamp_median_us(all, slots, replays, 2 * (size_t)i + 1, column);
-  }
+  if (st == CG_SUCCESS) st = cg_profile_from_stamps(out, all, p->n_steps, replays, where);
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
   if (dev) cudaFree(dev);
   cudaSetDevice(previous);
   free(all);
-  free(column);
-  if (st != CG_SUCCESS) cg_profile_free(out);
   return st;
 }
 
