@@ -184,7 +184,11 @@ cg_status_t cg_compile_tuned(cg_plan_t **out, cg_graph_t *graph, const cg_compil
                    : cg_param_seconds(&from_env, CG_PARAM_TIMEOUT) ? from_env
                                                                    : 0;
     p->exec = exec;
-    st = cg_plan_lower(p, graph, &order, &fusion, where);
+    /* the agreed tuning stays with the plan: its dump, DOT and saved tuning show it */
+    if (tuning && !(p->tuning = calloc(1, sizeof *p->tuning)))
+      st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan's tuning", where);
+    if (st == CG_SUCCESS && tuning) st = cg_tuning_copy(p->tuning, tuning, where);
+    if (st == CG_SUCCESS) st = cg_plan_lower(p, graph, &order, &fusion, where);
   }
   if (st == CG_SUCCESS) st = cg_plan_layout_buckets(p, where);
   if (st == CG_SUCCESS && p->exec->prepare_buckets) st = p->exec->prepare_buckets(p, where);

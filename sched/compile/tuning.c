@@ -10,18 +10,6 @@
 #include "error.h"
 #include "graph_view.h"
 
-void cg_tuning_free(cg_tuning_t *t) {
-  free(t->ready_us);
-  free(t->costs);
-  *t = (cg_tuning_t){0};
-}
-
-const cg_comm_cost_t *cg_tuning_cost(const cg_tuning_t *t, const cg_comm_t *comm) {
-  for (uint32_t i = 0; i < t->n_costs; i++)
-    if (t->costs[i].comm == comm) return &t->costs[i];
-  return NULL;
-}
-
 /* ---- agreeing: per participant, alpha and bytes_per_us, then one ready
  * time per collective of its sequence (doubles) */
 

@@ -11,26 +11,6 @@
 
 struct cg_participants;
 
-/* One communicator's measured collective cost: alpha_us + bytes / bytes_per_us
- * (bytes: a node's largest buffer, as buckets count them). */
-typedef struct cg_comm_cost {
-  const cg_comm_t *comm;
-  double alpha_us, bytes_per_us;
-} cg_comm_cost_t;
-
-typedef struct cg_tuning {
-  double *ready_us; /* per graph node: when a collective's inputs were ready, in us from the replay's start (the
-                       latest end of the compute nodes it depends on directly; 0: none); unused for others */
-  uint32_t n_nodes;
-  cg_comm_cost_t *costs;
-  uint32_t n_costs;
-} cg_tuning_t;
-
-void cg_tuning_free(cg_tuning_t *t);
-
-/* The cost of `comm` in `t`; NULL if it was not measured. */
-const cg_comm_cost_t *cg_tuning_cost(const cg_tuning_t *t, const cg_comm_t *comm);
-
 /* Makes every rank hold the same tuning for the collectives of `order`: per
  * participant communicator, each collective's ready time becomes the latest
  * over its ranks (a collective starts once its last rank is ready), alpha the

@@ -12,22 +12,6 @@
 
 struct cg_participants;
 
-/* What profiling replays measured (cg_plan_tune): per step, when it started
- * and ended, in microseconds from its replay's start, the median over the
- * replays. A collective's start is when it was issued, so its end minus its
- * start includes waiting for the other ranks. */
-typedef struct cg_profile {
-  double *start_us, *end_us; /* n_steps each */
-  uint32_t n_steps;
-} cg_profile_t;
-
-/* Fills *out from `replays` rows of 2 n_steps + 1 stamps each, in ns on one
- * clock: every step's start (2 i) and end (2 i + 1), then the replay's start;
- * each time is the median over the rows, in us after its row's start. */
-cg_status_t cg_profile_from_stamps(cg_profile_t *out, const uint64_t *stamps, uint32_t n_steps, int replays,
-                                   const char *where);
-void cg_profile_free(cg_profile_t *profile);
-
 typedef struct cg_executor {
   const char *name; /* "host", "cuda": for messages */
   /* The last step of cg_compile, once the plan's steps, buckets and issue

@@ -65,6 +65,10 @@ void cg_plan_free(cg_plan_t *p) {
   if (by_id) cg_plan_comms_by_id(by_id, p);
   for (uint32_t c = 0; c < p->n_comms; c++) cg_comm_release(p->comms[by_id ? by_id[c] : c].comm);
   free(by_id);
+  if (p->tuning) cg_tuning_free(p->tuning);
+  if (p->measured) cg_profile_free(p->measured);
+  free(p->tuning);
+  free(p->measured);
   free(p->comm_step_storage);
   free(p->comms);
   free(p->node_names);
@@ -78,39 +82,6 @@ void cg_plan_free(cg_plan_t *p) {
   free(p);
 }
 
-static int compare_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-cg_status_t cg_profile_from_stamps(cg_profile_t *out, const uint64_t *stamps, uint32_t n_steps, int replays,
-                                   const char *where) {
-  size_t row = 2 * (size_t)n_steps + 1;
-  uint64_t *column = malloc((size_t)replays * sizeof *column);
-  *out = (cg_profile_t){calloc(n_steps ? n_steps : 1, sizeof(double)), calloc(n_steps ? n_steps : 1, sizeof(double)),
-                        n_steps};
-  if (!column || !out->start_us || !out->end_us) {
-    free(column);
-    cg_profile_free(out);
-    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the profile of %u steps", where, n_steps);
-  }
-  for (size_t slot = 0; slot + 1 < row; slot++) {
-    for (int k = 0; k < replays; k++) {
-      const uint64_t *r = stamps + (size_t)k * row;
-      column[k] = r[slot] > r[row - 1] ? r[slot] - r[row - 1] : 0;
-    }
-    qsort(column, (size_t)replays, sizeof *column, compare_u64);
-    (slot % 2 ? out->end_us : out->start_us)[slot / 2] = (double)column[replays / 2] / 1e3;
-  }
-  free(column);
-  return CG_SUCCESS;
-}
-
-void cg_profile_free(cg_profile_t *profile) {
-  free(profile->start_us);
-  free(profile->end_us);
-  *profile = (cg_profile_t){0};
-}
 
 void cg_plan_destroy(cg_plan_t *plan) {
   if (!plan) return;

@@ -9,6 +9,7 @@
 
 #include "commgraph/plan.h"
 #include "graph_internal.h"
+#include "plan_measure.h"
 
 typedef enum cg_step_kind {
   CG_STEP_COLLECTIVE, /* one collective, send, receive or barrier on a communicator (a bucket's too) */
@@ -158,6 +159,8 @@ struct cg_plan {
   atomic_int timed_out; /* a replay timed out (set by the watchdog's monitor thread too): its communication
                            may still be posted, so no more replays */
   struct cg_cuda_plan *cuda; /* device plans: the CUDA graph and its streams */
+  cg_tuning_t *tuning;    /* the agreed tuning it was compiled with (cg_plan_tune); NULL: none */
+  cg_profile_t *measured; /* its own latest profiling replays (cg_plan_tune, cg_plan_trace); NULL: none */
 };
 
 /* The plan's communicators by agreed id, the same order on every rank. */

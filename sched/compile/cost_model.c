@@ -1,0 +1,141 @@
+/* cg_plan_tune's cost model (cost_model.h). From the profile: when each
+ * collective's inputs were ready (the latest end of the compute nodes it
+ * depends on directly: host functions, child graphs, events) and what a
+ * collective costs on each communicator: alpha + bytes / bytes_per_us, fitted
+ * to its collective steps by least squares, alpha then raised by the steps'
+ * mean delay after their dependencies and until the model finishes the
+ * profiled plan's own collectives no earlier than measured (what a collective
+ * costs inside a replay, edges and launches included). */
+#include "cost_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "graph_view.h"
+
+/* Bytes a collective step moves as buckets count them (its largest buffer). */
+static size_t step_bytes(const cg_step_t *s) {
+  size_t bytes = s->count * cg_dtype_size(s->dtype);
+  if (s->op_kind == CG_NODE_ALLGATHER || s->op_kind == CG_NODE_REDUCE_SCATTER) bytes *= (size_t)s->comm->size;
+  return bytes;
+}
+
+/* alpha + bytes / bytes_per_us through the communicator's collective steps
+ * (least squares; with one size, or a fit that is not physical, alpha is the
+ * fastest step and the bandwidth the best any step reached beyond it). */
+static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, const cg_profile_t *prof) {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, fastest = INFINITY;
+  const cg_plan_comm_t *pc = &plan->comms[c];
+  for (uint32_t k = 0; k < pc->n_steps; k++) {
+    const cg_step_t *s = &plan->steps[pc->steps[k]];
+    if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) continue;
+    double x = (double)step_bytes(s), y = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]];
+    if (y < 0.1) y = 0.1;
+    n++, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    if (y < fastest) fastest = y;
+  }
+  *out = (cg_comm_cost_t){pc->comm, n ? fastest : 1.0, INFINITY};
+  double det = n * sxx - sx * sx;
+  double slope = det > 0 ? (n * sxy - sx * sy) / det : 0, alpha = n ? (sy - slope * sx) / n : 0;
+  if (slope > 0 && alpha >= 0) {
+    out->alpha_us = alpha;
+    out->bytes_per_us = 1.0 / slope;
+    return;
+  }
+  for (uint32_t k = 0; k < pc->n_steps; k++) {
+    const cg_step_t *s = &plan->steps[pc->steps[k]];
+    if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) continue;
+    double beyond = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]] - out->alpha_us;
+    double rate = beyond > 0 ? (double)step_bytes(s) / beyond : INFINITY;
+    if (out->bytes_per_us == INFINITY || (rate < INFINITY && rate > out->bytes_per_us)) out->bytes_per_us = rate;
+  }
+  if (!(out->bytes_per_us < INFINITY)) out->bytes_per_us = 1e6; /* nothing moved: bandwidth plays no part */
+}
+
+/* When the plan's collective step `s` could start: its inputs' ready time
+ * (a bucket's: its latest member's). */
+static double step_ready(const cg_plan_t *plan, const cg_step_t *s, const cg_tuning_t *t) {
+  double ready = 0;
+  if (s->bucket == CG_NO_STEP) return t->ready_us[s->node];
+  const cg_bucket_t *b = &plan->buckets[s->bucket];
+  for (uint32_t m = 0; m < b->n_members; m++)
+    if (t->ready_us[b->members[m]] > ready) ready = t->ready_us[b->members[m]];
+  return ready;
+}
+
+/* The model's finish of the communicator's collectives as the profiled plan
+ * ran them, with fixed cost `alpha`. */
+static double modelled_finish(const cg_plan_t *plan, uint32_t c, const cg_tuning_t *t, double alpha,
+                              double bytes_per_us) {
+  const cg_plan_comm_t *pc = &plan->comms[c];
+  double finish = 0;
+  for (uint32_t k = 0; k < pc->n_steps; k++) {
+    const cg_step_t *s = &plan->steps[pc->steps[k]];
+    if (s->kind != CG_STEP_COLLECTIVE) continue;
+    double start = step_ready(plan, s, t);
+    if (finish > start) start = finish;
+    finish = start + alpha + (double)step_bytes(s) / bytes_per_us;
+  }
+  return finish;
+}
+
+/* A collective in a replay costs more than its kernel's time: the graph's
+ * dependency edges, the launch of each kernel, the lanes' event waits. So the
+ * fixed cost is calibrated: the smallest alpha (at least the fitted one) for
+ * which the model finishes the profiled plan's collectives no earlier than
+ * they were measured to finish. */
+static void calibrate(cg_comm_cost_t *cost, const cg_plan_t *plan, uint32_t c, const cg_tuning_t *t,
+                      const cg_profile_t *prof) {
+  const cg_plan_comm_t *pc = &plan->comms[c];
+  double measured = 0, gap = 0;
+  uint32_t n_gaps = 0;
+  for (uint32_t k = 0; k < pc->n_steps; k++) {
+    uint32_t i = pc->steps[k];
+    if (prof->end_us[i] > measured) measured = prof->end_us[i];
+    /* how long after its last dependency a step started: edges, launches */
+    double after = 0;
+    for (uint32_t e = 0; e < plan->steps[i].n_deps; e++)
+      if (prof->end_us[plan->steps[i].deps[e]] > after) after = prof->end_us[plan->steps[i].deps[e]];
+    if (plan->steps[i].n_deps && prof->start_us[i] > after) gap += prof->start_us[i] - after, n_gaps++;
+  }
+  if (n_gaps) cost->alpha_us += gap / n_gaps;
+  double lo = cost->alpha_us, hi = lo;
+  if (modelled_finish(plan, c, t, lo, cost->bytes_per_us) >= measured) return;
+  while (hi < 1e6 && modelled_finish(plan, c, t, hi, cost->bytes_per_us) < measured) hi = hi * 2 + 1;
+  for (int k = 0; k < 40; k++) {
+    double mid = (lo + hi) / 2;
+    if (modelled_finish(plan, c, t, mid, cost->bytes_per_us) < measured)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  cost->alpha_us = hi;
+}
+
+cg_status_t cg_cost_model_make(cg_tuning_t *t, const cg_plan_t *plan, const cg_graph_t *g, const cg_profile_t *prof,
+                               const char *where) {
+  uint32_t n = cg_graph_node_count(g);
+  *t = (cg_tuning_t){calloc(n ? n : 1, sizeof *t->ready_us), n, calloc(plan->n_comms ? plan->n_comms : 1,
+                                                                          sizeof *t->costs), plan->n_comms};
+  if (!t->ready_us || !t->costs) {
+    cg_tuning_free(t);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the tuning of %u nodes", where, n);
+  }
+  for (uint32_t v = 0; v < n; v++) {
+    const cg_node_rec_t *node = cg_graph_node(g, v);
+    if (!node->comm) continue;
+    for (uint32_t e = 0; e < node->preds.len; e++) {
+      uint32_t from = node->preds.items[e].node;
+      if (cg_graph_node(g, from)->comm) continue; /* communication: ordered, not an input becoming ready */
+      double end = prof->end_us[plan->nodes[from].step];
+      if (end > t->ready_us[v]) t->ready_us[v] = end;
+    }
+  }
+  for (uint32_t c = 0; c < plan->n_comms; c++) {
+    fit_cost(&t->costs[c], plan, c, prof);
+    calibrate(&t->costs[c], plan, c, t, prof);
+  }
+  return CG_SUCCESS;
+}
+

@@ -1,0 +1,53 @@
+/* What profiling replays measured of a plan, and the tuning made from it
+ * (cg_plan_tune, docs/tuning.md): plan-level data that the executors fill
+ * (a profile), the compile layer turns into a tuning (cost_model.c), and the
+ * plan keeps for its dump, DOT and trace. */
+#ifndef CG_SCHED_PLAN_MEASURE_H
+#define CG_SCHED_PLAN_MEASURE_H
+
+#include <stdint.h>
+
+#include "commgraph/status.h"
+#include "graph_internal.h"
+
+/* What profiling replays measured: per step, when it started and ended, in
+ * microseconds from its replay's start, the median over the replays. A
+ * collective's start is when it was issued, so its end minus its start
+ * includes waiting for the other ranks. */
+typedef struct cg_profile {
+  double *start_us, *end_us; /* n_steps each */
+  uint32_t n_steps;
+} cg_profile_t;
+
+/* Fills *out from `replays` rows of 2 n_steps + 1 stamps each, in ns on one
+ * clock: every step's start (2 i) and end (2 i + 1), then the replay's start;
+ * each time is the median over the rows, in us after its row's start. */
+cg_status_t cg_profile_from_stamps(cg_profile_t *out, const uint64_t *stamps, uint32_t n_steps, int replays,
+                                   const char *where);
+/* A copy of `from` in *out. */
+cg_status_t cg_profile_copy(cg_profile_t *out, const cg_profile_t *from, const char *where);
+void cg_profile_free(cg_profile_t *profile);
+
+/* One communicator's measured collective cost: alpha_us + bytes / bytes_per_us
+ * (bytes: a node's largest buffer, as buckets count them). */
+typedef struct cg_comm_cost {
+  const cg_comm_t *comm;
+  double alpha_us, bytes_per_us;
+} cg_comm_cost_t;
+
+typedef struct cg_tuning {
+  double *ready_us; /* per graph node: when a collective's inputs were ready, in us from the replay's start (the
+                       latest end of the compute nodes it depends on directly; 0: none); unused for others */
+  uint32_t n_nodes;
+  cg_comm_cost_t *costs;
+  uint32_t n_costs;
+} cg_tuning_t;
+
+void cg_tuning_free(cg_tuning_t *t);
+/* A copy of `from` in *out. */
+cg_status_t cg_tuning_copy(cg_tuning_t *out, const cg_tuning_t *from, const char *where);
+
+/* The cost of `comm` in `t`; NULL if it was not measured. */
+const cg_comm_cost_t *cg_tuning_cost(const cg_tuning_t *t, const cg_comm_t *comm);
+
+#endif
