@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "plan_internal.h"
 
 static int compare_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -50,6 +51,36 @@ cg_status_t cg_profile_copy(cg_profile_t *out, const cg_profile_t *from, const c
   memcpy(out->start_us, from->start_us, from->n_steps * sizeof(double));
   memcpy(out->end_us, from->end_us, from->n_steps * sizeof(double));
   return CG_SUCCESS;
+}
+
+void cg_profile_remove_stamps(cg_profile_t *prof, const cg_plan_t *plan, double stamp_us) {
+  uint32_t n = plan->n_steps;
+  /* stamps before each step's start stamp and end stamp, and each lane's last */
+  uint32_t *before_end = calloc(n ? n : 1, sizeof *before_end);
+  uint32_t *lane_last = calloc(plan->n_lanes ? plan->n_lanes : 1, sizeof *lane_last);
+  if (!before_end || !lane_last || stamp_us <= 0 || prof->n_steps != n) goto out;
+  for (uint32_t u = 0; u < plan->n_units; u++) {
+    const cg_issue_unit_t *unit = &plan->units[u];
+    uint32_t base = lane_last[unit->lane] ? lane_last[unit->lane] : 1; /* the replay's own start stamp */
+    for (uint32_t k = 0; k < unit->n; k++) {
+      const cg_step_t *st = &plan->steps[plan->issue_order[unit->first + k]];
+      for (uint32_t e = 0; e < st->n_deps; e++)
+        if (before_end[st->deps[e]] + 1 > base) base = before_end[st->deps[e]] + 1;
+    }
+    /* a unit's start stamps, its steps, then its end stamps */
+    for (uint32_t k = 0; k < unit->n; k++) {
+      uint32_t i = plan->issue_order[unit->first + k];
+      double start = prof->start_us[i] - (double)(base + k) * stamp_us;
+      double end = prof->end_us[i] - (double)(base + unit->n + k) * stamp_us;
+      prof->start_us[i] = start > 0 ? start : 0;
+      prof->end_us[i] = end > prof->start_us[i] ? end : prof->start_us[i];
+      before_end[i] = base + unit->n + k;
+    }
+    lane_last[unit->lane] = base + 2 * unit->n;
+  }
+out:
+  free(before_end);
+  free(lane_last);
 }
 
 void cg_tuning_free(cg_tuning_t *t) {
