@@ -20,11 +20,17 @@
  * gradients depend only on that layer's backward, so they may run while the
  * layers below are still going backward. The gradients (and the loss) are
  * allocated from one cg_arena in the order their allreduces are recorded, so
- * fused allreduces run directly on them, without copies. The plan is compiled
- * twice: with one bucket (every gradient in one allreduce once the backward
- * pass is done) and with a bucket per layer (the size of the largest layer's
- * gradients), whose allreduces overlap the backward of the layers below. Each
- * step is then one user CUDA graph, captured once:
+ * fused allreduces run directly on them, without copies. The graph is recorded
+ * once and compiled three times: with one bucket (every gradient in one
+ * allreduce once the backward pass is done), with a bucket per layer (the size
+ * of the largest layer's gradients), whose allreduces overlap the backward of
+ * the layers below, and with default options (the library's buckets: fusion
+ * on, its bucket size and overlap caps; docs/tuning.md). The default plan is
+ * then given to cg_plan_tune, which replays it a few times, measures when each
+ * gradient is ready and what an allreduce costs, and compiles the graph again
+ * with bucket boundaries chosen from those times (keeping the default buckets
+ * when those are not slower): a fifth mode, "tuned". Each commgraph step is
+ * then one user CUDA graph, captured once per plan:
  *
  *   cudaStreamBeginCapture; make batch; cg_plan_launch(plan); record the loss
  *   and advance the step counter; cudaStreamEndCapture -> cudaGraphInstantiate
@@ -40,15 +46,19 @@
  * global batch. Every mode trains `steps` steps from the same initial
  * parameters; its loss curve must match the single-GPU one within
  * LOSS_TOLERANCE (relative) and its final parameters within PARAM_TOLERANCE
- * (see there for why those figures). Then each mode's time per step is
- * measured, next to the same kernels in one graph without communication.
+ * (see there for why those figures); the default and tuned plans must train
+ * exactly like the others. Then each mode's time per step is measured, next to
+ * the same kernels in one graph without communication ("compute only"). The
+ * table's "exposed us" column is a mode's time per step minus compute only's:
+ * the communication the mode leaves exposed. A last line compares it for the
+ * default and the tuned plan.
  * Exit status: 0 when every rank's checks pass, 1 otherwise, 77 (skipped)
  * without a GPU for every rank (1 then if CG_REQUIRE_GPU=1), 2 for bad
  * arguments.
  *
  *   mpiexec -n 4 mlp_train [steps [timed_steps]]
  *
- * MLP_TRAIN_PLAN_DUMP=1 prints both plans (cg_plan_dump) on rank 0. */
+ * MLP_TRAIN_PLAN_DUMP=1 prints the four plans (cg_plan_dump) on rank 0. */
 #include <commgraph.h>
 #include <commgraph/cuda.h>
 #include <commgraph/mpi.h>
@@ -96,13 +106,29 @@
 /* The ways to run a step. The first TRAINING_MODES train and are checked;
  * COMPUTE_ONLY, the step's kernels in one graph without any communication, is
  * only timed: the time a step would take if communication cost nothing. */
-enum mode { EAGER, ONE_BUCKET, LAYER_BUCKETS, TRAINING_MODES, COMPUTE_ONLY = TRAINING_MODES, MODES };
-static const char *const mode_names[MODES] = {"eager NCCL", "commgraph, one bucket", "commgraph, layer buckets",
+enum mode {
+  EAGER,
+  ONE_BUCKET,
+  LAYER_BUCKETS,
+  DEFAULT_BUCKETS, /* default compile options: the library's buckets */
+  TUNED,           /* DEFAULT_BUCKETS's plan through cg_plan_tune */
+  TRAINING_MODES,
+  COMPUTE_ONLY = TRAINING_MODES,
+  MODES
+};
+static const char *const mode_names[MODES] = {"eager NCCL",
+                                              "commgraph, one bucket",
+                                              "commgraph, layer buckets",
+                                              "commgraph, default (untuned)",
+                                              "commgraph, tuned",
                                               "compute only"};
+#define NAME_WIDTH 28 /* the longest of mode_names */
 static const char *const mode_details[MODES] = {
     "kernels one by one; an ncclAllReduce per tensor after backward",
     "one user graph per step; one allreduce after backward",
     "one user graph per step; allreduces overlap backward",
+    "one user graph per step; the library's default buckets",
+    "one user graph per step; the default plan after cg_plan_tune",
     "the same kernels in one graph, no communication (a bound)",
 };
 
@@ -234,12 +260,12 @@ static void record_allreduce(cg_graph_t *graph, cg_comm_t *comm, float *buf, siz
   CHECK(cg_node_name(graph, node, name));
 }
 
-/* One training step's graph, compiled with buckets of at most bucket_bytes. */
-static cg_plan_t *compile_step_plan(const mlp_net_t *net, cg_comm_t *comm, size_t bucket_bytes, const char *name,
-                                    cudaStream_t capture_stream) {
+/* One training step's graph, recorded once and compiled into every plan (and
+ * compiled again by cg_plan_tune); the caller destroys it. */
+static cg_graph_t *record_step_graph(const mlp_net_t *net, cg_comm_t *comm, cudaStream_t capture_stream) {
   const mlp_layout_t *lay = &net->layout;
   cg_graph_opts_t gopts = CG_GRAPH_OPTS_INIT;
-  gopts.name = name;
+  gopts.name = "mlp step";
   cg_graph_t *graph;
   CHECK(cg_graph_create(&graph, &gopts));
 
@@ -285,13 +311,17 @@ static cg_plan_t *compile_step_plan(const mlp_net_t *net, cg_comm_t *comm, size_
     cg_range_t writes[] = {floats(net->params, lay->total)};
     record_phase(graph, net, SGD, reads, 1, writes, 1, "sgd", capture_stream);
   }
+  return graph;
+}
 
+/* The step's graph compiled with buckets of at most bucket_bytes; 0: the
+ * default options (the library's bucket size and caps). */
+static cg_plan_t *compile_step_plan(cg_graph_t *graph, size_t bucket_bytes, const char *name) {
   cg_compile_opts_t copts = CG_COMPILE_OPTS_INIT;
   copts.name = name;
   copts.bucket_bytes = bucket_bytes;
   cg_plan_t *plan;
   CHECK(cg_compile(&plan, graph, &copts)); /* collective: checks every rank recorded the same allreduces */
-  cg_graph_destroy(graph);
   return plan;
 }
 
@@ -542,17 +572,32 @@ int main(int argc, char **argv) {
   ncclResult_t init = ncclCommInitRank(&t.nccl, ranks, id, rank); /* sets t.nccl, also when in progress */
   NCCL_CHECK(settle(t.nccl, init));
 
-  /* two plans of the same graph: one bucket for every gradient, or buckets the
-   * size of the largest layer's gradients, which cut the allreduces at layer
-   * boundaries (no two neighbouring layers fit together) */
+  /* plans of the same graph: one bucket for every gradient; buckets the size
+   * of the largest layer's gradients, which cut the allreduces at layer
+   * boundaries (no two neighbouring layers fit together); the default options */
   size_t grad_bytes = lay->total * sizeof(float), largest_layer = 0;
   for (int l = 0; l < MLP_LAYERS; l++) {
     size_t bytes = (weight_count(l) + (size_t)mlp_fan_out(l)) * sizeof(float);
     if (bytes > largest_layer) largest_layer = bytes;
   }
-  cg_plan_t *plan[MODES] = {NULL, NULL, NULL, NULL};
-  plan[ONE_BUCKET] = compile_step_plan(net, comm, grad_bytes + sizeof(float), "mlp step, one bucket", capture_stream);
-  plan[LAYER_BUCKETS] = compile_step_plan(net, comm, largest_layer, "mlp step, layer buckets", capture_stream);
+  cg_plan_t *plan[MODES] = {NULL};
+  cg_graph_t *graph = record_step_graph(net, comm, capture_stream);
+  plan[ONE_BUCKET] = compile_step_plan(graph, grad_bytes + sizeof(float), "mlp step, one bucket");
+  plan[LAYER_BUCKETS] = compile_step_plan(graph, largest_layer, "mlp step, layer buckets");
+  plan[DEFAULT_BUCKETS] = compile_step_plan(graph, 0, "mlp step, default");
+
+  /* and the default plan tuned: cg_plan_tune replays it (it trains: real
+   * parameters and a real batch, whose labels index the logits; the modes
+   * start again from mlp_reset below), then compiles the graph again with
+   * default options and buckets from what it measured. Collective. */
+  CUDA_CHECK(mlp_reset(net, PARAM_SEED, t.stream));
+  CUDA_CHECK(mlp_make_batch(net, t.stream));
+  CUDA_CHECK(cudaStreamSynchronize(t.stream));
+  cg_tune_opts_t tune = CG_TUNE_OPTS_INIT;
+  tune.stream = t.stream;
+  tune.compile.name = "mlp step, tuned";
+  CHECK(cg_plan_tune(&plan[TUNED], plan[DEFAULT_BUCKETS], graph, &tune));
+  cg_graph_destroy(graph); /* the plans keep what they need */
   for (int m = ONE_BUCKET; m < TRAINING_MODES; m++) t.step_graph[m] = capture_step_graph(net, plan[m], t.stream);
   t.step_graph[COMPUTE_ONLY] = capture_compute_graph(net, t.stream);
 
@@ -563,6 +608,10 @@ int main(int argc, char **argv) {
            MLP_HIDDEN, MLP_CLASSES, lay->total, (double)grad_bytes / 1e6, 2 * MLP_LAYERS);
     print_plan("one bucket", plan[ONE_BUCKET]);
     print_plan("layer buckets", plan[LAYER_BUCKETS]);
+    print_plan("default", plan[DEFAULT_BUCKETS]);
+    char tuned_what[64];
+    snprintf(tuned_what, sizeof tuned_what, "tuned (cg_plan_tune, %d replays)", tune.replays);
+    print_plan(tuned_what, plan[TUNED]);
     fflush(stdout);
   }
 
@@ -625,7 +674,7 @@ int main(int argc, char **argv) {
            "  of the final |p - p_single| / |p_single - p_initial| (tolerance %.0e), over all ranks:\n",
            LOSS_TOLERANCE, PARAM_TOLERANCE);
     for (int m = 0; m < TRAINING_MODES; m++)
-      printf("    %-26s loss %.2e   parameters %.2e%s\n", mode_names[m], loss_diff[m], param_diff[m],
+      printf("    %-*s loss %.2e   parameters %.2e%s\n", NAME_WIDTH, mode_names[m], loss_diff[m], param_diff[m],
              loss_diff[m] <= LOSS_TOLERANCE && param_diff[m] <= PARAM_TOLERANCE ? "" : "   MISMATCH");
     if (!learned)
       printf("  the single-GPU loss went from %.4f to only %.4f: the model did not learn\n",
@@ -643,14 +692,23 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     printf("  time per step, median of %d rounds of %d steps after %d warm-up steps, slowest rank:\n",
            TIMING_ROUNDS, timed_steps, WARMUP_STEPS);
-    printf("    %-26s %10s %8s   %s\n", "mode", "us/step", "vs eager", "how");
-    double eager = 0;
+    /* exposed: a mode's time per step beyond compute only's, the
+     * communication it does not hide */
+    double median[MODES], exposed[MODES];
     for (int m = 0; m < MODES; m++) {
       qsort(us[m], TIMING_ROUNDS, sizeof us[m][0], compare_doubles);
-      double median = us[m][TIMING_ROUNDS / 2];
-      if (m == EAGER) eager = median;
-      printf("    %-26s %10.1f %8.2f   %s\n", mode_names[m], median, median / eager, mode_details[m]);
+      median[m] = us[m][TIMING_ROUNDS / 2];
     }
+    for (int m = 0; m < MODES; m++) exposed[m] = median[m] - median[COMPUTE_ONLY];
+    printf("    %-*s %10s %10s %8s   %s\n", NAME_WIDTH, "mode", "us/step", "exposed us", "vs eager", "how");
+    for (int m = 0; m < MODES; m++)
+      printf("    %-*s %10.1f %10.1f %8.2f   %s\n", NAME_WIDTH, mode_names[m], median[m], exposed[m],
+             median[m] / median[EAGER], mode_details[m]);
+    printf("  exposed communication: default %.1f us, tuned %.1f us", exposed[DEFAULT_BUCKETS], exposed[TUNED]);
+    if (exposed[DEFAULT_BUCKETS] > 0)
+      printf(" (%.2fx)\n", exposed[TUNED] / exposed[DEFAULT_BUCKETS]);
+    else
+      printf(" (no ratio: the default leaves none exposed)\n");
     printf("  result: %s\n", ok ? "OK" : "FAILED");
     fflush(stdout);
   }
