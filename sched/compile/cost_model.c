@@ -139,3 +139,9 @@ cg_status_t cg_cost_model_make(cg_tuning_t *t, const cg_plan_t *plan, const cg_g
   return CG_SUCCESS;
 }
 
+
+cg_status_t cg_cost_model_scaled(cg_tuning_t *out, const cg_tuning_t *t, double alpha_scale, const char *where) {
+  cg_status_t st = cg_tuning_copy(out, t, where);
+  for (uint32_t c = 0; st == CG_SUCCESS && c < out->n_costs; c++) out->costs[c].alpha_us *= alpha_scale;
+  return st;
+}

@@ -14,4 +14,12 @@
 cg_status_t cg_cost_model_make(cg_tuning_t *t, const cg_plan_t *plan, const cg_graph_t *g, const cg_profile_t *prof,
                                const char *where);
 
+/* Candidate tunings: `t` with every communicator's alpha multiplied by
+ * `alpha_scale`. Inside a busy replay a collective's fixed cost is poorly
+ * known from the few collectives of the profiled plan (launches, dependency
+ * edges and the GPU's scheduling between streams add to it, more so the more
+ * collectives there are), so cg_plan_tune compiles the boundaries of a few
+ * scales and keeps the one that runs fastest. */
+cg_status_t cg_cost_model_scaled(cg_tuning_t *out, const cg_tuning_t *t, double alpha_scale, const char *where);
+
 #endif
