@@ -39,8 +39,11 @@ typedef struct cg_compile_opts {
                        with CG_ERR_TIMEOUT (see cg_plan_wait; a cg_plan_launch replay: one in which no step
                        completes for this long, see below); 0 (default): CG_TIMEOUT (seconds) from the
                        environment, else none; negative: none, whatever the environment says */
+  const char *tuning_file; /* NULL (default): none; else a file cg_plan_save_tuning wrote ("%r": this rank, its
+                              rank in the graph's first communicator): buckets from its tuning, without
+                              profiling (see cg_plan_save_tuning) */
 } cg_compile_opts_t;
-#define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL, 1, 0, 0.0}
+#define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL, 1, 0, 0.0, NULL}
 
 /* Compiles `graph`; opts may be NULL for defaults. Collective: every rank of
  * every communicator the graph uses must call it (in the same order relative to
@@ -148,8 +151,12 @@ CG_API cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, siz
  * minimize the predicted finish of each communicator's last collective, so
  * buckets whose inputs come late start without waiting for the rest, and
  * buckets that would only add fixed costs are merged. The cross-rank check
- * runs again (on even if opts->compile turned it off: it carries a rank's
- * failure to the others). `plan` stays valid. Collective over the plan's
+ * does not run again (opts->compile.check_ranks is not used: the graph is
+ * the plan's); the ranks' agreement on the measurements carries any rank's
+ * failure, profiling included, to the others. opts->compile.tuning_file must
+ * be NULL. `plan` stays valid; *out is a new plan, also when the plan with
+ * the default boundaries won the timing (it then keeps the measurements, so
+ * cg_plan_save_tuning saves them with "boundaries default"). Collective over the plan's
  * communicators, like cg_compile. A device plan's profiling replays are its
  * steps captured once more with a GPU time stamp before and after each,
  * launched on opts->stream (NULL: the plan's own stream) and waited for; the
@@ -162,6 +169,56 @@ typedef struct cg_tune_opts {
 } cg_tune_opts_t;
 #define CG_TUNE_OPTS_INIT {sizeof(cg_tune_opts_t), 5, NULL, CG_COMPILE_OPTS_INIT}
 CG_API cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, const cg_tune_opts_t *opts);
+
+/* Saves the tuning `plan` was compiled with (a plan cg_plan_tune returned, or
+ * one compiled with a tuning_file) to `path` as text (docs/tuning.md: a
+ * versioned header, the graph's node count, each communication node's index,
+ * name and ready time, each communicator's size, this rank and cost, by agreed
+ * id, and whether the tuned or the default boundaries won cg_plan_tune's
+ * timing), so the next run compiles with cg_compile_opts_t.tuning_file instead
+ * of tuning again. Every "%r" in `path` is replaced by this rank (its rank in
+ * the plan's first communicator, as for cg_plan_trace). The ranks' files hold
+ * the same (agreed) tuning, so any rank's file loads on any rank: ranks that
+ * share a file system may all save to one path (each writes a file beside it
+ * and renames it over the path, so the file is always whole) and all load it.
+ * Not collective. CG_ERR_INVALID_ARGUMENT for a plan without a tuning,
+ * CG_ERR_IO when the file cannot be written (nothing is left at `path`
+ * then but what was there).
+ *
+ * Compiling with tuning_file set loads that file instead of profiling: a file
+ * that is malformed or does not match the graph (node count, a communication
+ * node's index or name, the communicators' count or sizes) fails the compile
+ * on every rank with CG_ERR_INVALID_ARGUMENT, naming the file, the line and
+ * what differs (another rank's failure names that rank and its reason). The
+ * ranks agree on the loaded tuning as cg_plan_tune's compile does, so their
+ * buckets are identical even where their files differ. */
+CG_API cg_status_t cg_plan_save_tuning(const cg_plan_t *plan, const char *path);
+
+/* ---- the timeline: a profiled replay as a Chrome trace (docs/tuning.md)
+ *
+ * cg_plan_trace replays `plan` like cg_plan_tune does (one warm-up, then
+ * `replays` profiled replays on the calling thread; a device plan's on
+ * opts->stream, NULL: its own), keeps every step's median start and end in
+ * the plan (replacing what an earlier call measured; cg_plan_dump and
+ * cg_plan_write_dot then show them) and, unless `path` is NULL, writes them
+ * as a Chrome trace (JSON, {"traceEvents": [...]}; open it in
+ * ui.perfetto.dev or chrome://tracing): one event per step, ts and dur in
+ * µs from the replay's start, the process this rank (its rank in the plan's
+ * first communicator), a thread per lane ("comm 0 (mpi, rank 1 of 4)",
+ * "host", "compute 0", ...), and in each event's args its node, kind, bytes
+ * and, for a bucket, its members with their bytes. Every "%r" in `path` is
+ * replaced by the rank ("trace.%r.json"); a path without one is used as
+ * given, so ranks that share a file system must then pass different paths.
+ * Collective over the plan's communicators like any replay; the plan must not
+ * be running. On failure (CG_ERR_IO when the file cannot be written) the
+ * plan keeps what it measured before. */
+typedef struct cg_trace_opts {
+  size_t size;  /* sizeof(cg_trace_opts_t) */
+  int replays;  /* profiled replays, 1 to 1000 (default 5) */
+  void *stream; /* device plans: the cudaStream_t to replay on; NULL: the plan's own */
+} cg_trace_opts_t;
+#define CG_TRACE_OPTS_INIT {sizeof(cg_trace_opts_t), 5, NULL}
+CG_API cg_status_t cg_plan_trace(cg_plan_t *plan, const char *path, const cg_trace_opts_t *opts);
 
 /* ---- inspection */
 

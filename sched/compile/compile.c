@@ -18,6 +18,7 @@
 #include "plan_internal.h"
 #include "rank_check.h"
 #include "tuning.h"
+#include "tuning_file.h"
 #include "param.h"
 
 static int is_cuda_kind(cg_node_kind_t k) {
@@ -119,11 +120,16 @@ static cg_status_t participants_of_order(cg_participants_t *pt, const cg_comm_or
 }
 
 cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts) {
-  return cg_compile_tuned(out, graph, opts, NULL, CG_SUCCESS);
+  return cg_compile_tuning(out, graph, opts, NULL, 0, CG_SUCCESS);
 }
 
 cg_status_t cg_compile_tuned(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts,
                              cg_tuning_t *tuning, cg_status_t mine) {
+  return cg_compile_tuning(out, graph, opts, tuning, 0, mine);
+}
+
+cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts,
+                              cg_tuning_t *tuning, int default_won, cg_status_t mine) {
   static const cg_compile_opts_t defaults = CG_COMPILE_OPTS_INIT;
   cg_status_t st = CG_SUCCESS;
   cg_comm_order_t order = {0};
@@ -133,6 +139,7 @@ cg_status_t cg_compile_tuned(cg_plan_t **out, cg_graph_t *graph, const cg_compil
   uint32_t n_joined = 0;
   cg_participants_t pt = {0};
   cg_fusion_t fusion = {0};
+  cg_tuning_t loaded = {0}, none = {0};
   char where[320];
   if (!out || !graph) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_compile: NULL %s", out ? "graph" : "out");
   if (!opts) opts = &defaults;
@@ -142,7 +149,16 @@ cg_status_t cg_compile_tuned(cg_plan_t **out, cg_graph_t *graph, const cg_compil
     snprintf(where, sizeof where, "cg_compile: graph '%s'", graph->name);
   else
     snprintf(where, sizeof where, "cg_compile");
-  /* a caller's failure (cg_plan_tune's profile) travels like this rank's own */
+  if (opts->tuning_file && !*opts->tuning_file)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: tuning_file is empty (NULL: no tuning file)", where);
+  /* Compiling with a tuning (given, or loaded from opts->tuning_file) makes
+   * the ranks agree on it, and that round carries every rank's status: a
+   * caller's failure (cg_plan_tune's profile), a file that does not load,
+   * anything below. So does the cross-rank check when it is on; without
+   * either, a failure here is this rank's alone (ranks without the check
+   * promised the same graph). */
+  const char *file = tuning ? NULL : opts->tuning_file;
+  int agreeing = tuning || file || mine != CG_SUCCESS;
   cg_status_t local = mine;
   int device = CG_DEVICE_HOST;
   if (local == CG_SUCCESS) local = check_placement(&device, graph, where);
@@ -156,20 +172,28 @@ cg_status_t cg_compile_tuned(cg_plan_t **out, cg_graph_t *graph, const cg_compil
    * not wait for it */
   if (opts->check_ranks && (st = cg_rank_check(graph, &order, where, local, &joined, &n_joined)) != CG_SUCCESS)
     goto out;
-  if ((st = local) != CG_SUCCESS) goto out;
-  /* From here a device plan's compile has collective steps (send/receive
-   * levels, warm-up, agreeing on the build): a rank whose local work fails
-   * goes through them with its failure, so the others fail too. */
+  if (!agreeing && (st = local) != CG_SUCCESS) goto out;
+  /* the file is read once the graph is known to match the other ranks' (with
+   * the check on): what differs then is the file */
+  if (file && local == CG_SUCCESS) {
+    local = cg_tuning_load(&loaded, &default_won, graph, &order, file, where);
+    if (local == CG_SUCCESS) tuning = &loaded;
+  }
   int is_device = device != CG_DEVICE_HOST;
   /* the participants agree on buckets (any plan), on tuning and on the CUDA
    * graph */
-  if ((is_device || opts->check_ranks || tuning) &&
-      (st = participants_of_order(&pt, &order, joined, n_joined, where)) != CG_SUCCESS)
+  if ((is_device || opts->check_ranks || agreeing) &&
+      (st = participants_of_order(&pt, &order, joined, n_joined, where)) != CG_SUCCESS && !agreeing)
     goto out;
-  /* measurements differ between ranks; the buckets must not */
-  if (tuning) st = cg_tuning_agree(tuning, graph, &order, &pt, st, where);
-  if (st == CG_SUCCESS) st = cg_fusion_plan(&fusion, graph, &order, opts->fusion, opts->bucket_bytes, tuning, where);
-  if (opts->check_ranks || tuning) st = cg_fusion_agree(&fusion, graph, &order, &pt, st, where);
+  /* measurements differ between ranks; the buckets must not. A rank that
+   * failed takes part with its failure, which every rank then returns. */
+  if (agreeing) {
+    st = cg_tuning_agree(tuning ? tuning : &none, &default_won, graph, &order, &pt, st != CG_SUCCESS ? st : local,
+                         where);
+  }
+  if (st == CG_SUCCESS)
+    st = cg_fusion_plan(&fusion, graph, &order, opts->fusion, opts->bucket_bytes, default_won ? NULL : tuning, where);
+  if (opts->check_ranks || agreeing) st = cg_fusion_agree(&fusion, graph, &order, &pt, st, where);
   p = st == CG_SUCCESS ? calloc(1, sizeof *p) : NULL;
   const char *name = opts->name ? opts->name : graph->name;
   if (st == CG_SUCCESS && (!p || (name && !(p->name = cg_copy_text(name, 255)))))
@@ -184,9 +208,12 @@ cg_status_t cg_compile_tuned(cg_plan_t **out, cg_graph_t *graph, const cg_compil
                    : cg_param_seconds(&from_env, CG_PARAM_TIMEOUT) ? from_env
                                                                    : 0;
     p->exec = exec;
-    /* the agreed tuning stays with the plan: its dump, DOT and saved tuning show it */
-    if (tuning && !(p->tuning = calloc(1, sizeof *p->tuning)))
-      st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan's tuning", where);
+    /* the agreed tuning stays with the plan: its dump, DOT and saved tuning
+     * show it (tuning.h: cg_plan_tuning_t, which also says which boundaries
+     * it has) */
+    cg_plan_tuning_t *kept = tuning ? calloc(1, sizeof *kept) : NULL;
+    if (tuning && !kept) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan's tuning", where);
+    if (kept) kept->default_won = default_won, p->tuning = &kept->t;
     if (st == CG_SUCCESS && tuning) st = cg_tuning_copy(p->tuning, tuning, where);
     if (st == CG_SUCCESS) st = cg_plan_lower(p, graph, &order, &fusion, where);
   }
@@ -212,5 +239,6 @@ out:
   for (uint32_t i = 0; i < n_joined; i++) cg_comm_release(joined[i]);
   free(joined);
   cg_comm_order_free(&order);
+  cg_tuning_free(&loaded);
   return st;
 }

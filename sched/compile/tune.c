@@ -7,7 +7,9 @@
  * delayed rank measured), and the fusion pass picks the bucket boundaries
  * that minimize the predicted finish of each communicator's last collective
  * (fusion.c). The model can still be wrong, so the tuned plan is timed
- * against the untuned one and kept only when it is faster on every rank. */
+ * against one with the default boundaries and kept only when it is faster on
+ * every rank. Neither compile runs the cross-rank check again: the graph is
+ * the plan's, and the agreement on the tuning carries any rank's failure. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +106,9 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
   if (graph->serial != plan->graph_serial || cg_graph_node_count(graph) != plan->n_names)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": the graph is not the one the plan was compiled from, as it was "
                    "then (%u nodes now, %u in the plan)", cg_graph_node_count(graph), plan->n_names);
+  if (opts->compile.tuning_file)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": opts->compile.tuning_file is set: cg_plan_tune measures the "
+                   "tuning (cg_compile loads a file)");
   if (!plan->exec->profile)
     return cg_fail(CG_ERR_UNSUPPORTED, WHERE ": the %s executor cannot profile a plan", plan->exec->name);
   *out = NULL;
@@ -117,15 +122,24 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
   }
   if (mine == CG_SUCCESS) mine = cg_cost_model_make(&tuning, plan, graph, &prof, WHERE);
   cg_profile_free(&prof);
-  /* the cross-rank check carries a rank's failure to the others: on */
+  /* The graph is the plan's, checked when the plan was compiled: no second
+   * cross-rank check. The ranks' agreement on the tuning carries a rank's
+   * failure (its profile's, say) to the others instead. */
   cg_compile_opts_t copts = opts->compile;
-  copts.check_ranks = 1;
+  copts.check_ranks = 0;
   cg_plan_t *tuned = NULL, *untuned = NULL;
-  st = cg_compile_tuned(&tuned, graph, &copts, mine == CG_SUCCESS ? &tuning : NULL, mine);
+  st = cg_compile_tuning(&tuned, graph, &copts, mine == CG_SUCCESS ? &tuning : NULL, 0, mine);
   cg_tuning_free(&tuning);
   /* the model can be wrong: the tuned plan is kept only when it runs faster
-   * than the same graph compiled without tuning, timed on every rank */
-  if (st == CG_SUCCESS) st = cg_compile_tuned(&untuned, graph, &copts, NULL, CG_SUCCESS);
+   * than the same graph with the default boundaries, timed on every rank.
+   * That plan keeps the agreed tuning too (marked "default won"), so either
+   * can be saved (cg_plan_save_tuning); its compile agrees on it once more,
+   * which carries a failure like the first. */
+  if (st == CG_SUCCESS) {
+    cg_status_t copied = cg_tuning_copy(&tuning, tuned->tuning, WHERE);
+    st = cg_compile_tuning(&untuned, graph, &copts, copied == CG_SUCCESS ? &tuning : NULL, 1, copied);
+  }
+  cg_tuning_free(&tuning);
   double seconds[2] = {0, 0};
   if (st == CG_SUCCESS) st = time_both(seconds, tuned, untuned, opts->replays);
   if (st == CG_SUCCESS && !(seconds[0] < seconds[1])) {

@@ -1,10 +1,12 @@
 /* How a plan describes itself: a step in error details and reports, the
- * fusion reasons its DOT draws, and cg_plan_stats. */
+ * fusion reasons its DOT draws, cg_plan_stats, and the words for measured
+ * times and the cost model that the dump, the DOT and the trace share. */
 #include <stdio.h>
 
 #include "error.h"
 #include "fuse_why.h"
 #include "plan_internal.h"
+#include "plan_trace.h"
 
 void cg_step_describe(char *buf, size_t size, const cg_plan_t *plan, uint32_t index) {
   const cg_step_t *s = &plan->steps[index];
@@ -58,4 +60,70 @@ cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan) {
       out->events += plan->steps[plan->steps[i].deps[e]].lane != plan->steps[i].lane;
   for (uint32_t u = 0; u < plan->n_units; u++) out->groups += plan->units[u].n > 1;
   return CG_SUCCESS;
+}
+
+/* ---- measured times, the cost model, bytes (plan_trace.h) */
+
+size_t cg_plan_node_bytes(const cg_plan_t *plan, uint32_t node) {
+  const cg_plan_node_t *n = &plan->nodes[node];
+  if (!n->comm || n->kind == CG_NODE_BARRIER) return 0;
+  size_t bytes = n->count * cg_dtype_size(n->dtype); /* recording checked it does not overflow */
+  if (n->kind == CG_NODE_ALLGATHER || n->kind == CG_NODE_REDUCE_SCATTER) bytes *= (size_t)n->comm->size;
+  return bytes;
+}
+
+size_t cg_plan_step_bytes(const cg_plan_t *plan, uint32_t step) {
+  const cg_step_t *s = &plan->steps[step];
+  if (s->kind == CG_STEP_PACK || s->kind == CG_STEP_UNPACK) {
+    const cg_bucket_t *b = &plan->buckets[s->bucket];
+    const cg_copy_segment_t *segs = s->kind == CG_STEP_PACK ? b->pack : b->unpack;
+    uint32_t n = s->kind == CG_STEP_PACK ? b->n_pack : b->n_unpack;
+    size_t bytes = 0;
+    for (uint32_t k = 0; k < n; k++) bytes += segs[k].bytes;
+    return bytes;
+  }
+  if (s->kind != CG_STEP_COLLECTIVE) return 0;
+  if (s->bucket != CG_NO_STEP) return plan->buckets[s->bucket].bytes;
+  return plan->nodes ? cg_plan_node_bytes(plan, s->node) : 0;
+}
+
+/* µs in UTF-8 */
+#define MICRO "\xc2\xb5s"
+
+int cg_plan_measured_text(char *buf, size_t size, const cg_plan_t *plan, uint32_t step) {
+  const cg_profile_t *m = plan->measured;
+  if (size) buf[0] = '\0';
+  if (!m || m->n_steps != plan->n_steps || step >= m->n_steps) return 0;
+  double start = m->start_us[step], dur = m->end_us[step] - start;
+  snprintf(buf, size, "measured %.1f " MICRO " at %.1f " MICRO, dur > 0 ? dur : 0.0, start);
+  return 1;
+}
+
+int cg_plan_model_text(char *buf, size_t size, const cg_plan_t *plan, uint32_t comm_index) {
+  if (size) buf[0] = '\0';
+  if (!plan->tuning || comm_index >= plan->n_comms) return 0;
+  const cg_comm_cost_t *cost = cg_tuning_cost(plan->tuning, plan->comms[comm_index].comm);
+  if (!cost) return 0;
+  double gbs = cost->bytes_per_us * 1e-3; /* bytes per us: MB/s; GB/s a thousandth of that */
+  snprintf(buf, size, "alpha %.1f " MICRO ", %.*f GB/s", cost->alpha_us, gbs >= 100 ? 0 : gbs >= 10 ? 1 : 2, gbs);
+  return 1;
+}
+
+int cg_plan_ready_us(double *ready_us, const cg_plan_t *plan, uint32_t step) {
+  const cg_tuning_t *t = plan->tuning;
+  const cg_step_t *s = &plan->steps[step];
+  if (!t || s->kind != CG_STEP_COLLECTIVE) return 0;
+  if (s->bucket == CG_NO_STEP) {
+    if (s->node >= t->n_nodes) return 0;
+    *ready_us = t->ready_us[s->node];
+    return 1;
+  }
+  const cg_bucket_t *b = &plan->buckets[s->bucket];
+  double latest = 0;
+  for (uint32_t m = 0; m < b->n_members; m++) {
+    if (b->members[m] >= t->n_nodes) return 0;
+    if (t->ready_us[b->members[m]] > latest) latest = t->ready_us[b->members[m]];
+  }
+  *ready_us = latest;
+  return 1;
 }

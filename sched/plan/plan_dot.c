@@ -6,6 +6,7 @@
 #include "error.h"
 #include "fuse_why.h"
 #include "plan_internal.h"
+#include "plan_trace.h"
 
 /* "allreduce 1024 x float32 sum", "send 10 x int32 to 3", "host_func" */
 static void put_shape(FILE *f, const cg_step_t *s, const char *newline) {
@@ -82,6 +83,16 @@ static uint32_t next_on_comm(const cg_plan_t *plan, const cg_step_t *s) {
   return s->comm_position + 1 < pc->n_steps ? pc->steps[s->comm_position + 1] : CG_NO_STEP;
 }
 
+/* What the plan measured of a step and, for a collective, when its tuning
+ * says its inputs were ready: "\nmeasured 12.3 µs at 140.0 µs\nready at
+ * 100.0 µs"; nothing for a plan without them. */
+static void put_times(FILE *f, const cg_plan_t *plan, uint32_t i, const char *sep) {
+  char text[128];
+  double ready;
+  if (cg_plan_measured_text(text, sizeof text, plan, i)) fprintf(f, "%s%s", sep, text);
+  if (cg_plan_ready_us(&ready, plan, i)) fprintf(f, "%sready at %.1f \xc2\xb5s", sep, ready);
+}
+
 static void put_step(FILE *f, const cg_plan_t *plan, uint32_t i) {
   const cg_step_t *s = &plan->steps[i];
   const cg_backend_t *b = s->comm ? s->comm->ops->backend : NULL;
@@ -94,6 +105,7 @@ static void put_step(FILE *f, const cg_plan_t *plan, uint32_t i) {
     put_shape(f, s, "\\n");
     fputs("\\n", f);
     put_copies(f, plan, s);
+    put_times(f, plan, i, "\\n");
     fputs("\"];\n", f);
     return;
   }
@@ -113,6 +125,7 @@ static void put_step(FILE *f, const cg_plan_t *plan, uint32_t i) {
         cg_dot_put_escaped(f, plan->node_names[node]);
       }
     }
+    put_times(f, plan, i, "\\n");
     fputs("\", style=bold];\n", f);
     return;
   }
@@ -122,6 +135,7 @@ static void put_step(FILE *f, const cg_plan_t *plan, uint32_t i) {
     cg_dot_put_escaped(f, plan->node_names[s->node]);
   }
   put_not_fused(f, plan, s, next_on_comm(plan, s), "\\n");
+  put_times(f, plan, i, "\\n");
   fputs("\"];\n", f);
 }
 
@@ -132,7 +146,8 @@ cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
    * fast, as for recorded graphs */
   if (plan->n_steps > 64) fputs("  splines=line;\n  nslimit=1;\n  mclimit=0.1;\n", f);
   int device = plan->device != CG_DEVICE_HOST;
-  if (plan->name || device || plan->n_buckets) {
+  int timed = plan->measured && plan->measured->n_steps == plan->n_steps;
+  if (plan->name || device || plan->n_buckets || timed || plan->tuning) {
     fputs("  label=\"", f);
     if (plan->name) {
       fputs("plan ", f);
@@ -142,6 +157,8 @@ cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
       fprintf(f, "%sone CUDA graph on device %d: a lane is a stream, dashed edges are events between streams",
               plan->name ? "\\n" : "", plan->device);
     if (plan->n_buckets) fprintf(f, "\\nbold: a bucket (fused nodes, at most %zu bytes)", plan->bucket_bytes);
+    if (timed) fputs("\\nmeasured: a step's median duration and start in a profiled replay (cg_plan_trace)", f);
+    if (plan->tuning) fputs("\\nready: when a collective's inputs were ready by the tuning (cg_plan_tune)", f);
     fputs("\";\n", f);
   }
   for (uint32_t lane = 0; lane < plan->n_lanes; lane++) {
@@ -153,9 +170,14 @@ cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
       fprintf(f, "    label=\"lane %u (stream): user GPU work (child graphs, events)\";\n", lane);
     } else {
       const cg_comm_t *c = plan->comms[ln->comm_index].comm;
-      fprintf(f, "    label=\"lane %u%s: %scomm %llu (%s, rank %d of %d)\";\n", lane, device ? " (stream)" : "",
+      char model[128];
+      fprintf(f, "    label=\"lane %u%s: %scomm %llu (%s, rank %d of %d)", lane, device ? " (stream)" : "",
               ln->kind == CG_LANE_PACK ? "bucket packs for " : ln->kind == CG_LANE_UNPACK ? "bucket unpacks for " : "",
               (unsigned long long)c->serial, c->ops->backend_name, c->rank, c->size);
+      /* the tuning's cost model of the communicator, on its own lane */
+      if (ln->kind == CG_LANE_COMM && cg_plan_model_text(model, sizeof model, plan, ln->comm_index))
+        fprintf(f, "\\nmodel: %s", model);
+      fputs("\";\n", f);
     }
     /* device plans: steps in issue order, sends and receives issued together
      * in a cluster of their own */
@@ -193,8 +215,14 @@ cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
   fprintf(f, ": %u steps, %u lanes, %u communicators, %zu dependencies", plan->n_steps, plan->n_lanes,
           plan->n_comms, plan->n_deps);
   int device = plan->device != CG_DEVICE_HOST;
+  int timed = (plan->measured && plan->measured->n_steps == plan->n_steps) || plan->tuning;
   if (device) fprintf(f, ", device plan: %u issue units", plan->n_units);
   if (plan->n_buckets) fprintf(f, ", %u buckets of at most %zu bytes", plan->n_buckets, plan->bucket_bytes);
+  /* a tuned plan: its communicators' cost model, still on the first line */
+  for (uint32_t c = 0; c < plan->n_comms; c++) {
+    char model[128];
+    if (cg_plan_model_text(model, sizeof model, plan, c)) fprintf(f, "; comm %u model: %s", c, model);
+  }
   fputc('\n', f);
   for (uint32_t i = 0; i < plan->n_steps; i++) {
     const cg_step_t *s = &plan->steps[i];
@@ -223,6 +251,11 @@ cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
     /* device plans: the unit it is captured in (units are numbered in capture
      * order; a unit of several steps is one group) */
     if (device) fprintf(f, " unit %u", s->unit);
+    /* measured and tuned times where the plan has them, after a bucket's
+     * bytes (plans without them print as they always did) */
+    if (timed && s->kind == CG_STEP_COLLECTIVE && s->bucket != CG_NO_STEP)
+      fprintf(f, "; %zu bytes", plan->buckets[s->bucket].bytes);
+    put_times(f, plan, i, "; ");
     fputc('\n', f);
   }
   return finish(f, "cg_plan_dump");

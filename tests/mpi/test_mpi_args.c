@@ -1146,6 +1146,32 @@ static void row_plan_tune(fx_t *fx) {
   CHECK(fx, out == NULL, "cg_plan_tune set *out on failure");
 }
 
+static void row_plan_save_tuning(fx_t *fx) {
+  const char *fn = "cg_plan_save_tuning";
+  EXPECT(fx, fn, cg_plan_save_tuning(NULL, "tuning.txt"), IA);
+  EXPECT(fx, fn, cg_plan_save_tuning(fx->plan, NULL), IA);
+  EXPECT(fx, fn, cg_plan_save_tuning(fx->plan, ""), IA);
+  /* the fixture's plan was compiled without a tuning: refused before any file is written */
+  EXPECT(fx, fn, cg_plan_save_tuning(fx->plan, "/nonexistent/tuning.txt"), IA);
+}
+
+static void row_plan_trace(fx_t *fx) {
+  const char *fn = "cg_plan_trace";
+  cg_trace_opts_t o = CG_TRACE_OPTS_INIT;
+  EXPECT(fx, fn, cg_plan_trace(NULL, NULL, NULL), IA);
+  o.size = 1;
+  EXPECT(fx, fn, cg_plan_trace(fx->plan, NULL, &o), IA);
+  o = (cg_trace_opts_t)CG_TRACE_OPTS_INIT;
+  o.replays = 0;
+  EXPECT(fx, fn, cg_plan_trace(fx->plan, NULL, &o), IA);
+  o.replays = 1001;
+  EXPECT(fx, fn, cg_plan_trace(fx->plan, NULL, &o), IA);
+  EXPECT(fx, fn, cg_plan_trace(fx->plan, "", NULL), IA);
+  /* offline communicators compile, they do not run: nothing to profile */
+  EXPECT(fx, fn, cg_plan_trace(fx->offplan, NULL, NULL), CG_ERR_UNSUPPORTED);
+  CHECK(fx, !fx->plan->measured && !fx->offplan->measured, "cg_plan_trace kept a measurement on failure");
+}
+
 static void row_plan_stats(fx_t *fx) {
   cg_plan_stats_t s;
   EXPECT(fx, "cg_plan_stats", cg_plan_stats(NULL, fx->plan), IA);
@@ -1408,6 +1434,8 @@ static const row_t rows[] = {
     {"cg_plan_rebind", row_plan_rebind},
     {"cg_plan_stats", row_plan_stats},
     {"cg_plan_tune", row_plan_tune},
+    {"cg_plan_save_tuning", row_plan_save_tuning},
+    {"cg_plan_trace", row_plan_trace},
     {"cg_plan_write_dot", row_plan_write_dot},
     {"cg_plan_dump", row_plan_dump},
     {"cg_plan_timeout", row_plan_timeout},
@@ -1440,7 +1468,7 @@ END_TEST
 START_TEST(args__table_has_no_duplicates) {
   for (int i = 0; i < N_ROWS; i++)
     for (int j = i + 1; j < N_ROWS; j++) ck_assert_msg(strcmp(rows[i].name, rows[j].name) != 0, "row %s twice", rows[i].name);
-  ck_assert_int_eq(N_ROWS, 59);
+  ck_assert_int_eq(N_ROWS, 61);
 }
 END_TEST
 
