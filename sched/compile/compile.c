@@ -209,12 +209,11 @@ cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compi
                                                                    : 0;
     p->exec = exec;
     /* the agreed tuning stays with the plan: its dump, DOT and saved tuning
-     * show it (tuning.h: cg_plan_tuning_t, which also says which boundaries
-     * it has) */
-    cg_plan_tuning_t *kept = tuning ? calloc(1, sizeof *kept) : NULL;
-    if (tuning && !kept) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan's tuning", where);
-    if (kept) kept->default_won = default_won, p->tuning = &kept->t;
+     * show it, and say which boundaries it has */
+    if (tuning && !(p->tuning = calloc(1, sizeof *p->tuning)))
+      st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the plan's tuning", where);
     if (st == CG_SUCCESS && tuning) st = cg_tuning_copy(p->tuning, tuning, where);
+    if (st == CG_SUCCESS && tuning) p->tuning->default_won = default_won;
     if (st == CG_SUCCESS) st = cg_plan_lower(p, graph, &order, &fusion, where);
   }
   if (st == CG_SUCCESS) st = cg_plan_layout_buckets(p, where);

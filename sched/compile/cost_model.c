@@ -117,7 +117,7 @@ cg_status_t cg_cost_model_make(cg_tuning_t *t, const cg_plan_t *plan, const cg_g
                                const char *where) {
   uint32_t n = cg_graph_node_count(g);
   *t = (cg_tuning_t){calloc(n ? n : 1, sizeof *t->ready_us), n, calloc(plan->n_comms ? plan->n_comms : 1,
-                                                                          sizeof *t->costs), plan->n_comms};
+                                                                          sizeof *t->costs), plan->n_comms, 0};
   if (!t->ready_us || !t->costs) {
     cg_tuning_free(t);
     return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the tuning of %u nodes", where, n);

@@ -12,7 +12,7 @@
 #include "graph_view.h"
 
 int cg_plan_default_won(const cg_plan_t *plan) {
-  return plan->tuning && ((const cg_plan_tuning_t *)(const void *)plan->tuning)->default_won;
+  return plan->tuning && plan->tuning->default_won;
 }
 
 /* ---- agreeing: per participant, a header (this rank's status, its

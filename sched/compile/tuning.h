@@ -11,17 +11,8 @@
 
 struct cg_participants;
 
-/* The tuning a compiled plan keeps: plan->tuning points at .t (its first
- * member, so plan.c frees the whole with free(plan->tuning)); compile.c
- * allocates it. default_won: cg_plan_tune timed the plan with the default
- * boundaries faster, so this plan has them, and a file saved from it says
- * so (tuning_file.h). */
-typedef struct cg_plan_tuning {
-  cg_tuning_t t;
-  int default_won;
-} cg_plan_tuning_t;
-
-/* 1 when `plan` keeps a tuning whose default boundaries won (see above). */
+/* 1 when `plan` keeps a tuning whose default boundaries won
+ * (cg_tuning_t.default_won). */
 int cg_plan_default_won(const cg_plan_t *plan);
 
 /* Makes every rank hold the same tuning for the collectives of `order`: per

@@ -403,7 +403,7 @@ cg_status_t cg_tuning_load(cg_tuning_t *out, int *default_won, const cg_graph_t 
   const char **names = calloc(n ? n : 1, sizeof *names);
   double *alpha = calloc(n_comms ? n_comms : 1, sizeof *alpha), *bw = calloc(n_comms ? n_comms : 1, sizeof *bw);
   *out = (cg_tuning_t){calloc(n ? n : 1, sizeof(double)), n, calloc(n_comms ? n_comms : 1, sizeof(cg_comm_cost_t)),
-                       n_comms};
+                       n_comms, 0};
   if (!names || !alpha || !bw || !out->ready_us || !out->costs)
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: loading a tuning of %u nodes", where, n);
   for (uint32_t v = 0; st == CG_SUCCESS && v < n; v++) {

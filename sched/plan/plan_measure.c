@@ -91,13 +91,15 @@ void cg_tuning_free(cg_tuning_t *t) {
 
 cg_status_t cg_tuning_copy(cg_tuning_t *out, const cg_tuning_t *from, const char *where) {
   *out = (cg_tuning_t){malloc((from->n_nodes ? from->n_nodes : 1) * sizeof(double)), from->n_nodes,
-                       malloc((from->n_costs ? from->n_costs : 1) * sizeof(cg_comm_cost_t)), from->n_costs};
+                       malloc((from->n_costs ? from->n_costs : 1) * sizeof(cg_comm_cost_t)), from->n_costs,
+                       from->default_won};
   if (!out->ready_us || !out->costs) {
     cg_tuning_free(out);
     return cg_fail(CG_ERR_NO_MEMORY, "%s: copying the tuning of %u nodes", where, from->n_nodes);
   }
   memcpy(out->ready_us, from->ready_us, from->n_nodes * sizeof(double));
   memcpy(out->costs, from->costs, from->n_costs * sizeof(cg_comm_cost_t));
+  out->default_won = from->default_won;
   return CG_SUCCESS;
 }
 

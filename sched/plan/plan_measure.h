@@ -51,6 +51,8 @@ typedef struct cg_tuning {
   uint32_t n_nodes;
   cg_comm_cost_t *costs;
   uint32_t n_costs;
+  int default_won; /* a plan's: cg_plan_tune timed the default boundaries faster, so the plan has them (and a
+                      file saved from it says so) */
 } cg_tuning_t;
 
 void cg_tuning_free(cg_tuning_t *t);

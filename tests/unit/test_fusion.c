@@ -731,7 +731,7 @@ START_TEST(fusion__tuned_boundaries_follow_the_cost_model) {
   uint32_t n = cg_graph_node_count(g);
   for (int variant = 0; variant < 3; variant++) {
     cg_comm_cost_t cost = {comm, variant == 2 ? 5000.0 : 10.0, variant == 2 ? 1e12 : 1e5};
-    cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1};
+    cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1, 0};
     for (uint32_t v = 0; v < n; v++) /* node 2j + 1 is gradient N-1-j's allreduce */
       t.ready_us[v] = variant == 1 ? 0 : 1000.0 * (double)(v / 2 + 1);
     cg_plan_t *plan = NULL;

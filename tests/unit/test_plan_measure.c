@@ -147,7 +147,7 @@ START_TEST(copies_are_equal_and_separate) {
   srand(cg_test_seed());
   uint32_t n = 1 + (uint32_t)(rand() % 50);
   cg_profile_t p = {malloc(n * sizeof(double)), malloc(n * sizeof(double)), n}, q;
-  cg_tuning_t t = {malloc(n * sizeof(double)), n, malloc(2 * sizeof(cg_comm_cost_t)), 2}, u;
+  cg_tuning_t t = {malloc(n * sizeof(double)), n, malloc(2 * sizeof(cg_comm_cost_t)), 2, 0}, u;
   ck_assert(p.start_us && p.end_us && t.ready_us && t.costs);
   for (uint32_t i = 0; i < n; i++) p.start_us[i] = rand() % 1000, p.end_us[i] = rand() % 1000, t.ready_us[i] = i;
   t.costs[0] = (cg_comm_cost_t){NULL, 6.5, 3e5};

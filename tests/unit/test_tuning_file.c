@@ -286,7 +286,7 @@ START_TEST(a_saved_tuning_compiles_to_the_same_buckets) {
   uint32_t n = cg_graph_node_count(g);
   /* random ready times, rising with the backward, and a random cost */
   cg_comm_cost_t cost = {comm, 1.0 + (double)cg_test_below(2000), 1e3 * (double)(1 + cg_test_below(1000))};
-  cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1};
+  cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1, 0};
   double at = 0;
   for (uint32_t v = 0; v < n; v++) t.ready_us[v] = at += (double)cg_test_below(3000) / 7.0;
   cg_compile_opts_t o = CG_COMPILE_OPTS_INIT;
