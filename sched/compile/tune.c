@@ -6,10 +6,11 @@
  * tuning: the ranks agree on it (latest ready times; the cost the least
  * delayed rank measured), and the fusion pass picks the bucket boundaries
  * that minimize the predicted finish of each communicator's last collective
- * (fusion.c). The model can still be wrong, so the tuned plan is timed
- * against one with the default boundaries and kept only when it is faster on
- * every rank. Neither compile runs the cross-rank check again: the graph is
- * the plan's, and the agreement on the tuning carries any rank's failure. */
+ * (fusion.c). The model can still be wrong (a collective's fixed cost inside
+ * a busy replay is poorly known), so the boundaries of a few alpha scales and
+ * the default boundaries are compiled and timed, and the fastest on the
+ * slowest rank is kept. No compile runs the cross-rank check again: the graph
+ * is the plan's, and the agreement on the tuning carries any rank's failure. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,55 +46,79 @@ static cg_status_t replay(double *seconds, cg_plan_t *plan) {
   return st;
 }
 
+/* ---- timing candidates: the slowest rank's median replay of each */
+
+typedef struct medians {
+  double *seconds;
+  uint32_t n;
+} medians_t;
+
 static size_t max_bytes(void *ctx, uint32_t i) {
-  (void)ctx, (void)i;
-  return 2 * sizeof(double);
+  (void)i;
+  return ((medians_t *)ctx)->n * sizeof(double);
 }
 static void max_fill(void *ctx, uint32_t i, uint8_t *mine) {
+  const medians_t *m = ctx;
   (void)i;
-  memcpy(mine, ctx, 2 * sizeof(double));
+  memcpy(mine, m->seconds, m->n * sizeof(double));
 }
 static void max_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride, int size) {
-  double *v = ctx, x[2];
+  medians_t *m = ctx;
   (void)i;
-  for (int r = 0; r < size; r++) {
-    memcpy(x, all + (size_t)r * stride, sizeof x);
-    if (x[0] > v[0]) v[0] = x[0];
-    if (x[1] > v[1]) v[1] = x[1];
-  }
+  for (int r = 0; r < size; r++)
+    for (uint32_t k = 0; k < m->n; k++) {
+      double x;
+      memcpy(&x, all + (size_t)r * stride + k * sizeof x, sizeof x);
+      if (x > m->seconds[k]) m->seconds[k] = x;
+    }
 }
 
-/* seconds[0], [1]: the median replay of `a` and of `b`, interleaved, after a
- * warm-up each; the slowest rank's (collective over a's communicators). */
-static cg_status_t time_both(double seconds[2], cg_plan_t *a, cg_plan_t *b, int replays) {
+/* seconds[k]: the median replay of plans[k], all interleaved replay by
+ * replay after a warm-up each; the slowest rank's. Collective over the
+ * first plan's communicators (every candidate has the same ones). */
+static cg_status_t time_all(double *seconds, cg_plan_t **plans, uint32_t n, int replays) {
   static const cg_agree_payload_t payload = {max_bytes, max_fill, max_use};
-  double *t = calloc(2 * (size_t)(replays + 1), sizeof *t), warm;
+  double *t = calloc((size_t)n * (size_t)replays, sizeof *t), warm;
   cg_participants_t pt = {0};
   cg_status_t st = t ? CG_SUCCESS : cg_fail(CG_ERR_NO_MEMORY, WHERE ": allocating replay times");
-  if (st == CG_SUCCESS) st = replay(&warm, a);
-  if (st == CG_SUCCESS) st = replay(&warm, b);
-  for (int k = 0; k < replays && st == CG_SUCCESS; k++) {
-    st = replay(&t[k], a);
-    if (st == CG_SUCCESS) st = replay(&t[replays + 1 + k], b);
+  for (uint32_t k = 0; k < n && st == CG_SUCCESS; k++) st = replay(&warm, plans[k]);
+  for (int r = 0; r < replays && st == CG_SUCCESS; r++)
+    for (uint32_t k = 0; k < n && st == CG_SUCCESS; k++) st = replay(&t[(size_t)k * replays + r], plans[k]);
+  for (uint32_t k = 0; k < n; k++) {
+    seconds[k] = 0;
+    if (st != CG_SUCCESS) continue;
+    qsort(t + (size_t)k * replays, (size_t)replays, sizeof *t, compare_double);
+    seconds[k] = t[(size_t)k * replays + replays / 2];
   }
-  if (st == CG_SUCCESS) {
-    qsort(t, (size_t)replays, sizeof *t, compare_double);
-    qsort(t + replays + 1, (size_t)replays, sizeof *t, compare_double);
-    seconds[0] = t[replays / 2];
-    seconds[1] = t[replays + 1 + replays / 2];
-  }
-  cg_status_t listed = cg_participants_of_plan(&pt, a, WHERE);
-  if (listed == CG_SUCCESS) st = cg_agree_with(NULL, &pt, st, &payload, seconds, "time the tuned plan", WHERE);
+  medians_t m = {seconds, n};
+  cg_status_t listed = cg_participants_of_plan(&pt, plans[0], WHERE);
+  if (listed == CG_SUCCESS) st = cg_agree_with(NULL, &pt, st, &payload, &m, "time the candidate plans", WHERE);
   else if (st == CG_SUCCESS) st = listed;
   cg_participants_free(&pt);
   free(t);
   return st;
 }
 
+/* 1 when a and b cut their collectives into the same buckets. */
+static int same_buckets(const cg_plan_t *a, const cg_plan_t *b) {
+  if (a->n_buckets != b->n_buckets) return 0;
+  for (uint32_t i = 0; i < a->n_buckets; i++)
+    if (a->buckets[i].n_members != b->buckets[i].n_members ||
+        memcmp(a->buckets[i].members, b->buckets[i].members, a->buckets[i].n_members * sizeof(uint32_t)))
+      return 0;
+  return 1;
+}
+
+/* The cost model's alpha times these: the boundaries of each are compiled and
+ * timed (cost_model.h says why one alpha is not enough). */
+static const double alpha_scales[] = {1, 2, 4, 8};
+#define N_SCALES (sizeof alpha_scales / sizeof alpha_scales[0])
+#define MAX_CANDIDATES (N_SCALES + 1)
+
 cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, const cg_tune_opts_t *opts) {
   static const cg_tune_opts_t defaults = CG_TUNE_OPTS_INIT;
   cg_profile_t prof = {0};
-  cg_tuning_t tuning = {0};
+  cg_tuning_t tuning = {0}, scaled = {0};
   cg_status_t st = CG_SUCCESS;
   if (!out || !plan || !graph)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": NULL %s", !out ? "out" : !plan ? "plan" : "graph");
@@ -121,35 +146,53 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
     cg_fail(mine, WHERE ": profiling replays: %s", detail);
   }
   if (mine == CG_SUCCESS) mine = cg_cost_model_make(&tuning, plan, graph, &prof, WHERE);
+  /* the profiled plan keeps what it measured: its dump and DOT show it */
+  cg_profile_t *measured = mine == CG_SUCCESS ? calloc(1, sizeof *measured) : NULL;
+  if (measured && cg_profile_copy(measured, &prof, WHERE) == CG_SUCCESS) {
+    if (plan->measured) cg_profile_free(plan->measured);
+    free(plan->measured);
+    plan->measured = measured;
+  } else {
+    free(measured);
+  }
   cg_profile_free(&prof);
   /* The graph is the plan's, checked when the plan was compiled: no second
    * cross-rank check. The ranks' agreement on the tuning carries a rank's
-   * failure (its profile's, say) to the others instead. */
+   * failure (its profile's, say) to the others instead. Candidates: the
+   * default boundaries (keeping the tuning, marked "default won", so either
+   * kind of winner can be saved), then the model's boundaries at each alpha
+   * scale; every compile agrees, so a failure on one rank ends them all. */
   cg_compile_opts_t copts = opts->compile;
   copts.check_ranks = 0;
-  cg_plan_t *tuned = NULL, *untuned = NULL;
-  st = cg_compile_tuning(&tuned, graph, &copts, mine == CG_SUCCESS ? &tuning : NULL, 0, mine);
-  cg_tuning_free(&tuning);
-  /* the model can be wrong: the tuned plan is kept only when it runs faster
-   * than the same graph with the default boundaries, timed on every rank.
-   * That plan keeps the agreed tuning too (marked "default won"), so either
-   * can be saved (cg_plan_save_tuning); its compile agrees on it once more,
-   * which carries a failure like the first. */
-  if (st == CG_SUCCESS) {
-    cg_status_t copied = cg_tuning_copy(&tuning, tuned->tuning, WHERE);
-    st = cg_compile_tuning(&untuned, graph, &copts, copied == CG_SUCCESS ? &tuning : NULL, 1, copied);
+  cg_plan_t *candidates[MAX_CANDIDATES] = {NULL};
+  uint32_t n = 0;
+  st = cg_compile_tuning(&candidates[n], graph, &copts, mine == CG_SUCCESS ? &tuning : NULL, 1, mine);
+  if (st == CG_SUCCESS) n++;
+  for (size_t k = 0; k < N_SCALES && st == CG_SUCCESS; k++) {
+    st = cg_cost_model_scaled(&scaled, &tuning, alpha_scales[k], WHERE);
+    cg_status_t compiled = cg_compile_tuning(&candidates[n], graph, &copts, st == CG_SUCCESS ? &scaled : NULL, 0, st);
+    cg_tuning_free(&scaled);
+    if ((st = compiled) != CG_SUCCESS) break;
+    /* buckets are agreed, so every rank drops the same duplicates */
+    int seen = 0;
+    for (uint32_t j = 0; j < n && !seen; j++) seen = same_buckets(candidates[j], candidates[n]);
+    if (seen) {
+      cg_plan_destroy(candidates[n]);
+      candidates[n] = NULL;
+    } else {
+      n++;
+    }
   }
   cg_tuning_free(&tuning);
-  double seconds[2] = {0, 0};
-  if (st == CG_SUCCESS) st = time_both(seconds, tuned, untuned, opts->replays);
-  if (st == CG_SUCCESS && !(seconds[0] < seconds[1])) {
-    cg_plan_t *slower = tuned;
-    tuned = untuned, untuned = slower;
-  }
-  cg_plan_destroy(untuned);
-  if (st == CG_SUCCESS)
-    *out = tuned;
-  else
-    cg_plan_destroy(tuned);
+  /* the model can be wrong: the candidate that runs fastest on the slowest
+   * rank is kept; the default unless another is strictly faster */
+  double seconds[MAX_CANDIDATES] = {0};
+  uint32_t best = 0;
+  if (st == CG_SUCCESS && n > 1) st = time_all(seconds, candidates, n, opts->replays);
+  for (uint32_t k = 1; st == CG_SUCCESS && k < n; k++)
+    if (seconds[k] < seconds[best]) best = k;
+  for (uint32_t k = 0; k < n; k++)
+    if (st != CG_SUCCESS || k != best) cg_plan_destroy(candidates[k]);
+  if (st == CG_SUCCESS) *out = candidates[best];
   return st;
 }
