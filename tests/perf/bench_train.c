@@ -3,7 +3,7 @@
  * the way commgraph replays it, side by side in one run:
  *
  *   mpiexec -n N build/tests/perf/bench_train WORKLOAD.txt [--backward-ms 1,5,10] [--rounds R]
- *           [--iters I] [--bucket-mb 1,4,25] [--backend nccl|mpi-staged] [--smoke]
+ *           [--iters I] [--bucket-mb 1,4,25] [--backend nccl|mpi-staged] [--trace DIR] [--smoke]
  *
  * WORKLOAD.txt lists one gradient tensor per line: its number of float32
  * elements (tests/perf/workloads/; cgb_read_workload). The backward pass is one
@@ -37,7 +37,8 @@
  *      the library's choice); cg_plan_launch on one stream;
  *   5t. commgraph, tuned: mode 5's plan given to cg_plan_tune (5 profiling
  *      replays on the same stream) and compiled again with bucket boundaries
- *      from the measured ready times and collective costs;
+ *      from the measured ready times and collective costs (the fastest of
+ *      the default and the model's boundaries at a few alpha scales);
  *   6. commgraph at each --bucket-mb size (default 1, 4, 25 MiB) and in one
  *      bucket (the whole workload): the same graph, bucket_bytes set;
  *   7. the lower bound of the exposed time, computed: from the ready times of
@@ -69,6 +70,10 @@
  * WRONG and exits non-zero, as does any error. One GPU per rank, numbered by
  * the rank's place on its node. Only rank 0 prints.
  *
+ * --trace DIR: for each B, the default and tuned plans' profiled replays as
+ * Chrome traces (cg_plan_trace; DIR/WORKLOAD-B<ms>-default.<rank>.json and
+ * -tuned) and their dumps with measured times and the model (.dump.txt).
+ *
  * --smoke (tests/perf/CMakeLists.txt runs it so): every tensor's count / 64
  * (at least 1), B = 1 ms, 1 round of 2 iterations (unless --backward-ms,
  * --rounds or --iters say otherwise), the busbw allreduce the size of the
@@ -99,16 +104,18 @@ typedef struct args {
   double backward_ms[BT_MAX_LIST], bucket_mb[BT_MAX_LIST];
   int n_backward, n_bucket; /* -1: not given */
   int iters, rounds, smoke, staged;
+  const char *trace_dir; /* --trace: where the default and tuned plans' traces and dumps go */
 } args_t;
 
 static void usage(const char *argv0) {
   if (rank == 0)
     fprintf(stderr,
             "usage: mpiexec -n N %s WORKLOAD.txt [--backward-ms 1,5,10] [--rounds 1..%d] [--iters I]\n"
-            "       [--bucket-mb 1,4,25] [--backend nccl|mpi-staged] [--smoke]\n"
+            "       [--bucket-mb 1,4,25] [--backend nccl|mpi-staged] [--trace DIR] [--smoke]\n"
             "  --backward-ms: the backward pass's spin time, one run of every mode per value (at most %d)\n"
             "  --bucket-mb:   commgraph's fixed bucket sizes in MiB (at most %d), besides its default and one bucket\n"
             "  --backend:     the commgraph communicator's backend (the DDP modes always use NCCL)\n"
+            "  --trace:       write DIR/WORKLOAD-B<ms>-{default,tuned}.<rank>.json (cg_plan_trace) and .dump.txt\n"
             "  --smoke:       short: tensors / %d, B = 1 ms, 1 round of 2 iterations; exits 77 without a GPU "
             "per rank\n",
             argv0, BT_MAX_ROUNDS, BT_MAX_LIST, BT_MAX_LIST, SMOKE_DIVISOR);
@@ -152,6 +159,8 @@ static args_t parse(int argc, char **argv) {
         a.staged = 1;
       else if (strcmp(argv[i], "nccl"))
         usage(argv[0]);
+    } else if (!strcmp(argv[i], "--trace") && more) {
+      a.trace_dir = argv[++i];
     } else if (!strcmp(argv[i], "--smoke")) {
       a.smoke = 1;
     } else if (argv[i][0] != '-' && !a.path) {
@@ -179,6 +188,25 @@ static args_t parse(int argc, char **argv) {
 static const char *env(const char *name) {
   const char *v = getenv(name);
   return v ? v : "(unset)";
+}
+
+/* --trace: a plan's profiled replay as a Chrome trace (cg_plan_trace) and
+ * its dump, measured times and model included. Collective. */
+static void write_trace(const char *dir, const char *workload, double backward_ms, const char *what, cg_plan_t *plan,
+                        cudaStream_t stream) {
+  char path[1024];
+  cg_trace_opts_t t = CG_TRACE_OPTS_INIT;
+  t.stream = stream;
+  snprintf(path, sizeof path, "%s/%s-B%g-%s.%%r.json", dir, workload, backward_ms, what);
+  CG_CHECK(cg_plan_trace(plan, path, &t));
+  snprintf(path, sizeof path, "%s/%s-B%g-%s.%d.dump.txt", dir, workload, backward_ms, what, rank);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "rank %d: bench_train: cannot write %s\n", rank, path);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  CG_CHECK(cg_plan_dump(plan, f));
+  fclose(f);
 }
 
 static void print_header(int argc, char **argv, const args_t *a, int device, int nodes, const char *name,
@@ -415,6 +443,10 @@ int main(int argc, char **argv) {
     CG_CHECK(cg_plan_tune(&m[4].plan, m[3].plan, graph, &tune));
     CG_CHECK(cg_plan_stats(&m[4].stats, m[4].plan));
     snprintf(m[4].label, sizeof m[4].label, "5t. commgraph, tuned (cg_plan_tune, %d replays)", tune.replays);
+    if (a.trace_dir) {
+      write_trace(a.trace_dir, name, a.backward_ms[bi], "default", m[3].plan, c.s);
+      write_trace(a.trace_dir, name, a.backward_ms[bi], "tuned", m[4].plan, c.s);
+    }
     for (int z = 0; z <= a.n_bucket; z++) {
       size_t cap = z < a.n_bucket ? (size_t)(a.bucket_mb[z] * CGB_MIB) : total * sizeof(float);
       m[5 + z].plan = bt_compile(graph, cap, &m[5 + z].stats);
