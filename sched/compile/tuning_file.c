@@ -1,5 +1,6 @@
 /* Tuning files (tuning_file.h): writing, reading and matching them against a
  * graph, and cg_plan_save_tuning. */
+#define _POSIX_C_SOURCE 200809L /* getpid */
 #include "tuning_file.h"
 
 #include <errno.h>
@@ -7,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "graph_view.h"
@@ -335,8 +337,10 @@ static cg_status_t shape_storage_make(shape_storage_t *s, uint32_t n_nodes, uint
 
 static cg_status_t open_for_write(FILE **f, char *tmp, size_t size, const char *path, int rank, const char *where) {
   /* written beside the file, then renamed over it: ranks that share a file
-   * system and save to one path leave one whole file */
-  if (snprintf(tmp, size, "%s.%d.tmp", path, rank) >= (int)size)
+   * system and save to one path leave one whole file (the process id keeps
+   * equal ranks of different communicators, or of different nodes writing
+   * through one shared file system, apart: hostnames are not compared) */
+  if (snprintf(tmp, size, "%s.%d.%ld.tmp", path, rank, (long)getpid()) >= (int)size)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: the path '%.80s...' is too long", where, path);
   if (!(*f = fopen(tmp, "w")))
     return cg_fail(CG_ERR_IO, "%s: cannot write the tuning file %s: %s", where, tmp, strerror(errno));

@@ -54,7 +54,8 @@ cg_status_t cg_tuning_file_write(FILE *f, const char *path, const cg_tuning_shap
 /* Reads f into *v (only the values of the shape's communicating nodes and
  * communicators are set). A file that is malformed or does not match
  * `shape` fails with CG_ERR_INVALID_ARGUMENT: "<where>: tuning file
- * <path>:<line>: <what differs>"; a read error with CG_ERR_IO. */
+ * <path>:<line>: <what differs>"; a read error too (CG_ERR_INVALID_ARGUMENT, as
+ * cg_compile reports every file that does not load). */
 cg_status_t cg_tuning_file_read(FILE *f, const char *path, const cg_tuning_shape_t *shape, cg_tuning_values_t *v,
                                 const char *where);
 

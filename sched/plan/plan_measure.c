@@ -74,7 +74,9 @@ void cg_profile_remove_stamps(cg_profile_t *prof, const cg_plan_t *plan, double 
       double end = prof->end_us[i] - (double)(base + unit->n + k) * stamp_us;
       prof->start_us[i] = start > 0 ? start : 0;
       prof->end_us[i] = end > prof->start_us[i] ? end : prof->start_us[i];
-      before_end[i] = base + unit->n + k;
+      /* a step on another lane waits for the unit's event, recorded after
+       * all of its end stamps */
+      before_end[i] = base + 2 * unit->n - 1;
     }
     lane_last[unit->lane] = base + 2 * unit->n;
   }

@@ -26,7 +26,7 @@ struct cg_plan;
  * step's stamps run late by `stamp_us` for every stamp on the longest chain
  * of stamps before them (its lane's earlier units and its dependencies', unit
  * by unit in issue order). Without this a profiled backward pass of 160
- * kernels runs 40% longer than the plan does, and the tuning inherits it. */
+ * kernels runs 36% longer than the plan does, and the tuning inherits it. */
 void cg_profile_remove_stamps(cg_profile_t *prof, const struct cg_plan *plan, double stamp_us);
 
 /* Fills *out from `replays` rows of 2 n_steps + 1 stamps each, in ns on one

@@ -3,8 +3,8 @@
  * the correction reads only steps, lanes, dependencies and issue units, and
  * the expected times are worked out from the timeline of the stamps on each
  * chain, independently of the code's counting. Random timelines (integer
- * microseconds, integer stamp costs) check the exact inverse on a chain and
- * on a fork; copies and tunings round-trip. */
+ * microseconds, integer stamp costs) check the exact inverse on a chain;
+ * copies and tunings round-trip. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,6 +97,29 @@ START_TEST(stamps_of_a_group) {
 }
 END_TEST
 
+/* A grouped unit that another lane waits for: the event that lane waits on
+ * is recorded after all of the unit's end stamps. x and y (grouped, lane 0)
+ * run from 0 to 6; z (lane 1, after x) runs 3 us once both end stamps of the
+ * group have run: its start stamp is the fifth on the chain. */
+START_TEST(stamps_after_a_group) {
+  static const uint32_t lane[] = {0, 0, 1};
+  static const uint32_t unit_of[] = {0, 0, 1};
+  static const uint32_t deps[][MAX_STEPS] = {{UINT32_MAX}, {UINT32_MAX}, {0, UINT32_MAX}};
+  toy_t t;
+  toy_init(&t, 3, 2, lane, unit_of, deps);
+  const double d = 2;
+  double start[] = {d, 2 * d, 6 + 5 * d}, end[] = {6 + 3 * d, 6 + 4 * d, 9 + 6 * d};
+  cg_profile_t p = profile_of(3, start, end);
+  cg_profile_remove_stamps(&p, &t.plan, d);
+  const double want_start[] = {0, 0, 6}, want_end[] = {6, 6, 9};
+  for (int i = 0; i < 3; i++) {
+    ck_assert_msg(p.start_us[i] == want_start[i], "step %d starts at %g, not %g", i, p.start_us[i], want_start[i]);
+    ck_assert_msg(p.end_us[i] == want_end[i], "step %d ends at %g, not %g", i, p.end_us[i], want_end[i]);
+  }
+  cg_profile_free(&p);
+}
+END_TEST
+
 /* A random chain on one lane (a backward pass): durations w_i; with stamps,
  * step i starts after 2i + 1 stamps and ends after 2i + 2. */
 START_TEST(random_chain_is_restored) {
@@ -170,6 +193,7 @@ static Suite *suite(void) {
   tcase_set_timeout(c, 30);
   tcase_add_test(c, stamps_by_hand);
   tcase_add_test(c, stamps_of_a_group);
+  tcase_add_test(c, stamps_after_a_group);
   tcase_add_loop_test(c, random_chain_is_restored, 0, 50);
   tcase_add_test(c, no_cost_no_change);
   tcase_add_test(c, copies_are_equal_and_separate);
