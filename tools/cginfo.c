@@ -1,10 +1,13 @@
 /* cginfo: what this commgraph build and this machine offer: versions of the
- * libraries it was built with and runs with, the backends built in, which GPU
- * and NUMA node each rank would take, and the machine's topology. Run it
- * under the launcher a job uses (mpiexec -n N cginfo) to see the placement
- * that job gets: rank 0 prints the machine-wide part and one line per rank.
+ * libraries it was built with and runs with, the backends built in, the CG_*
+ * environment variables (a bad value marked BAD: the call that reads it would
+ * refuse it), which GPU and NUMA node each rank would take, and the machine's
+ * topology. Run it under the launcher a job uses (mpiexec -n N cginfo) to see
+ * the placement and environment that job gets: rank 0 prints the machine-wide
+ * part and one line per rank.
  * It never needs a GPU: without one it says so and still prints the rest. */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include "commgraph/status.h"
 #include "mpi/mpi_backend.h"
 #include "node/topology.h"
+#include "param.h"
 #if CG_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -29,6 +33,8 @@ typedef struct rank_info {
   int numa;   /* -1: unknown */
   char host[MPI_MAX_PROCESSOR_NAME];
   char why[240]; /* why there is no device, or "" */
+  int env_bad;   /* CG_* variables with a bad value */
+  char env[240]; /* the first one's error, or "" */
 } rank_info_t;
 
 static void print_yes_no(const char *name, int yes, const char *sep) {
@@ -118,6 +124,56 @@ static void print_build(int provided) {
   printf("backends: offline mpi%s%s\n", CG_HAVE_NCCL ? " nccl" : "", CG_HAVE_CUDA ? " mpi-staged hosttransfer" : "");
 }
 
+/* The CG_* variables as this rank sees them: the value and what it reads as,
+ * or BAD and why (the call that reads it returns CG_ERR_INVALID_ARGUMENT). */
+static void print_env(void) {
+  printf("environment (rank 0):\n");
+  for (int i = 0; i < CG_PARAM_COUNT; i++) {
+    cg_param_t param = (cg_param_t)i;
+    const char *text = cg_param_text(param);
+    double seconds = 0;
+    int on = 0;
+    size_t bytes = 0;
+    printf("  %-21s ", cg_param_name(param));
+    if (!text) {
+      printf("unset\n");
+      continue;
+    }
+    if (cg_param_check(param, "BAD") != CG_SUCCESS) {
+      printf("%s\n", cg_error_last());
+      continue;
+    }
+    /* good values have no blanks but an ordinal's trailing ones; paths may */
+    printf("%.*s", cg_param_kind(param) == CG_PARAM_PATH ? (int)strlen(text) : (int)strcspn(text, " \t\n"), text);
+    switch (cg_param_kind(param)) {
+      case CG_PARAM_SECONDS:
+        cg_param_seconds(&seconds, NULL, param, "cginfo");
+        printf(" (%g seconds)", seconds);
+        break;
+      case CG_PARAM_SWITCH:
+        cg_param_switch(&on, NULL, param, "cginfo");
+        if (strcmp(text, on ? "on" : "off")) printf(" (%s)", on ? "on" : "off");
+        break;
+      case CG_PARAM_BYTES:
+      case CG_PARAM_BYTES_OR_NEVER:
+        cg_param_bytes(&bytes, NULL, param, "cginfo");
+        if (bytes == SIZE_MAX && cg_param_kind(param) == CG_PARAM_BYTES) printf(" (SIZE_MAX bytes)");
+        else if (bytes != SIZE_MAX) printf(" (%zu bytes)", bytes);
+        break;
+      case CG_PARAM_ORDINAL:
+      case CG_PARAM_PATH: break;
+    }
+    printf("\n");
+  }
+}
+
+/* This rank's bad CG_* values: how many, and the first one's error. */
+static void check_env(rank_info_t *mine) {
+  for (int i = 0; i < CG_PARAM_COUNT; i++)
+    if (cg_param_check((cg_param_t)i, "BAD") != CG_SUCCESS && !mine->env_bad++)
+      snprintf(mine->env, sizeof mine->env, "%s", cg_error_last());
+}
+
 static void gather_mine(rank_info_t *mine) {
   int len = 0;
   memset(mine, 0, sizeof *mine);
@@ -133,6 +189,7 @@ static void gather_mine(rank_info_t *mine) {
     mine->numa = cg_topo_gpu_numa_node(mine->device);
   }
   MPI_Get_processor_name(mine->host, &len);
+  check_env(mine);
 }
 
 static void print_rank(int r, const rank_info_t *in) {
@@ -167,6 +224,10 @@ int main(int argc, char **argv) {
       if (first_why < 0 && all[r].why[0]) first_why = r;
     }
     if (first_why >= 0) printf("why rank %d has no device: %s\n", first_why, all[first_why].why);
+    print_env();
+    for (int r = 1; r < size; r++)
+      if (all[r].env_bad)
+        printf("rank %d's environment: %s%s\n", r, all[r].env, all[r].env_bad > 1 ? " (and more)" : "");
     printf("\n");
     cg_topo_describe(stdout);
     fflush(stdout);

@@ -7,9 +7,20 @@
 #define CG_BACKENDS_MPI_BACKEND_H
 
 #include <stdatomic.h>
+#include <stddef.h>
+#include <threads.h>
 #include <mpi.h>
 
 #include "backend.h"
+#include "mpi_check.h" /* cg_mpi_fail, cg_fail_mpi: MPI errors as CG_ERR_BACKEND */
+
+/* The receives started on a communicator and not yet matched, one queue per
+ * (peer, tag) in the order they started (mpi_steps.c). */
+struct cg_mpi_step;
+typedef struct cg_mpi_recv_queue {
+  int peer, tag;
+  struct cg_mpi_step *head, *tail;
+} cg_mpi_recv_queue_t;
 
 typedef struct cg_mpi_comm {
   MPI_Comm data;    /* plan steps */
@@ -21,6 +32,12 @@ typedef struct cg_mpi_comm {
   /* a timed-out replay aborted it (device backends, ht_engine.h): its ops
    * finish without MPI from then on, and what MPI may still write is leaked */
   atomic_int aborted;
+  /* receives match through MPI_Improbe in their queue's order, as posted
+   * receives would (mpi_steps.c); the lock guards the queues and the match */
+  mtx_t recv_lock;
+  int recv_lock_ready;
+  cg_mpi_recv_queue_t *recv_queues;
+  size_t n_recv_queues, recv_queues_cap;
 } cg_mpi_comm_t;
 
 extern const cg_backend_t cg_mpi_backend;
@@ -72,9 +89,6 @@ int cg_mpi_op_is_own(const cg_mpi_comm_t *m, cg_dtype_t dtype, cg_redop_t op);
 /* An average's result, which is divided after MPI sums it: where this rank
  * receives one, else NULL. */
 void *cg_mpi_average_target(const cg_step_t *s);
-
-/* CG_ERR_BACKEND with "<call>: <MPI's error text>". */
-cg_status_t cg_mpi_fail(int mpi_error, const char *call);
 
 /* Step execution (mpi_steps.c), referenced by the backend table. */
 cg_status_t cg_mpi_step_prepare(void **state, void *comm_impl, const cg_step_t *step);

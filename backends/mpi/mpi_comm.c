@@ -32,12 +32,12 @@ cg_status_t cg_mpi_agree_on_id(uint64_t *out, MPI_Comm comm) {
   mtx_unlock(&creation_lock);
   if (err != MPI_SUCCESS) return cg_mpi_fail(err, "cg_comm_create: MPI_Allreduce");
   int leader = 0, zero = 0;
-  MPI_Group group, world;
-  MPI_Comm_group(comm, &group);
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  MPI_Group_translate_ranks(group, 1, &zero, world, &leader);
-  MPI_Group_free(&group);
-  MPI_Group_free(&world);
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  if ((err = MPI_Comm_group(comm, &group)) == MPI_SUCCESS && (err = MPI_Comm_group(MPI_COMM_WORLD, &world)) == MPI_SUCCESS)
+    err = MPI_Group_translate_ranks(group, 1, &zero, world, &leader);
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  if (err != MPI_SUCCESS) return cg_mpi_fail(err, "cg_comm_create: MPI_Group_translate_ranks");
   if (leader == MPI_UNDEFINED) leader = 0xFFFFFF; /* not in MPI_COMM_WORLD (spawned): number alone */
   *out = ((uint64_t)agreed << 24) | ((uint64_t)leader & 0xFFFFFFu);
   return CG_SUCCESS;
@@ -63,6 +63,8 @@ void cg_mpi_comm_close(void *impl) {
     if (m->data != MPI_COMM_NULL) MPI_Comm_free(&m->data);
     if (m->control != MPI_COMM_NULL) MPI_Comm_free(&m->control);
   }
+  if (m->recv_lock_ready) mtx_destroy(&m->recv_lock);
+  free(m->recv_queues);
   free(m);
 }
 
@@ -84,8 +86,13 @@ cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, cons
 cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request) {
   (void)comm_impl;
   MPI_Request *r = request;
-  int err = MPI_Test(r, done, MPI_STATUS_IGNORE);
-  if (err != MPI_SUCCESS) return cg_mpi_fail(err, "MPI_Test");
+  MPI_Status status;
+  int err = cg_mpi_request_error(MPI_Test(r, done, &status), &status);
+  if (err != MPI_SUCCESS) {
+    /* a failed request is complete and freed (MPI_REQUEST_NULL) */
+    if (*r == MPI_REQUEST_NULL) free(r);
+    return cg_mpi_fail(err, "MPI_Test (control MPI_Iallgather)");
+  }
   if (*done) free(r);
   return CG_SUCCESS;
 }
@@ -107,14 +114,16 @@ static size_t bucket_bytes(void *comm_impl) {
   return m->one_node ? CG_MPI_BUCKET_BYTES_NODE : CG_MPI_BUCKET_BYTES_NETWORK;
 }
 
-/* Whether all ranks share one node, agreed by all. */
+/* Whether all ranks share one node, agreed by all (the control duplicate:
+ * its errors return). A rank that cannot tell says no, so all say no. */
 static int on_one_node(MPI_Comm comm) {
   MPI_Comm local = MPI_COMM_NULL;
   int size = 0, local_size = 0, mine = 0, all = 0;
-  MPI_Comm_size(comm, &size);
+  if (MPI_Comm_size(comm, &size) != MPI_SUCCESS) size = -1;
   if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS &&
       local != MPI_COMM_NULL) {
-    MPI_Comm_size(local, &local_size);
+    MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN); /* ours, until freed below */
+    if (MPI_Comm_size(local, &local_size) != MPI_SUCCESS) local_size = 0;
     MPI_Comm_free(&local);
   }
   mine = local_size == size;
@@ -153,12 +162,19 @@ cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level
   for (int t = 0; t < CG_DTYPE_COUNT; t++)
     for (int o = 0; o < 4; o++) m->own_ops[t][o] = MPI_OP_NULL;
   m->thread_level = thread_level;
+  if (mtx_init(&m->recv_lock, mtx_plain) != thrd_success) {
+    free(m);
+    return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: creating the communicator's lock");
+  }
+  m->recv_lock_ready = 1;
   if ((err = MPI_Comm_dup(mpi, &m->data)) != MPI_SUCCESS || (err = MPI_Comm_dup(mpi, &m->control)) != MPI_SUCCESS) {
     st = cg_mpi_fail(err, "cg_comm_create: MPI_Comm_dup");
     goto out;
   }
-  MPI_Comm_set_errhandler(m->data, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(m->control, MPI_ERRORS_RETURN);
+  /* on the duplicates only: the application's `mpi` keeps its own handler */
+  if ((st = cg_mpi_errors_return(m->data, "cg_comm_create: the data duplicate")) != CG_SUCCESS ||
+      (st = cg_mpi_errors_return(m->control, "cg_comm_create: the control duplicate")) != CG_SUCCESS)
+    goto out;
   m->one_node = on_one_node(m->control);
   if ((st = cg_mpi_types_create(m)) != CG_SUCCESS) goto out;
   *out = m;
@@ -176,8 +192,12 @@ cg_status_t cg_mpi_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts
   if (opts->device != CG_DEVICE_HOST)
     return cg_fail(CG_ERR_INTERNAL, "cg_comm_create: the host MPI backend got device %d", opts->device);
   if ((st = cg_mpi_comm_open(&m, mpi, thread_level)) != CG_SUCCESS) goto out;
-  MPI_Comm_rank(m->data, &rank);
-  MPI_Comm_size(m->data, &size);
+  int err = MPI_Comm_rank(m->data, &rank);
+  if (err == MPI_SUCCESS) err = MPI_Comm_size(m->data, &size);
+  if (err != MPI_SUCCESS) {
+    st = cg_mpi_fail(err, "cg_comm_create: MPI_Comm_size");
+    goto out;
+  }
   if ((st = cg_mpi_agree_on_id(&id, m->control)) != CG_SUCCESS) goto out;
   cg_comm_t *comm = cg_comm_alloc(rank, size, &mpi_ops, m);
   if (!comm) {

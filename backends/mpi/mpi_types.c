@@ -81,13 +81,6 @@ static MPI_User_function *const own_functions[CG_DTYPE_COUNT][4] = {
     [CG_BFLOAT16] = {bf16_sum, bf16_prod, bf16_min, bf16_max},
 };
 
-cg_status_t cg_mpi_fail(int mpi_error, const char *call) {
-  char text[MPI_MAX_ERROR_STRING] = "";
-  int len = 0;
-  MPI_Error_string(mpi_error, text, &len);
-  return cg_fail(CG_ERR_BACKEND, "%s: %s", call, text);
-}
-
 cg_status_t cg_mpi_types_create(cg_mpi_comm_t *m) {
   int err = MPI_Type_contiguous(2, MPI_BYTE, &m->half);
   if (err == MPI_SUCCESS) err = MPI_Type_commit(&m->half);

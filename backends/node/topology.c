@@ -42,6 +42,8 @@ cg_status_t cg_topo_local_rank(int *local_rank, int *local_size, MPI_Comm comm) 
     st = cg_mpi_fail(err, "cg_topo_local_rank: MPI_Comm_split_type");
     goto out;
   }
+  /* the split is ours (`comm` keeps its own handler) */
+  if ((st = cg_mpi_errors_return(node, "cg_topo_local_rank: the node's communicator")) != CG_SUCCESS) goto out;
   if ((err = MPI_Comm_rank(node, local_rank)) != MPI_SUCCESS ||
       (err = MPI_Comm_size(node, local_size)) != MPI_SUCCESS)
     st = cg_mpi_fail(err, "cg_topo_local_rank: the node's communicator");
@@ -84,13 +86,14 @@ cg_status_t cg_topo_device_for_local_rank(int *device, MPI_Comm comm) {
   }
   if (count <= 0)
     return cg_fail(CG_ERR_UNSUPPORTED, "cg_topo_device_for_local_rank: this process sees no CUDA device");
-  const char *env = cg_param_text(CG_PARAM_DEVICE);
-  if (env) {
-    int chosen = -1;
-    if (!cg_param_ordinal(&chosen, CG_PARAM_DEVICE) || chosen >= count)
+  int chosen = -1, set = 0;
+  st = cg_param_ordinal(&chosen, &set, CG_PARAM_DEVICE, "cg_topo_device_for_local_rank");
+  if (st != CG_SUCCESS) return st;
+  if (set) {
+    if (chosen >= count)
       return cg_fail(CG_ERR_INVALID_ARGUMENT,
-                     "cg_topo_device_for_local_rank: CG_DEVICE=\"%s\" is not a device ordinal of this process "
-                     "(0 to %d)", env, count - 1);
+                     "cg_topo_device_for_local_rank: environment variable CG_DEVICE='%s' is not a device ordinal "
+                     "of this process (0 to %d)", cg_param_text(CG_PARAM_DEVICE), count - 1);
     *device = chosen;
     return CG_SUCCESS;
   }

@@ -16,8 +16,11 @@
 #endif
 
 int cg_mpi_cuda_aware(void) {
-  int forced = 0;
-  if (cg_param_switch(&forced, CG_PARAM_MPI_CUDA_AWARE)) return forced;
+  int forced = 0, set = 0;
+  /* no error path here: a bad value is reported on stderr (cg_comm_create
+   * refuses it before it gets here) */
+  cg_param_switch(&forced, &set, CG_PARAM_MPI_CUDA_AWARE, NULL);
+  if (set) return forced;
 #if defined(MPIX_GPU_SUPPORT_CUDA)
   int yes = 0;
   if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) == MPI_SUCCESS) return yes != 0;
@@ -152,16 +155,23 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
   s->device = opts->device;
   s->post_by_flag = opts->backend == CG_BACKEND_HOSTTRANSFER;
   const char *name = s->post_by_flag ? "hosttransfer" : "mpi";
-  size_t chunk = opts->chunk_bytes;
-  if (!chunk) cg_param_bytes(&chunk, CG_PARAM_CHUNK_BYTES);
+  /* the environment: a bad value is this rank's failure, which the other
+   * ranks learn below like any other */
+  size_t chunk = 0, chain = 0; /* chain "never": SIZE_MAX */
+  int forced = 0;
+  cg_status_t env = cg_param_bytes(&chunk, NULL, CG_PARAM_CHUNK_BYTES, "cg_comm_create");
+  if (env == CG_SUCCESS) env = cg_param_bytes(&chain, NULL, CG_PARAM_BCAST_CHAIN_BYTES, "cg_comm_create");
+  if (env == CG_SUCCESS) env = cg_param_switch(&forced, NULL, CG_PARAM_MPI_CUDA_AWARE, "cg_comm_create");
+  if (env != CG_SUCCESS) snprintf(why, sizeof why, "%s", cg_error_last());
+  if (opts->chunk_bytes) chunk = opts->chunk_bytes;
   s->chunk_bytes = chunk == CG_CHUNK_NONE ? SIZE_MAX : chunk ? chunk : CG_STAGED_CHUNK_BYTES;
-  size_t chain = 0; /* "never": SIZE_MAX */
-  cg_param_bytes(&chain, CG_PARAM_BCAST_CHAIN_BYTES);
   s->bcast_chain_bytes = chain ? chain : CG_STAGED_BCAST_CHAIN_BYTES;
-  int aware = cg_mpi_cuda_aware();
+  int aware = env == CG_SUCCESS ? cg_mpi_cuda_aware() : 0;
   s->direct = opts->staging == CG_STAGING_DIRECT || (opts->staging == CG_STAGING_AUTO && aware == 1);
   s->mpi_reads_device = aware != 0;
-  if (thread_level < MPI_THREAD_MULTIPLE)
+  if (why[0]) {
+    /* a bad environment value: nothing more to try */
+  } else if (thread_level < MPI_THREAD_MULTIPLE)
     snprintf(why, sizeof why, "device buffers over MPI need MPI_THREAD_MULTIPLE (a progress thread completes MPI "
              "calls while the application may call MPI too), but MPI provides %s",
              cg_mpi_thread_level_name(thread_level));
@@ -190,13 +200,21 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
              (unsigned long long)~least[2], (unsigned long long)least[3], (unsigned long long)~least[4]);
   }
   if (!all) {
-    st = cg_fail(why[0] ? CG_ERR_UNSUPPORTED : CG_ERR_BACKEND, "cg_comm_create: %s backend on device %d: %s",
-                 name, opts->device, why[0] ? why : "another rank cannot use its device");
+    if (env != CG_SUCCESS)
+      st = cg_fail(env, "%s", why);
+    else
+      st = cg_fail(why[0] ? CG_ERR_UNSUPPORTED : CG_ERR_BACKEND, "cg_comm_create: %s backend on device %d: %s",
+                   name, opts->device, why[0] ? why : "another rank cannot use its device or refused a "
+                   "value in its environment (see its error)");
     goto out;
   }
   if ((st = cg_mpi_comm_open(&s->mpi, mpi, thread_level)) != CG_SUCCESS) goto out;
-  MPI_Comm_rank(s->mpi->data, &rank);
-  MPI_Comm_size(s->mpi->data, &size);
+  int err = MPI_Comm_rank(s->mpi->data, &rank);
+  if (err == MPI_SUCCESS) err = MPI_Comm_size(s->mpi->data, &size);
+  if (err != MPI_SUCCESS) {
+    st = cg_mpi_fail(err, "cg_comm_create: MPI_Comm_size");
+    goto out;
+  }
   if ((st = cg_mpi_agree_on_id(&id, s->mpi->control)) != CG_SUCCESS) goto out;
   if (!(comm = cg_comm_alloc(rank, size, s->post_by_flag ? &hosttransfer_ops : &staged_ops, s))) {
     st = cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");

@@ -4,7 +4,13 @@
  * plans' steps, one for control traffic), so commgraph's traffic never
  * matches the application's own messages, and sets MPI_ERRORS_RETURN on the
  * duplicates so a failing call becomes CG_ERR_BACKEND with MPI's error text
- * instead of aborting. Creation is collective over the MPI_Comm; destruction
+ * instead of aborting. A receive shorter than the message sent to it (MPI's
+ * truncation) is found before MPI sees it and fails its step with
+ * CG_ERR_BACKEND naming node and rank. Errors that MPI raises while
+ * completing a request go to MPI_COMM_WORLD's handler in MPICH, whatever the
+ * duplicate's: they still end the job unless the application sets
+ * MPI_ERRORS_RETURN on MPI_COMM_WORLD (docs/host.md#mpi-errors). Creation is
+ * collective over the MPI_Comm; destruction
  * (when the last graph and plan using the communicator are gone) frees the
  * duplicates and is collective as well, unless MPI is already finalized.
  *

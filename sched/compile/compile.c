@@ -119,6 +119,22 @@ static cg_status_t participants_of_order(cg_participants_t *pt, const cg_comm_or
   return st;
 }
 
+/* The environment cg_compile reads (core/param.h), read once and up front:
+ * a bad value is this rank's failure, which travels to the other ranks like
+ * any other below. */
+typedef struct compile_env {
+  double timeout_s;    /* CG_TIMEOUT; 0: unset */
+  int fusion;          /* CG_FUSION; 1: unset */
+  size_t bucket_bytes; /* CG_BUCKET_BYTES; 0: unset */
+} compile_env_t;
+
+static cg_status_t read_env(compile_env_t *env, const char *where) {
+  cg_status_t st = cg_param_seconds(&env->timeout_s, NULL, CG_PARAM_TIMEOUT, where);
+  if (st == CG_SUCCESS) st = cg_param_switch(&env->fusion, NULL, CG_PARAM_FUSION, where);
+  if (st == CG_SUCCESS) st = cg_param_bytes(&env->bucket_bytes, NULL, CG_PARAM_BUCKET_BYTES, where);
+  return st;
+}
+
 cg_status_t cg_compile(cg_plan_t **out, cg_graph_t *graph, const cg_compile_opts_t *opts) {
   return cg_compile_tuning(out, graph, opts, NULL, 0, CG_SUCCESS);
 }
@@ -160,6 +176,8 @@ cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compi
   const char *file = tuning ? NULL : opts->tuning_file;
   int agreeing = tuning || file || mine != CG_SUCCESS;
   cg_status_t local = mine;
+  compile_env_t env = {0, 1, 0};
+  if (local == CG_SUCCESS) local = read_env(&env, where);
   int device = CG_DEVICE_HOST;
   if (local == CG_SUCCESS) local = check_placement(&device, graph, where);
   const cg_executor_t *exec = cg_executor_for(device);
@@ -190,9 +208,16 @@ cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compi
   if (agreeing) {
     st = cg_tuning_agree(tuning ? tuning : &none, &default_won, graph, &order, &pt, st != CG_SUCCESS ? st : local,
                          where);
+    /* the status is agreed: every rank leaves here together. Going on would
+     * not be safe: a rank that failed early never learned it was a device
+     * plan, so it would skip the device plan's later rounds. */
+    if (st != CG_SUCCESS) goto out;
   }
+  /* the options, then CG_FUSION (which only turns fusion off) and CG_BUCKET_BYTES */
+  int fuse = opts->fusion && env.fusion;
+  size_t bucket_bytes = opts->bucket_bytes ? opts->bucket_bytes : fuse ? env.bucket_bytes : 0;
   if (st == CG_SUCCESS)
-    st = cg_fusion_plan(&fusion, graph, &order, opts->fusion, opts->bucket_bytes, default_won ? NULL : tuning, where);
+    st = cg_fusion_plan(&fusion, graph, &order, fuse, bucket_bytes, default_won ? NULL : tuning, where);
   if (opts->check_ranks || agreeing) st = cg_fusion_agree(&fusion, graph, &order, &pt, st, where);
   p = st == CG_SUCCESS ? calloc(1, sizeof *p) : NULL;
   const char *name = opts->name ? opts->name : graph->name;
@@ -201,12 +226,8 @@ cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compi
   if (st == CG_SUCCESS) {
     p->graph_serial = graph->serial;
     p->device = device;
-    /* the option, else CG_TIMEOUT; negative turns the watchdog off */
-    double from_env = 0;
-    p->timeout_s = opts->timeout_s > 0   ? opts->timeout_s
-                   : opts->timeout_s < 0 ? 0
-                   : cg_param_seconds(&from_env, CG_PARAM_TIMEOUT) ? from_env
-                                                                   : 0;
+    /* the option, else CG_TIMEOUT (0: unset); negative turns the watchdog off */
+    p->timeout_s = opts->timeout_s > 0 ? opts->timeout_s : opts->timeout_s < 0 ? 0 : env.timeout_s;
     p->exec = exec;
     /* the agreed tuning stays with the plan: its dump, DOT and saved tuning
      * show it, and say which boundaries it has */

@@ -9,7 +9,6 @@
 #include "error.h"
 #include "graph_view.h"
 #include "heap.h"
-#include "param.h"
 #include "tuning.h"
 #include "rank_check.h"
 
@@ -35,11 +34,6 @@ size_t cg_fusion_node_bytes(const cg_node_rec_t *node) {
 static int same_key(const cg_node_rec_t *a, const cg_node_rec_t *b) {
   return a->kind == b->kind && a->comm == b->comm && a->dtype == b->dtype &&
          (!cg_kind_has_op(a->kind) || a->op == b->op) && (!cg_kind_has_root(a->kind) || a->root == b->root);
-}
-
-static int env_fusion_off(void) {
-  int on = 1;
-  return cg_param_switch(&on, CG_PARAM_FUSION) && !on;
 }
 
 /* ---- the simulation */
@@ -408,8 +402,6 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
     goto out;
   }
-  if (enabled && env_fusion_off()) enabled = 0;
-  if (enabled && !bucket_bytes) cg_param_bytes(&bucket_bytes, CG_PARAM_BUCKET_BYTES);
   s.library_size = !bucket_bytes && !tuning;
   s.tuning = tuning;
   for (uint32_t c = 0; c < n_seq && enabled; c++) {

@@ -42,7 +42,8 @@ typedef struct cg_fusion {
 size_t cg_fusion_node_bytes(const cg_node_rec_t *node);
 
 /* This rank's buckets. `enabled` and `bucket_bytes` come from the compile
- * options (bucket_bytes 0: environment, then the backend's preference). */
+ * options, then CG_FUSION and CG_BUCKET_BYTES (cg_compile reads those);
+ * bucket_bytes 0: the backend's preference. */
 struct cg_tuning;
 /* With `tuning` (cg_plan_tune's measurements, agreed; NULL: none), bucket
  * boundaries minimize the predicted finish of each communicator's last

@@ -93,7 +93,7 @@ START_TEST(topo__device_is_local_rank_modulo_gpus_unless_cg_device_says) {
   cg_status_t by_env = device_with(&device, "0");
   int chosen_by_env = device;
   char last[16];
-  snprintf(last, sizeof last, " %d ", count > 0 ? count - 1 : 0); /* spaces: trimmed */
+  snprintf(last, sizeof last, "%d", count > 0 ? count - 1 : 0);
   cg_status_t by_env_last = device_with(&device, last);
   int chosen_last = device;
   cg_status_t words = device_with(&device, "gpu1");
