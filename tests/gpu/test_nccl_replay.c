@@ -674,7 +674,13 @@ START_TEST(nccl_api__tune_sends_gradients_as_the_backward_makes_them) {
   ck_assert_all_ranks(lo == hi, "the tuned plans agree");
   snprintf(text, sizeof text, "rank %d: the 64 MiB plan runs %zu collectives, the tuned one %llu (2 ms layers, "
            "4 MiB gradients: more expected)", cg_gpu_rank(), collectives_of(plan), mine);
-  ck_assert_all_ranks(collectives_of(plan) == 1 && mine > 1, text);
+  /* direct (managed buffers through MPI, page migration per collective): a
+   * 4 MiB collective costs a good part of a 2 ms layer, so the timed check
+   * may rightly keep the 64 MiB plan there; every other backend hides its
+   * gradients behind the layers */
+  const char *backend = getenv("CG_GPU_TEST_BACKEND");
+  int may_keep_default = backend && !strcmp(backend, "direct");
+  ck_assert_all_ranks(collectives_of(plan) == 1 && (mine > 1 || may_keep_default), text);
   cg_plan_destroy(tuned);
   cg_plan_destroy(plan);
   cg_graph_destroy(g);
