@@ -28,16 +28,6 @@ static void backward(void *arg) {
   for (size_t i = 0; i < l->count; i++) l->grad[i] = (l->rank + 1) * (l->index + 1) + (int32_t)(i % 7);
 }
 
-static char *text_of(const cg_plan_t *plan, int dot) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_ptr_nonnull(f);
-  ck_assert_cg_ok(dot ? cg_plan_write_dot(plan, f) : cg_plan_dump(plan, f));
-  fclose(f);
-  return text;
-}
-
 /* A folder every rank sees: rank 0's mkdtemp. */
 static void shared_tmpdir(char dir[64]) {
   if (cg_mpi_rank() == 0) {
@@ -100,7 +90,7 @@ START_TEST(trace__buckets_and_ranks) {
     ck_assert_cg_ok(cg_compile(&plan, g, NULL));
     ck_assert_all_ranks(plan->n_buckets >= 1, "the gradients' allreduces fused");
 
-    char *dump0 = text_of(plan, 0), *dot0 = text_of(plan, 1);
+    char *dump0 = cg_test_plan_text(plan, 0), *dot0 = cg_test_plan_text(plan, 1);
     ck_assert_all_ranks(!strstr(dump0, "measured") && !strstr(dot0, "measured"), "no times before tracing");
 
     char path[128], mine[128];
@@ -165,7 +155,7 @@ START_TEST(trace__buckets_and_ranks) {
     ck_assert_all_ranks(all_there, "one file per rank");
 
     /* measured times in the dump (with the bucket's bytes) and the DOT */
-    char *dump1 = text_of(plan, 0), *dot1 = text_of(plan, 1);
+    char *dump1 = cg_test_plan_text(plan, 0), *dot1 = cg_test_plan_text(plan, 1);
     int shown = count_of(dump1, "; measured ") == plan->n_steps && count_of(dot1, "\\nmeasured ") == plan->n_steps;
     char bytes[64];
     snprintf(bytes, sizeof bytes, "; %zu bytes; measured ", plan->buckets[0].bytes);
@@ -182,7 +172,7 @@ START_TEST(trace__buckets_and_ranks) {
     tuning->costs = calloc(1, sizeof *tuning->costs);
     tuning->costs[0] = (cg_comm_cost_t){world, 6.5, 301000.0};
     plan->tuning = tuning;
-    char *dump2 = text_of(plan, 0), *dot2 = text_of(plan, 1);
+    char *dump2 = cg_test_plan_text(plan, 0), *dot2 = cg_test_plan_text(plan, 1);
     uint32_t world_index = plan->comms[0].comm == world ? 0 : 1;
     char model[96];
     snprintf(model, sizeof model, "comm %u model: alpha 6.5 \xc2\xb5s, 301 GB/s", world_index);

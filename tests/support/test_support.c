@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* open_memstream, clock_gettime */
 #include "test_support.h"
 
 #include <stdio.h>
@@ -152,4 +153,14 @@ int cg_test_main(Suite *suite) {
   int failed = srunner_ntests_failed(runner);
   srunner_free(runner);
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+char *cg_test_plan_text(const cg_plan_t *plan, int dot) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_cg_ok(dot ? cg_plan_write_dot(plan, f) : cg_plan_dump(plan, f));
+  fclose(f);
+  return text;
 }

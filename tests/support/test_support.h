@@ -80,4 +80,8 @@ int cg_test_main(Suite *suite);
  * where a skip is a failure). CUDA builds only. */
 int cg_test_gpu_main(Suite *suite, const char *name);
 
+/* A plan's dump (dot 0) or DOT text (dot 1), malloc'ed; fails the test if
+ * writing it fails. */
+char *cg_test_plan_text(const cg_plan_t *plan, int dot);
+
 #endif

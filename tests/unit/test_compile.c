@@ -401,17 +401,6 @@ END_TEST
 
 /* ---- text: dump and DOT */
 
-/* The plan's dump (or DOT text), malloc'ed. */
-static char *text_of(const cg_plan_t *plan, int dot) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_ptr_nonnull(f);
-  ck_assert_cg_ok(dot ? cg_plan_write_dot(plan, f) : cg_plan_dump(plan, f));
-  fclose(f);
-  return text;
-}
-
 static size_t count_of(const char *text, const char *what) {
   size_t n = 0;
   for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
@@ -442,7 +431,7 @@ START_TEST(compile__rejects_bad_arguments_and_changes_nothing) {
   }
   /* the graph still compiles; the plan takes the graph's name unless given one */
   cg_plan_t *plan = compile(g);
-  char *text = text_of(plan, 0);
+  char *text = cg_test_plan_text(plan, 0);
   ck_assert_msg(strncmp(text, "plan 'iteration': 1 steps", 25) == 0, "dump starts '%s'", text);
   free(text);
   cg_plan_destroy(plan);
@@ -450,10 +439,10 @@ START_TEST(compile__rejects_bad_arguments_and_changes_nothing) {
   o.check_ranks = 0;
   o.name = "custom \"plan\"";
   ck_assert_cg_ok(cg_compile(&plan, g, &o));
-  text = text_of(plan, 0);
+  text = cg_test_plan_text(plan, 0);
   ck_assert_msg(strncmp(text, "plan 'custom \"plan\"': ", 22) == 0, "dump starts '%s'", text);
   free(text);
-  text = text_of(plan, 1);
+  text = cg_test_plan_text(plan, 1);
   ck_assert_ptr_nonnull(strstr(text, "label=\"plan custom \\\"plan\\\"\""));
   free(text);
   /* every plan function checks for NULL */
@@ -489,10 +478,10 @@ START_TEST(compile__empty_graph_gives_empty_plan) {
   ck_assert_uint_eq(stats.lanes, 0);
   ck_assert_uint_eq(stats.dependencies, 0);
   ck_assert_uint_eq(stats.communicators, 0);
-  char *text = text_of(plan, 0);
+  char *text = cg_test_plan_text(plan, 0);
   ck_assert_str_eq(text, "plan: 0 steps, 0 lanes, 0 communicators, 0 dependencies\n");
   free(text);
-  text = text_of(plan, 1);
+  text = cg_test_plan_text(plan, 1);
   ck_assert_uint_eq(count_of(text, "cluster"), 0);
   ck_assert_uint_eq(count_of(text, "->"), 0);
   free(text);
@@ -521,7 +510,7 @@ START_TEST(compile__same_program_same_dump) {
       ck_assert_cg_ok(cg_comm_create_offline(&s2.comms[c], s1.p.rank[c], s1.p.size[c]));
     s2.g = record(&s1.p, s2.comms, arena2, NULL, NULL);
     cg_plan_t *a = compile(s1.g), *b = compile(s1.g), *c = compile(s2.g);
-    char *ta = text_of(a, 0), *tb = text_of(b, 0), *tc = text_of(c, 0);
+    char *ta = cg_test_plan_text(a, 0), *tb = cg_test_plan_text(b, 0), *tc = cg_test_plan_text(c, 0);
     REQUIRE(strcmp(ta, tb) == 0, "round %d: compiled twice:\n%s\n---\n%s", round, ta, tb);
     REQUIRE(strcmp(ta, tc) == 0, "round %d: recorded again:\n%s\n---\n%s", round, ta, tc);
     REQUIRE(!strstr(ta, "0x") && !strstr(ta, "(nil)"), "round %d: an address in the dump:\n%s", round, ta);
@@ -548,18 +537,18 @@ START_TEST(compile__plan_outlives_graph_and_communicators) {
     sample_t s;
     sample_make(&s, 1 + (uint32_t)cg_test_below(60), 1 + (int)cg_test_below(MAX_COMMS), 20, arena, NULL, NULL);
     cg_plan_t *plan = compile(s.g);
-    char *before = text_of(plan, 0), *more;
+    char *before = cg_test_plan_text(plan, 0), *more;
     /* recording on after compiling changes the graph, not the plan */
     ck_assert_cg_ok(cg_host_func(NULL, s.g, cg_test_noop, NULL, NULL));
     ck_assert_cg_ok(cg_depend(s.g, node_(s.g, 0), node_(s.g, s.p.n_nodes)));
-    more = text_of(plan, 0);
+    more = cg_test_plan_text(plan, 0);
     ck_assert_str_eq(before, more);
     free(more);
     int n_comms = s.p.n_comms;
     s.p.n_comms = 0; /* the plan outlives our handles: release them now */
     sample_free(&s);
     for (int c = 0; c < n_comms; c++) cg_comm_destroy(s.comms[c]);
-    char *after = text_of(plan, 0), *dot = text_of(plan, 1);
+    char *after = cg_test_plan_text(plan, 0), *dot = cg_test_plan_text(plan, 1);
     ck_assert_str_eq(before, after);
     for (uint32_t c = 0; c < plan->n_comms; c++) {
       int rank = -1, size = -1;
@@ -588,7 +577,7 @@ START_TEST(compile__dump_keeps_one_line_per_step_whatever_the_names) {
   o.name = "plan\nname";
   cg_plan_t *plan;
   ck_assert_cg_ok(cg_compile(&plan, g, &o));
-  char *text = text_of(plan, 0);
+  char *text = cg_test_plan_text(plan, 0);
   ck_assert_msg(count_of(text, "\n") == 3 && !strchr(text, '\r'), "dump of 2 steps:\n%s", text);
   free(text);
   cg_plan_destroy(plan);
@@ -627,7 +616,7 @@ START_TEST(compile__dot_has_a_cluster_per_lane_and_an_edge_per_dependency) {
     sample_make(&s, 1 + (uint32_t)cg_test_below(80), (int)cg_test_below(MAX_COMMS + 1), (int)cg_test_below(3) * 20,
                 arena, NULL, NULL);
     cg_plan_t *plan = compile(s.g);
-    char *text = text_of(plan, 1);
+    char *text = cg_test_plan_text(plan, 1);
     check_dot(plan, text);
     free(text);
     cg_plan_destroy(plan);
@@ -803,7 +792,7 @@ START_TEST(compile__host_only_plan_by_hand) {
   ck_assert_cg_ok(cg_plan_run(plan));
   ck_assert_uint_eq(run_log.n, 5);
   for (uint32_t k = 0; k < 5; k++) ck_assert_uint_eq(run_log.order[k], 4 - k);
-  char *text = text_of(plan, 0);
+  char *text = cg_test_plan_text(plan, 0);
   ck_assert_ptr_nonnull(strstr(text, "plan: 5 steps, 1 lanes, 0 communicators, 4 dependencies\n"));
   ck_assert_ptr_nonnull(strstr(text, "step 0 lane 0 host_func node 4 after -\n"));
   ck_assert_ptr_nonnull(strstr(text, "step 4 lane 0 host_func node 0 after 3\n"));

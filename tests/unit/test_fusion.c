@@ -27,16 +27,6 @@ static float big[32 * T];
 
 static cg_node_t node_(const cg_graph_t *g, uint32_t index) { return (cg_node_t){g->serial, index}; }
 
-static char *text_of(const cg_plan_t *plan, int dot) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_ptr_nonnull(f);
-  ck_assert_cg_ok(dot ? cg_plan_write_dot(plan, f) : cg_plan_dump(plan, f));
-  fclose(f);
-  return text;
-}
-
 static size_t count_of(const char *text, const char *what) {
   size_t n = 0;
   for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
@@ -511,7 +501,7 @@ START_TEST(fusion__random_graphs_keep_invariants) {
             off->n_steps, env_off->n_steps, s.n);
     check_fused(s.g, off, s.acc, 0, 0);
     check_fused(s.g, env_off, s.acc, 0, 0);
-    char *a = text_of(off, 0), *b = text_of(env_off, 0);
+    char *a = cg_test_plan_text(off, 0), *b = cg_test_plan_text(env_off, 0);
     REQUIRE(strcmp(a, b) == 0, "round %d: CG_FUSION=0 and fusion = 0 differ:\n%s\n---\n%s", round, a, b);
     free(a), free(b);
     cg_plan_destroy(plan), cg_plan_destroy(off), cg_plan_destroy(env_off);
@@ -581,7 +571,7 @@ START_TEST(fusion__ten_allreduces_fuse_into_one_bucket) {
   ck_assert_cg_ok(cg_plan_stats(&st, plan));
   ck_assert(st.buckets == 1 && st.fused_nodes == 10 && st.copy_bytes == 0 && st.bucket_bytes >= 10240);
   /* the dump and the drawing show the bucket and its members */
-  char *dot = text_of(plan, 1), *dump = text_of(plan, 0);
+  char *dot = cg_test_plan_text(plan, 1), *dump = cg_test_plan_text(plan, 0);
   const char *in_dot[] = {"bucket 0: 10 nodes, 10240 bytes", "#0 grad.0", "#7 grad.7", "#9 grad.9",
                           "pack bucket 0\\nnone: zero-copy", "unpack bucket 0", "style=bold"};
   for (int k = 0; k < 7; k++) ck_assert_msg(strstr(dot, in_dot[k]), "no '%s' in:\n%s", in_dot[k], dot);
@@ -595,7 +585,7 @@ START_TEST(fusion__bucket_size_splits_buckets) {
   cg_comm_t *comm = offline(0, 2);
   cg_graph_t *g = ten_allreduces(comm, SPLIT, NULL);
   cg_plan_t *plan = fused(g, 1536); /* smaller than two of them */
-  char *text = text_of(plan, 0);
+  char *text = cg_test_plan_text(plan, 0);
   const char *full = "not fused with the one before: the bucket before it would exceed the bucket size";
   ck_assert_msg(plan->n_buckets == 0 && plan->n_steps == 10 && count_of(text, full) == 9, "dump:\n%s", text);
   free(text);
@@ -641,7 +631,7 @@ START_TEST(fusion__dependent_allreduces_do_not_fuse) {
     uint32_t last = cg_graph_node_count(g) - 1;
     ck_assert_uint_eq(plan->n_buckets, variant == 1);
     ck_assert_int_eq(plan->fuse_why[last], variant == 2 ? CG_FUSE_WAITED : CG_FUSE_DEPENDS);
-    char *text = text_of(plan, 0);
+    char *text = cg_test_plan_text(plan, 0);
     const char *depends = "not fused with the one before: it depends on a node of the bucket before it";
     ck_assert_msg(variant == 2 || strstr(text, depends), "variant %d:\n%s", variant, text);
     free(text);
@@ -804,7 +794,7 @@ START_TEST(fusion__bucket_never_holds_back_other_communication) {
     ck_assert_msg(plan->fuse_why[a1.index] == (apart ? CG_FUSE_FEEDS : CG_FUSE_JOINED), "variant %d: reason '%s'",
                   variant, cg_fuse_why_text(plan->fuse_why[a1.index]));
     ck_assert_uint_eq(plan->n_buckets, !apart);
-    char *text = text_of(plan, 0);
+    char *text = cg_test_plan_text(plan, 0);
     const char *feeds = "not fused with the one before: the operation before it feeds communication on another";
     ck_assert_msg(!apart || strstr(text, feeds), "variant %d:\n%s", variant, text);
     free(text);
@@ -839,7 +829,7 @@ START_TEST(fusion__different_keys_do_not_fuse) {
       ck_assert_cg_ok(cg_test_record(NULL, g, &call));
     }
     cg_plan_t *plan = fused(g, 0);
-    char *text = text_of(plan, 0);
+    char *text = cg_test_plan_text(plan, 0);
     size_t differs = count_of(text, "not fused with the one before: the operation before it differs");
     ck_assert_msg(plan->n_buckets == (k == 4) && differs == (k < 4 ? 2 : 0) && (k < 5 || !strstr(text, "not fused")),
                   "keys %d:\n%s", k, text);
@@ -898,7 +888,7 @@ START_TEST(fusion__stats_count_copies) {
     ck_assert_msg(st.buckets >= 1 && st.fused_nodes >= 2 && (k >= 2 || st.fused_nodes == 10) &&
                       st.copy_bytes == per_node[k] * st.fused_nodes,
                   "layout %d: %zu buckets %zu fused %zu copied", k, st.buckets, st.fused_nodes, st.copy_bytes);
-    char *text = text_of(plan, 0), want[64];
+    char *text = cg_test_plan_text(plan, 0), want[64];
     snprintf(want, sizeof want, says[k], plan->buckets[0].n_members);
     ck_assert_msg(strstr(text, want), "layout %d: no '%s' in\n%s", k, want, text);
     free(text);

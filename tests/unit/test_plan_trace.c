@@ -35,16 +35,6 @@ static void remove_tmpdir(void) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
-static char *text_of(const cg_plan_t *plan, int dot) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ck_assert_ptr_nonnull(f);
-  ck_assert_cg_ok(dot ? cg_plan_write_dot(plan, f) : cg_plan_dump(plan, f));
-  fclose(f);
-  return text;
-}
-
 typedef struct work {
   double seconds;
 } work_t;
@@ -315,7 +305,7 @@ START_TEST(trace__dump_and_dot_show_measured_times_after_trace) {
   make_tmpdir();
   sample_t s;
   sample_make(&s, 2 + (uint32_t)cg_test_below(20), 50e-6);
-  char *dump0 = text_of(s.plan, 0), *dot0 = text_of(s.plan, 1);
+  char *dump0 = cg_test_plan_text(s.plan, 0), *dot0 = cg_test_plan_text(s.plan, 1);
   ck_assert_ptr_null(strstr(dump0, "measured"));
   ck_assert_ptr_null(strstr(dot0, "measured"));
   char path[256];
@@ -323,7 +313,7 @@ START_TEST(trace__dump_and_dot_show_measured_times_after_trace) {
   cg_trace_opts_t o = CG_TRACE_OPTS_INIT;
   o.replays = 1 + (int)cg_test_below(5);
   ck_assert_cg_ok(cg_plan_trace(s.plan, path, &o));
-  char *dump1 = text_of(s.plan, 0), *dot1 = text_of(s.plan, 1);
+  char *dump1 = cg_test_plan_text(s.plan, 0), *dot1 = cg_test_plan_text(s.plan, 1);
   ck_assert_uint_eq(count_of(dump1, "; measured "), s.plan->n_steps);
   ck_assert_uint_eq(count_of(dump1, "\n"), count_of(dump0, "\n"));
   ck_assert_uint_eq(count_of(dot1, "\\nmeasured "), s.plan->n_steps);
