@@ -38,8 +38,10 @@
  *
  * Usage: fault_inject host|gpu|gpu-staged|gpu-launch FAULT TIMEOUT_SECONDS */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +63,32 @@
 #define FAULTY_REPLAY 3
 
 static int rank, size;
+
+/* A result line: on stdout, and appended to FAULT_LINES_DIR/rank<R> when
+ * run-faults sets it. mpiexec forwards the ranks' stdout in pieces, so two
+ * ranks' lines written at once may interleave there; the runner counts the
+ * per-rank files instead. */
+static void fault_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fault_line(const char *fmt, ...) {
+  char line[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n >= sizeof line) line[sizeof line - 2] = '\n'; /* cut, but still one line */
+  fputs(line, stdout);
+  fflush(stdout);
+  const char *dir = getenv("FAULT_LINES_DIR");
+  if (!dir) return;
+  char path[1024];
+  snprintf(path, sizeof path, "%s/rank%d", dir, rank);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  size_t length = strlen(line), done = 0;
+  for (ssize_t w; done < length && (w = write(fd, line + done, length - done)) > 0;) done += (size_t)w;
+  close(fd);
+}
 
 static double wall_s(void) {
   struct timespec t;
@@ -99,13 +127,12 @@ static int wait_drained(double seconds) {
   while (!atomic_load(&drained) && wall_s() - began < seconds) nap(1e-3);
   int ok = atomic_load(&drained) && atomic_load(&drain_error) == cudaSuccess;
   if (ok)
-    printf("FAULT-DRAINED rank %d after %.3f s\n", rank, wall_s() - began);
+    fault_line("FAULT-DRAINED rank %d after %.3f s\n", rank, wall_s() - began);
   else if (atomic_load(&drained))
-    printf("FAULT-STUCK rank %d: cudaDeviceSynchronize after the abort failed: %s\n", rank,
-           cudaGetErrorString(atomic_load(&drain_error)));
+    fault_line("FAULT-STUCK rank %d: cudaDeviceSynchronize after the abort failed: %s\n", rank,
+               cudaGetErrorString(atomic_load(&drain_error)));
   else
-    printf("FAULT-STUCK rank %d: the GPU still runs the plan %.3f s after the report\n", rank, seconds);
-  fflush(stdout);
+    fault_line("FAULT-STUCK rank %d: the GPU still runs the plan %.3f s after the report\n", rank, seconds);
   return ok;
 #else
   (void)seconds;
@@ -126,15 +153,13 @@ static void destroy_after_drain(void) {
   plan_in_use = NULL;
   comm_in_use = NULL;
   double ended = wall_s();
-  printf("FAULT-DESTROYED rank %d after %.3f s (plan %.3f s, communicator %.3f s)\n", rank, ended - began,
-         plan_done - began, ended - plan_done);
-  fflush(stdout);
+  fault_line("FAULT-DESTROYED rank %d after %.3f s (plan %.3f s, communicator %.3f s)\n", rank, ended - began,
+             plan_done - began, ended - plan_done);
 }
 
 static void fail(cg_status_t st, double timeout_s) {
   double began = wall_s();
-  printf("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
-  fflush(stdout);
+  fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
   if (gpu_run && wait_drained(0.05 * timeout_s)) destroy_after_drain();
   nap(0.05 * timeout_s - (wall_s() - began));
   /* the cross-rank check fails on every rank alike, so all of them are here
@@ -149,8 +174,7 @@ static void fail(cg_status_t st, double timeout_s) {
 static double handler_timeout_s;
 static void on_timeout(cg_status_t st, const char *report, void *arg) {
   (void)arg;
-  printf("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), report);
-  fflush(stdout);
+  fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), report);
   nap(0.05 * handler_timeout_s);
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
@@ -249,7 +273,7 @@ int main(int argc, char **argv) {
         (st = cg_node_name(g, node, name)) != CG_SUCCESS)
       fail(st, timeout_s);
   }
-  if (rank == 0 && differs && !unchecked) printf("FAULT-START %.6f\n", wall_s()), fflush(stdout);
+  if (rank == 0 && differs && !unchecked) fault_line("FAULT-START %.6f\n", wall_s());
   cg_compile_opts_t co = CG_COMPILE_OPTS_INIT;
   co.timeout_s = timeout_s;
   co.check_ranks = !unchecked;
@@ -264,7 +288,7 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD); /* every replay starts together: the timeout measures the fault alone */
     /* an unchecked difference shows from the first replay on */
     if (rank == 0 && replay == (unchecked ? 1 : FAULTY_REPLAY))
-      printf("FAULT-START %.6f\n", wall_s()), fflush(stdout);
+      fault_line("FAULT-START %.6f\n", wall_s());
     if (replay == FAULTY_REPLAY) {
       if (faulty && strcmp(fault, "sleep") == 0) nap(3 * timeout_s);
       if (faulty && strcmp(fault, "exit") == 0) _exit(0);
@@ -275,7 +299,7 @@ int main(int argc, char **argv) {
       fail(st, timeout_s);
     }
   }
-  if (rank == 0) printf("FAULT-NONE all %d replays finished\n", REPLAYS);
+  if (rank == 0) fault_line("FAULT-NONE all %d replays finished\n", REPLAYS);
   cg_plan_destroy(plan);
   cg_comm_destroy(comm);
   for (int l = 0; l < LAYERS; l++) buffer_free(grads[l], gpu);
