@@ -3,6 +3,7 @@
  * hosttransfer for a device). */
 #include "commgraph/mpi.h"
 #include "error.h"
+#include "param.h"
 #include "mpi/mpi_backend.h"
 #include "node/topology.h"
 #if CG_HAVE_NCCL
@@ -58,6 +59,13 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
   if (mpi == MPI_COMM_NULL) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: MPI_COMM_NULL");
   MPI_Query_thread(&level);
   if ((st = resolve_backend(&backend, opts)) != CG_SUCCESS) return st;
+  /* the option, else CG_TIMEOUT; negative: none. Every later collective of
+   * the creation follows right after this round, so it is the one that
+   * waits for ranks that do not come. */
+  double timeout_s = opts->timeout_s;
+  if (timeout_s == 0 && (st = cg_param_seconds(&timeout_s, NULL, CG_PARAM_TIMEOUT, "cg_comm_create")) != CG_SUCCESS)
+    return st;
+  if ((st = cg_mpi_arrive(mpi, timeout_s, "cg_comm_create")) != CG_SUCCESS) return st;
   cg_comm_opts_t chosen = *opts;
   if (chosen.device == CG_DEVICE_LOCAL_RANK &&
       (st = cg_topo_device_for_local_rank(&chosen.device, mpi)) != CG_SUCCESS)

@@ -38,6 +38,9 @@ typedef struct cg_mpi_comm {
   int recv_lock_ready;
   cg_mpi_recv_queue_t *recv_queues;
   size_t n_recv_queues, recv_queues_cap;
+  /* not empty once a control round timed out (mpi_control.c): why; every
+   * later round fails with it */
+  char abandoned[768];
 } cg_mpi_comm_t;
 
 extern const cg_backend_t cg_mpi_backend;
@@ -62,10 +65,27 @@ cg_status_t cg_mpi_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts
 const cg_mpi_comm_t *cg_mpi_comm_of(const cg_comm_t *comm);
 const char *cg_mpi_thread_level_name(int level);
 
-/* The control channel on a cg_mpi_comm_t (backend table entries). */
+/* The control channel on a cg_mpi_comm_t (backend table entries; see
+ * backend.h and mpi_control.c). */
 cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
                                            size_t bytes);
 cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request);
+void cg_mpi_control_answer(void *comm_impl, const char *waiting_in);
+void cg_mpi_control_roll_call(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s);
+void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why);
+
+/* The roll call on any MPI communicator (mpi_control.c): answering the
+ * roll calls of ranks whose wait timed out, saying what this rank waits in;
+ * calling one after a wait of timeout_s (a sentence naming the ranks that did
+ * not answer within a short grace time, and what the others wait in). */
+void cg_mpi_answer_roll_calls(MPI_Comm comm, const char *waiting_in);
+void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *waiting_in, double timeout_s);
+
+/* cg_comm_create's arrival round (timeout_s > 0; nothing otherwise): a
+ * barrier on the application's communicator, polled until every rank
+ * arrived or timeout_s passed. Then CG_ERR_TIMEOUT naming the ranks that did
+ * not arrive (a roll call), also on stderr; the barrier stays posted. */
+cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where);
 
 /* The bucket size the MPI backend prefers (fusion): small on one node, where
  * MPI moves data through shared memory at copy speed and a bucket mostly

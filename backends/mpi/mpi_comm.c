@@ -68,35 +68,6 @@ void cg_mpi_comm_close(void *impl) {
   free(m);
 }
 
-cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
-                                           size_t bytes) {
-  cg_mpi_comm_t *m = comm_impl;
-  if (bytes > (size_t)INT_MAX) return cg_fail(CG_ERR_UNSUPPORTED, "control message of %zu bytes", bytes);
-  MPI_Request *r = malloc(sizeof *r);
-  if (!r) return cg_fail(CG_ERR_NO_MEMORY, "allocating an MPI request");
-  int err = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, m->control, r);
-  if (err != MPI_SUCCESS) {
-    free(r);
-    return cg_mpi_fail(err, "MPI_Iallgather");
-  }
-  *request = r;
-  return CG_SUCCESS;
-}
-
-cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request) {
-  (void)comm_impl;
-  MPI_Request *r = request;
-  MPI_Status status;
-  int err = cg_mpi_request_error(MPI_Test(r, done, &status), &status);
-  if (err != MPI_SUCCESS) {
-    /* a failed request is complete and freed (MPI_REQUEST_NULL) */
-    if (*r == MPI_REQUEST_NULL) free(r);
-    return cg_mpi_fail(err, "MPI_Test (control MPI_Iallgather)");
-  }
-  if (*done) free(r);
-  return CG_SUCCESS;
-}
-
 static cg_status_t host_check_thread(void *comm_impl) {
   cg_mpi_comm_t *m = comm_impl;
   if (m->thread_level >= MPI_THREAD_SERIALIZED) return CG_SUCCESS;
@@ -139,6 +110,9 @@ const cg_backend_t cg_mpi_backend = {
     .dtypes = (1u << CG_DTYPE_COUNT) - 1u,
     .control_allgather_start = cg_mpi_control_allgather_start,
     .control_test = cg_mpi_control_test,
+    .control_answer = cg_mpi_control_answer,
+    .control_roll_call = cg_mpi_control_roll_call,
+    .control_abandon = cg_mpi_control_abandon,
     .host_check_thread = host_check_thread,
     .host_step_prepare = cg_mpi_step_prepare,
     .host_step_release = cg_mpi_step_release,

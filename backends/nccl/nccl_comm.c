@@ -63,6 +63,24 @@ static cg_status_t control_test(int *done, void *impl, void *request) {
   return cg_mpi_control_test(done, ((cg_nccl_comm_t *)impl)->control, request);
 }
 
+static void control_answer(void *impl, const char *waiting_in) {
+  cg_mpi_comm_t *m = ((cg_nccl_comm_t *)impl)->control;
+  if (m) cg_mpi_control_answer(m, waiting_in);
+}
+
+static void control_roll_call(char *report, size_t size, void *impl, const char *waiting_in, double timeout_s) {
+  cg_mpi_comm_t *m = ((cg_nccl_comm_t *)impl)->control;
+  if (m)
+    cg_mpi_control_roll_call(report, size, m, waiting_in, timeout_s);
+  else
+    snprintf(report, size, "no roll call (the communicator was aborted)");
+}
+
+static void control_abandon(void *impl, void *request, const char *why) {
+  cg_mpi_comm_t *m = ((cg_nccl_comm_t *)impl)->control;
+  if (m) cg_mpi_control_abandon(m, request, why);
+}
+
 static size_t bucket_bytes(void *impl) {
   return ((cg_nccl_comm_t *)impl)->peer_links ? CG_NCCL_BUCKET_BYTES_PEER : CG_NCCL_BUCKET_BYTES_NETWORK;
 }
@@ -125,6 +143,9 @@ const cg_backend_t cg_nccl_backend = {
     .dtypes = (1u << CG_DTYPE_COUNT) - 1u,
     .control_allgather_start = control_allgather_start,
     .control_test = control_test,
+    .control_answer = control_answer,
+    .control_roll_call = control_roll_call,
+    .control_abandon = control_abandon,
     .device_warmup = cg_nccl_warmup,
     .device_group_start = cg_nccl_group_start,
     .device_group_end = cg_nccl_group_end,

@@ -57,6 +57,24 @@ static cg_status_t control_test(int *done, void *impl, void *request) {
   return cg_mpi_control_test(done, ((cg_staged_comm_t *)impl)->mpi, request);
 }
 
+static void control_answer(void *impl, const char *waiting_in) {
+  cg_mpi_comm_t *m = ((cg_staged_comm_t *)impl)->mpi;
+  if (m) cg_mpi_control_answer(m, waiting_in);
+}
+
+static void control_roll_call(char *report, size_t size, void *impl, const char *waiting_in, double timeout_s) {
+  cg_mpi_comm_t *m = ((cg_staged_comm_t *)impl)->mpi;
+  if (m)
+    cg_mpi_control_roll_call(report, size, m, waiting_in, timeout_s);
+  else
+    snprintf(report, size, "no roll call (the communicator was aborted)");
+}
+
+static void control_abandon(void *impl, void *request, const char *why) {
+  cg_mpi_comm_t *m = ((cg_staged_comm_t *)impl)->mpi;
+  if (m) cg_mpi_control_abandon(m, request, why);
+}
+
 static size_t bucket_bytes(void *impl) {
   return ((cg_staged_comm_t *)impl)->mpi->one_node ? CG_MPI_BUCKET_BYTES_NODE : CG_MPI_BUCKET_BYTES_NETWORK;
 }
@@ -83,6 +101,9 @@ static void abort_comm(void *impl) {
     .dtypes = (1u << CG_DTYPE_COUNT) - 1u,              \
     .control_allgather_start = control_allgather_start, \
     .control_test = control_test,                       \
+    .control_answer = control_answer,                   \
+    .control_roll_call = control_roll_call,             \
+    .control_abandon = control_abandon,                 \
     .host_step_prepare = cg_staged_step_prepare,        \
     .host_step_release = cg_staged_step_release,        \
     .device_warmup = warmup,                            \

@@ -71,8 +71,12 @@ typedef struct cg_comm_opts {
   cg_staging_t staging;      /* AUTO */
   size_t chunk_bytes;        /* messages above this are cut into chunks whose copies overlap MPI's transfer of
                                 the chunk before; CG_CHUNK_DEFAULT */
+  double timeout_s;          /* how long to wait for the other ranks to call cg_comm_create too; then
+                                CG_ERR_TIMEOUT naming the ranks that did not come (see below). 0 (default):
+                                CG_TIMEOUT from the environment, else for ever; negative: for ever */
 } cg_comm_opts_t;
-#define CG_COMM_OPTS_INIT {sizeof(cg_comm_opts_t), CG_BACKEND_AUTO, CG_DEVICE_HOST, CG_STAGING_AUTO, CG_CHUNK_DEFAULT}
+#define CG_COMM_OPTS_INIT                                                                                     \
+  {sizeof(cg_comm_opts_t), CG_BACKEND_AUTO, CG_DEVICE_HOST, CG_STAGING_AUTO, CG_CHUNK_DEFAULT, 0.0}
 
 /* A communicator of `size` ranks seen from `rank`, with no transport.
  * CG_ERR_INVALID_ARGUMENT for size < 1, CG_ERR_OUT_OF_RANGE for rank outside

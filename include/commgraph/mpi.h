@@ -53,7 +53,15 @@ extern "C" {
  * MPI instead of staging (docs/staged.md). Collective over `mpi`. Fails with
  * CG_ERR_INVALID_ARGUMENT for MPI_COMM_NULL or MPI not initialized,
  * CG_ERR_INVALID_ENUM for an unknown backend, CG_ERR_UNSUPPORTED for a backend
- * or device this build cannot use (the detail says which and why). */
+ * or device this build cannot use (the detail says which and why).
+ *
+ * With a timeout (opts.timeout_s, or CG_TIMEOUT), the ranks first meet in a
+ * barrier on `mpi` that waits at most that long: a rank that never calls
+ * cg_comm_create, or finalized MPI, makes the others fail with CG_ERR_TIMEOUT
+ * naming it (the ranks that did not answer a roll call sent to every rank)
+ * and what the others wait in, also on stderr. The barrier stays posted on
+ * `mpi`, which MPI cannot take back: end the job (MPI_Abort). The roll call
+ * uses tags 32701 and 32702 on `mpi`, after a timeout only. */
 CG_API cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts);
 
 /* The communicator's own MPI_Comm (the duplicate; do not free it; for an NCCL

@@ -30,7 +30,7 @@ extern "C" {
   X(CG_ERR_MISMATCH, 12, "ranks recorded different operations on a communicator")      \
   X(CG_ERR_BACKEND, 13, "the communication library reported an error")                 \
   X(CG_ERR_IN_PROGRESS, 14, "the plan is running")                                     \
-  X(CG_ERR_TIMEOUT, 15, "a replay did not finish within the plan's timeout")
+  X(CG_ERR_TIMEOUT, 15, "waited longer than the timeout: a replay, or for the other ranks in a collective call")
 
 #define CG_STATUS_ENUMERATOR(name, value, text) name = value,
 typedef enum cg_status { CG_STATUS_LIST(CG_STATUS_ENUMERATOR) } cg_status_t;

@@ -188,7 +188,11 @@ cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compi
   if ((st = cg_comm_order_build(&order, graph)) != CG_SUCCESS) goto out;
   /* even a rank that cannot compile takes part in the check, so the others do
    * not wait for it */
-  if (opts->check_ranks && (st = cg_rank_check(graph, &order, where, local, &joined, &n_joined)) != CG_SUCCESS)
+  /* the option, else CG_TIMEOUT (0: unset); negative turns the watchdog off.
+   * It bounds the plan's replays and, here, every wait for the other ranks */
+  double timeout_s = opts->timeout_s > 0 ? opts->timeout_s : opts->timeout_s < 0 ? 0 : env.timeout_s;
+  if (opts->check_ranks &&
+      (st = cg_rank_check(graph, &order, where, local, timeout_s, &joined, &n_joined)) != CG_SUCCESS)
     goto out;
   if (!agreeing && (st = local) != CG_SUCCESS) goto out;
   /* the file is read once the graph is known to match the other ranks' (with
@@ -203,6 +207,7 @@ cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compi
   if ((is_device || opts->check_ranks || agreeing) &&
       (st = participants_of_order(&pt, &order, joined, n_joined, where)) != CG_SUCCESS && !agreeing)
     goto out;
+  pt.timeout_s = timeout_s;
   /* measurements differ between ranks; the buckets must not. A rank that
    * failed takes part with its failure, which every rank then returns. */
   if (agreeing) {
@@ -226,8 +231,7 @@ cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compi
   if (st == CG_SUCCESS) {
     p->graph_serial = graph->serial;
     p->device = device;
-    /* the option, else CG_TIMEOUT (0: unset); negative turns the watchdog off */
-    p->timeout_s = opts->timeout_s > 0 ? opts->timeout_s : opts->timeout_s < 0 ? 0 : env.timeout_s;
+    p->timeout_s = timeout_s;
     p->exec = exec;
     /* the agreed tuning stays with the plan: its dump, DOT and saved tuning
      * show it, and say which boundaries it has */

@@ -77,7 +77,8 @@ typedef struct level_entry {
  * matches' until all its ranks agree. *failed_rank is set when a rank took part
  * only to say it had failed. */
 static cg_status_t settle(uint32_t *levels, uint32_t *lower, int32_t *up, const cg_plan_t *p, uint32_t c,
-                          const cg_comm_t *comm, int failed_here, int *failed_rank) {
+                          const cg_comm_t *comm, int failed_here, int *failed_rank, double timeout_s,
+                          const char *waiting_in) {
   const cg_plan_comm_t *pc = c != CG_NO_STEP ? &p->comms[c] : NULL;
   uint32_t n_steps = pc ? pc->n_steps : 0;
   int size = comm->size, me = comm->rank;
@@ -92,7 +93,7 @@ static cg_status_t settle(uint32_t *levels, uint32_t *lower, int32_t *up, const 
   for (uint32_t k = 0; k < n_steps && !failed_here; k++)
     if (is_p2p_step(&p->steps[pc->steps[k]])) mine[n_mine++] = pc->steps[k];
   uint32_t hello[2] = {n_mine, (uint32_t)failed_here};
-  if ((st = cg_control_allgather(comm, hello, counts, sizeof hello)) != CG_SUCCESS) goto out;
+  if ((st = cg_control_allgather(comm, hello, counts, sizeof hello, timeout_s, waiting_in)) != CG_SUCCESS) goto out;
   for (int r = 0; r < size; r++) {
     if (counts[r][1] && *failed_rank < 0) *failed_rank = r;
     total += counts[r][0];
@@ -121,7 +122,7 @@ static cg_status_t settle(uint32_t *levels, uint32_t *lower, int32_t *up, const 
       entries[i] = s ? (level_entry_t){s->root, s->op_kind == CG_NODE_RECV, levels[mine[i]]}
                      : (level_entry_t){-1, 0, 0};
     }
-    if ((st = cg_control_allgather(comm, entries, all, max_n * sizeof *entries)) != CG_SUCCESS) goto out;
+    if ((st = cg_control_allgather(comm, entries, all, max_n * sizeof *entries, timeout_s, waiting_in)) != CG_SUCCESS) goto out;
     memset(cursor, 0, 2 * (size_t)size * sizeof *cursor);
     for (int r = 0; r < size; r++)
       for (uint32_t i = 0; i < max_n; i++) {
@@ -136,7 +137,7 @@ static cg_status_t settle(uint32_t *levels, uint32_t *lower, int32_t *up, const 
     int32_t changed = 0;
     for (uint32_t i = 0; i < n_mine; i++) changed |= lower[mine[i]] > levels[mine[i]];
     if (changed) local_levels(levels, up, p, c, lower);
-    if ((st = cg_control_allgather(comm, &changed, flags, sizeof changed)) != CG_SUCCESS) goto out;
+    if ((st = cg_control_allgather(comm, &changed, flags, sizeof changed, timeout_s, waiting_in)) != CG_SUCCESS) goto out;
     int any = 0;
     for (int r = 0; r < size; r++) any |= flags[r];
     settled = !any;
@@ -183,8 +184,17 @@ cg_status_t cg_p2p_levels(uint32_t *levels, const cg_plan_t *p, const cg_partici
     for (uint32_t k = 0; mine == CG_SUCCESS && k < p->n_comms && c == CG_NO_STEP; k++)
       if (p->comms[k].comm == pt->comms[i]) c = k;
     int failed_rank = -1;
+    char waiting_in[512];
+    snprintf(waiting_in, sizeof waiting_in, "%s (settling send/receive levels)", where);
     cg_status_t s = settle(levels, lower, up, p, c, pt->comms[i], mine != CG_SUCCESS || st != CG_SUCCESS,
-                           &failed_rank);
+                           &failed_rank, pt->timeout_s, waiting_in);
+    if (s == CG_ERR_TIMEOUT) { /* no more waiting: the job is to end */
+      char why[1536];
+      snprintf(why, sizeof why, "%s", cg_error_last());
+      st = cg_fail(s, "%s", why);
+      mine = CG_SUCCESS;
+      break;
+    }
     if (st != CG_SUCCESS || mine != CG_SUCCESS) continue;
     char label[64];
     cg_comm_id_label(label, sizeof label, pt->comms[i]->id);

@@ -63,7 +63,6 @@ typedef struct comm_check {
   uint64_t coll_position;   /* collective mismatch: position */
   int p2p;                  /* 1: the mismatch is point-to-point */
   int failed_rank;          /* a rank of it that cannot compile its graph, or -1 */
-  void *request;
   cg_comm_t *joined;        /* retained: a communicator this rank's graph does not use */
   cg_comm_sequence_t empty; /* its (empty) sequence */
 } comm_check_t;
@@ -117,32 +116,28 @@ static void describe_op(char *buf, size_t size, const op_record_t *r) {
     snprintf(buf + n, size - (size_t)n, " root %d", r->root);
 }
 
-/* Posts one allgather on every check with `bytes[i] > 0`, then polls them all. */
-static cg_status_t exchange(comm_check_t *checks, uint32_t n, const void **mine, void **all, const size_t *bytes) {
+/* Posts one allgather on every check with `bytes[i] > 0`, then waits for
+ * them all (cg_control_complete: at most timeout_s, when positive). */
+static cg_status_t exchange(comm_check_t *checks, uint32_t n, const void **mine, void **all, const size_t *bytes,
+                            double timeout_s, const char *where) {
   cg_status_t st = CG_SUCCESS;
+  cg_control_round_t *rounds = calloc(n ? n : 1, sizeof *rounds);
+  if (!rounds) return cg_fail(CG_ERR_NO_MEMORY, "allocating the check's rounds");
   uint32_t posted = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    checks[i].request = NULL;
+  for (uint32_t i = 0; i < n && st == CG_SUCCESS; i++) {
     if (!bytes[i]) continue;
-    void *impl = checks[i].seq->comm->impl;
-    if ((st = checks[i].backend->control_allgather_start(&checks[i].request, impl, mine[i], all[i], bytes[i])) !=
-        CG_SUCCESS)
-      return st;
-    posted++;
+    const cg_comm_t *comm = checks[i].seq->comm;
+    rounds[posted].comm = comm;
+    st = checks[i].backend->control_allgather_start(&rounds[posted].request, comm->impl, mine[i], all[i], bytes[i]);
+    if (st == CG_SUCCESS) posted++;
   }
-  while (posted) {
-    for (uint32_t i = 0; i < n; i++) {
-      if (!checks[i].request) continue;
-      int done = 0;
-      if ((st = checks[i].backend->control_test(&done, checks[i].seq->comm->impl, checks[i].request)) != CG_SUCCESS)
-        return st;
-      if (done) {
-        checks[i].request = NULL;
-        posted--;
-      }
-    }
-  }
-  return CG_SUCCESS;
+  char waiting_in[512];
+  snprintf(waiting_in, sizeof waiting_in, "%s (the cross-rank check)", where);
+  /* after a failed start the rounds already posted are still waited for:
+   * the other ranks take part in them */
+  cg_status_t waited = cg_control_complete(rounds, posted, timeout_s, waiting_in);
+  free(rounds);
+  return st != CG_SUCCESS ? st : waited;
 }
 
 static op_record_t *record_at(comm_check_t *c, int rank, uint64_t i) {
@@ -323,7 +318,7 @@ static cg_status_t prepare_records(comm_check_t *c, const cg_graph_t *g, const c
 }
 
 cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, const char *where,
-                          cg_status_t local_status, cg_comm_t ***joined, uint32_t *n_joined) {
+                          cg_status_t local_status, double timeout_s, cg_comm_t ***joined, uint32_t *n_joined) {
   cg_status_t st = CG_SUCCESS;
   uint32_t n = 0;
   size_t cap = (size_t)order->n_sequences + CG_CHECK_MAX_JOINS; /* joins beyond: see plan.h */
@@ -368,7 +363,7 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
       all[i] = checks[i].summaries;
       bytes[i] = i >= from ? sizeof(summary_t) : 0;
     }
-    if ((st = exchange(checks, n, mine, all, bytes)) != CG_SUCCESS) goto failed_exchange;
+    if ((st = exchange(checks, n, mine, all, bytes, timeout_s, where)) != CG_SUCCESS) goto failed_exchange;
     uint32_t end = n;
     for (uint32_t i = from; i < end; i++)
       for (int r = 0; r < checks[i].size; r++)
@@ -437,7 +432,7 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
     all[i] = c->all;
     bytes[i] = per_rank * sizeof *padded;
   }
-  if ((st = exchange(checks, n, mine, all, bytes)) != CG_SUCCESS) goto failed_exchange;
+  if ((st = exchange(checks, n, mine, all, bytes, timeout_s, where)) != CG_SUCCESS) goto failed_exchange;
 
   /* the verdicts, then round 3: names for the messages */
   for (uint32_t i = 0; i < n; i++) {
@@ -468,7 +463,7 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
     all[i] = c->names;
     bytes[i] = 2 * NAME_BYTES;
   }
-  if ((st = exchange(checks, n, mine, all, bytes)) != CG_SUCCESS) goto failed_exchange;
+  if ((st = exchange(checks, n, mine, all, bytes, timeout_s, where)) != CG_SUCCESS) goto failed_exchange;
   if (local_status != CG_SUCCESS) { /* the caller's detail stands */
     st = local_status;
     goto out;
@@ -490,9 +485,13 @@ cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, con
   goto out;
 
 failed_exchange: {
-  char detail[512];
+  char detail[1536];
   snprintf(detail, sizeof detail, "%s", cg_error_last());
-  st = cg_fail(st, "%s: cross-rank check: %s", where, detail);
+  /* a timeout's detail already says where it waited */
+  if (st == CG_ERR_TIMEOUT)
+    st = cg_fail(st, "%s", detail);
+  else
+    st = cg_fail(st, "%s: cross-rank check: %s", where, detail);
 }
 out:
   if (joined) {

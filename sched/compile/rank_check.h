@@ -16,8 +16,10 @@
  * `local_status` with the detail the caller set. On success, when `joined` is
  * not NULL, *joined lists (retained; the caller releases them and frees the
  * list) the communicators this rank joined without using them, which take part
- * in later agreements too. */
+ * in later agreements too. A round that waits longer than timeout_s (when
+ * positive) for the other ranks fails with CG_ERR_TIMEOUT naming the ranks
+ * that did not come (cg_control_complete). */
 cg_status_t cg_rank_check(const cg_graph_t *g, const cg_comm_order_t *order, const char *where,
-                          cg_status_t local_status, cg_comm_t ***joined, uint32_t *n_joined);
+                          cg_status_t local_status, double timeout_s, cg_comm_t ***joined, uint32_t *n_joined);
 
 #endif

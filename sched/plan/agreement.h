@@ -18,6 +18,7 @@
 typedef struct cg_participants {
   cg_comm_t **comms; /* by agreed id; not retained (the graph and the caller hold them) */
   uint32_t n;
+  double timeout_s; /* how long a round may wait for the other ranks (0: for ever); see cg_control_complete */
 } cg_participants_t;
 
 /* The communicators of `list` that have a control channel, by agreed id. */
@@ -55,7 +56,23 @@ cg_status_t cg_agree_with(uint8_t *all_ok, const cg_participants_t *pt, cg_statu
  * same on every rank. */
 const char *cg_comm_id_label(char *buf, size_t size, uint64_t id);
 
-/* The control channel as a blocking allgather. */
-cg_status_t cg_control_allgather(const cg_comm_t *comm, const void *mine, void *all, size_t bytes);
+/* Control rounds in flight (control_allgather_start), polled together until
+ * all complete. While it waits, this rank answers the roll calls of ranks
+ * whose wait timed out, saying it waits in `waiting_in`. With timeout_s > 0,
+ * once that long has passed: a roll call on the first communicator still
+ * waited for names the ranks that did not answer, every unfinished round is
+ * abandoned (MPI cannot cancel it; its communicator then refuses every later
+ * round), and CG_ERR_TIMEOUT names this rank, the communicator, what it waited
+ * in and the roll call, also on stderr. A failed round fails the call at
+ * once. */
+typedef struct cg_control_round {
+  const cg_comm_t *comm;
+  void *request; /* NULL once complete */
+} cg_control_round_t;
+cg_status_t cg_control_complete(cg_control_round_t *rounds, uint32_t n, double timeout_s, const char *waiting_in);
+
+/* One round on one communicator, waited for as above. */
+cg_status_t cg_control_allgather(const cg_comm_t *comm, const void *mine, void *all, size_t bytes, double timeout_s,
+                                 const char *waiting_in);
 
 #endif

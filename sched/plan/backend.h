@@ -14,7 +14,7 @@
 
 #include "plan_internal.h"
 
-#define CG_BACKEND_INTERFACE_VERSION 4u
+#define CG_BACKEND_INTERFACE_VERSION 5u
 
 /* Where a backend's steps may read and write. */
 #define CG_BACKEND_HOST_MEMORY 1u
@@ -35,6 +35,17 @@ struct cg_backend {
   cg_status_t (*control_allgather_start)(void **request, void *comm_impl, const void *mine, void *all,
                                          size_t bytes);
   cg_status_t (*control_test)(int *done, void *comm_impl, void *request);
+  /* A round that does not complete in time. While a rank waits for rounds
+   * it calls control_answer on their communicators, so that ranks whose wait
+   * timed out learn where it is (waiting_in: what it waits in). After its own
+   * timeout (of timeout_s), control_roll_call asks every rank of the
+   * communicator, waits a short grace time for the answers and writes a
+   * sentence naming the ranks that did not answer and what the others wait in; control_abandon then keeps
+   * the round (request, may be NULL) for good, since it cannot be cancelled,
+   * and fails every later round on the communicator at once with `why`. */
+  void (*control_answer)(void *comm_impl, const char *waiting_in);
+  void (*control_roll_call)(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s);
+  void (*control_abandon)(void *comm_impl, void *request, const char *why);
 
   /* Host execution. host_check_thread runs when a plan starts, on the calling
    * thread. host_step_prepare runs at compile time and may allocate what the

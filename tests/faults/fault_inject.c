@@ -16,6 +16,22 @@
  *                     not compare: that is what the check is for.)
  *   none              behaves
  *
+ * and, before the replays, the cases issue 23 found hanging (compile and
+ * communicator creation honour the timeout, docs/watchdog.md#compile):
+ *
+ *   skip-create       never calls cg_comm_create (sleeps three timeouts)
+ *   skip-compile      never calls cg_compile (sleeps three timeouts)
+ *   finalize          destroys its graph and communicator and finalizes MPI
+ *                     instead of compiling
+ *   empty-graph       records nothing, so its compile has nobody to check
+ *                     with, and goes on to the replays' barrier
+ *   other-comm        records its allreduces on a second communicator of the
+ *                     same ranks: every rank waits on a communicator the
+ *                     others do not use, so every rank reports
+ *
+ * The survivors must fail with CG_ERR_TIMEOUT naming the rank that did not
+ * answer their roll call.
+ *
  * Every rank that sees an error prints "FAULT-REPORT rank R: <status>:
  * <detail>" on stdout, lets the others report for 5% of the timeout, and ends
  * the job with MPI_Abort, as a training job would. Rank 0 prints the
@@ -229,8 +245,8 @@ int main(int argc, char **argv) {
   if (argc != 4 || (strcmp(argv[1], "host") && strcmp(argv[1], "gpu") && strcmp(argv[1], "gpu-staged") &&
                     strcmp(argv[1], "gpu-launch"))) {
     if (rank == 0)
-      fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-launch none|sleep|exit|differ|differ-unchecked "
-              "SECONDS\n");
+      fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-launch none|sleep|exit|differ|differ-unchecked|"
+              "skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
     MPI_Finalize();
     return 2;
   }
@@ -243,6 +259,7 @@ int main(int argc, char **argv) {
   handler_timeout_s = timeout_s;
   if (launch) cg_set_timeout_handler(on_timeout, NULL);
   int unchecked = strcmp(fault, "differ-unchecked") == 0, differs = unchecked || strcmp(fault, "differ") == 0;
+  int other_comm = strcmp(fault, "other-comm") == 0;
 
   cg_comm_t *comm = NULL;
   cg_comm_opts_t o = CG_COMM_OPTS_INIT;
@@ -250,9 +267,16 @@ int main(int argc, char **argv) {
     o.backend = staged ? CG_BACKEND_MPI : CG_BACKEND_NCCL;
     o.device = CG_DEVICE_LOCAL_RANK;
   }
+  o.timeout_s = timeout_s;
+  if (strcmp(fault, "skip-create") == 0) {
+    if (rank == 0) fault_line("FAULT-START %.6f\n", wall_s());
+    if (faulty) nap(3 * timeout_s), _exit(0);
+  }
   cg_status_t st = cg_comm_create(&comm, MPI_COMM_WORLD, &o);
   if (st != CG_SUCCESS) fail(st, timeout_s);
   comm_in_use = comm;
+  cg_comm_t *second = NULL; /* other-comm: the faulty rank's graph uses it */
+  if (other_comm && (st = cg_comm_create(&second, MPI_COMM_WORLD, &o)) != CG_SUCCESS) fail(st, timeout_s);
 #if CG_HAVE_CUDA
   int device = CG_DEVICE_HOST;
   if (gpu && ((st = cg_comm_device(&device, comm)) != CG_SUCCESS || cudaSetDevice(device) != cudaSuccess))
@@ -266,21 +290,45 @@ int main(int argc, char **argv) {
   for (int l = LAYERS - 1; l >= 0; l--) {
     if (!(grads[l] = buffer(gpu))) fail(CG_ERR_NO_MEMORY, timeout_s);
     if (differs && faulty && l == 1) continue;
+    if (faulty && strcmp(fault, "empty-graph") == 0) continue;
     cg_node_t node;
     char name[32];
     snprintf(name, sizeof name, "layer%d.grad", l);
-    if ((st = cg_allreduce(&node, g, comm, grads[l], grads[l], COUNT, CG_FLOAT32, CG_AVG)) != CG_SUCCESS ||
+    cg_comm_t *on = other_comm && faulty ? second : comm;
+    if ((st = cg_allreduce(&node, g, on, grads[l], grads[l], COUNT, CG_FLOAT32, CG_AVG)) != CG_SUCCESS ||
         (st = cg_node_name(g, node, name)) != CG_SUCCESS)
       fail(st, timeout_s);
   }
-  if (rank == 0 && differs && !unchecked) fault_line("FAULT-START %.6f\n", wall_s());
+  int at_compile = (differs && !unchecked) || other_comm || !strcmp(fault, "skip-compile") ||
+                   !strcmp(fault, "finalize") || !strcmp(fault, "empty-graph");
+  if (rank == 0 && at_compile) fault_line("FAULT-START %.6f\n", wall_s());
+  if (faulty && strcmp(fault, "skip-compile") == 0) nap(3 * timeout_s), _exit(0);
+  if (faulty && strcmp(fault, "finalize") == 0) {
+    cg_graph_destroy(g);
+    cg_comm_destroy(comm);
+    MPI_Finalize();
+    return 0;
+  }
   cg_compile_opts_t co = CG_COMPILE_OPTS_INIT;
   co.timeout_s = timeout_s;
   co.check_ranks = !unchecked;
   co.fusion = !unchecked;
   cg_plan_t *plan = NULL;
   st = cg_compile(&plan, g, &co);
+  if (st == CG_ERR_TIMEOUT) {
+    /* the timed-out round stays posted: the communicator must now refuse
+     * at once instead of waiting again, repeating the first report (which
+     * fail() prints) */
+    double began = wall_s();
+    cg_plan_t *again = NULL;
+    cg_status_t st2 = cg_compile(&again, g, &co);
+    if (st2 == CG_ERR_TIMEOUT && wall_s() - began < 0.25 * timeout_s)
+      fault_line("FAULT-REFUSED rank %d after %.3f s\n", rank, wall_s() - began);
+    cg_plan_destroy(again);
+    st = st2;
+  }
   cg_graph_destroy(g); /* before fail(): its communicator destroy is then the last reference */
+  cg_comm_destroy(second);
   if (st != CG_SUCCESS) fail(st, timeout_s);
   plan_in_use = plan;
 

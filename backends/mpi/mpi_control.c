@@ -1,0 +1,268 @@
+/* The control channel of an MPI-based communicator: the nonblocking
+ * allgathers the scheduler's rounds go through (the cross-rank check, the
+ * agreements of a compile), and what happens when a rank waits too long.
+ *
+ * A round that times out cannot be taken back: MPI cannot cancel a
+ * collective. So every round owns copies of what it sends and receives (never
+ * the caller's memory, which the caller frees), a timed-out round is kept for
+ * good, and its communicator is marked abandoned: every later round on it
+ * fails at once, naming the first timeout. The job should then end
+ * (MPI_Abort).
+ *
+ * Before it gives up, a rank finds out who is missing with a roll call: a
+ * zero-byte message with CG_ROLL_CALL_TAG to every other rank. A rank that
+ * waits in a round on the same MPI communicator answers while it polls
+ * (cg_mpi_answer_roll_calls), with what it waits in; the ranks that do not
+ * answer within the grace time are the ones the report names. Nothing of this
+ * runs unless a wait times out, except one MPI_Iprobe per poll. */
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+
+#include "mpi_backend.h"
+
+/* Tags of the roll call, on the library's control duplicates and, for
+ * cg_comm_create's arrival round, on the application's communicator (only
+ * after a timeout there: see cg_mpi_arrive). */
+#define CG_ROLL_CALL_TAG 32701
+#define CG_ROLL_ANSWER_TAG 32702
+#define CG_WAITING_IN_BYTES 192
+
+typedef struct control_round {
+  MPI_Request request;
+  void *all; /* the caller's: filled when the round completes */
+  size_t bytes;
+  int size;
+  unsigned char buf[]; /* what this rank sends, then size * bytes received */
+} control_round_t;
+
+/* Rounds that timed out: MPI may still write into them, so they stay
+ * allocated (and reachable) until the process ends. */
+static control_round_t **kept_rounds;
+static size_t n_kept_rounds, kept_rounds_cap;
+static mtx_t kept_lock;
+static once_flag kept_lock_once = ONCE_FLAG_INIT;
+static void init_kept_lock(void) { mtx_init(&kept_lock, mtx_plain); }
+
+static void keep_round(control_round_t *round) {
+  call_once(&kept_lock_once, init_kept_lock);
+  mtx_lock(&kept_lock);
+  if (n_kept_rounds == kept_rounds_cap) {
+    size_t cap = kept_rounds_cap ? 2 * kept_rounds_cap : 8;
+    control_round_t **grown = realloc(kept_rounds, cap * sizeof *grown);
+    if (grown) kept_rounds = grown, kept_rounds_cap = cap;
+  }
+  /* without room it is simply never freed, which is what keeping means */
+  if (n_kept_rounds < kept_rounds_cap) kept_rounds[n_kept_rounds++] = round;
+  mtx_unlock(&kept_lock);
+}
+
+cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
+                                           size_t bytes) {
+  cg_mpi_comm_t *m = comm_impl;
+  if (m->abandoned[0]) return cg_fail(CG_ERR_TIMEOUT, "%s", m->abandoned);
+  if (bytes > (size_t)INT_MAX) return cg_fail(CG_ERR_UNSUPPORTED, "control message of %zu bytes", bytes);
+  int size = 0, err = MPI_Comm_size(m->control, &size);
+  if (err != MPI_SUCCESS) return cg_mpi_fail(err, "MPI_Comm_size (control)");
+  control_round_t *r = malloc(sizeof *r + bytes * ((size_t)size + 1));
+  if (!r) return cg_fail(CG_ERR_NO_MEMORY, "allocating a control round of %zu bytes per rank", bytes);
+  r->all = all, r->bytes = bytes, r->size = size;
+  if (bytes) memcpy(r->buf, mine, bytes);
+  err = MPI_Iallgather(r->buf, (int)bytes, MPI_BYTE, r->buf + bytes, (int)bytes, MPI_BYTE, m->control, &r->request);
+  if (err != MPI_SUCCESS) {
+    free(r);
+    return cg_mpi_fail(err, "MPI_Iallgather");
+  }
+  *request = r;
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request) {
+  (void)comm_impl;
+  control_round_t *r = request;
+  MPI_Status status;
+  int err = cg_mpi_request_error(MPI_Test(&r->request, done, &status), &status);
+  if (err != MPI_SUCCESS) {
+    /* a failed request is complete and freed (MPI_REQUEST_NULL) */
+    if (r->request == MPI_REQUEST_NULL) free(r);
+    return cg_mpi_fail(err, "MPI_Test (control MPI_Iallgather)");
+  }
+  if (*done) {
+    memcpy(r->all, r->buf + r->bytes, r->bytes * (size_t)r->size);
+    free(r);
+  }
+  return CG_SUCCESS;
+}
+
+void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why) {
+  cg_mpi_comm_t *m = comm_impl;
+  if (request) keep_round(request);
+  if (!m->abandoned[0]) snprintf(m->abandoned, sizeof m->abandoned, "%s", why);
+}
+
+void cg_mpi_answer_roll_calls(MPI_Comm comm, const char *waiting_in) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, CG_ROLL_CALL_TAG, comm, &flag, &status) != MPI_SUCCESS || !flag) return;
+    if (MPI_Recv(NULL, 0, MPI_BYTE, status.MPI_SOURCE, CG_ROLL_CALL_TAG, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return;
+    char text[CG_WAITING_IN_BYTES];
+    snprintf(text, sizeof text, "%s", waiting_in);
+    /* a short message to a rank that is polling for it: sent eagerly */
+    MPI_Send(text, (int)strlen(text) + 1, MPI_CHAR, status.MPI_SOURCE, CG_ROLL_ANSWER_TAG, comm);
+  }
+}
+
+void cg_mpi_control_answer(void *comm_impl, const char *waiting_in) {
+  cg_mpi_answer_roll_calls(((cg_mpi_comm_t *)comm_impl)->control, waiting_in);
+}
+
+/* How long a roll call after a timeout of timeout_s waits for answers:
+ * short against the timeout (a job that aborts then should end within it +
+ * 10%, and the ranks that wait answer within microseconds), long against a
+ * poll. */
+static double roll_call_grace(double timeout_s) {
+  double grace = 0.01 * timeout_s;
+  return grace < 0.01 ? 0.01 : grace > 0.25 ? 0.25 : grace;
+}
+
+/* Appends to report at *used, never past size. */
+static void append(char *report, size_t size, size_t *used, const char *fmt, ...) CG_PRINTF_LIKE(4, 5);
+static void append(char *report, size_t size, size_t *used, const char *fmt, ...) {
+  if (*used + 1 >= size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(report + *used, size - *used, fmt, ap);
+  va_end(ap);
+  if (n > 0) *used = *used + (size_t)n < size ? *used + (size_t)n : size - 1;
+}
+
+/* "rank 3" or "ranks 1, 2 and 5" of the ranks r with pick(r) */
+static void append_ranks(char *report, size_t size, size_t *used, const uint8_t *flags, uint8_t want, int n,
+                         const int *same_text_as, int text_of) {
+  int count = 0, total = 0;
+  for (int r = 0; r < n; r++) total += flags[r] == want && (!same_text_as || same_text_as[r] == text_of);
+  append(report, size, used, total == 1 ? "rank" : "ranks");
+  for (int r = 0; r < n; r++) {
+    if (flags[r] != want || (same_text_as && same_text_as[r] != text_of)) continue;
+    count++;
+    append(report, size, used, "%s%d", count == 1 ? " " : count == total ? " and " : ", ", r);
+  }
+}
+
+void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *waiting_in, double timeout_s) {
+  double grace_s = roll_call_grace(timeout_s);
+  int me = 0, n = 0;
+  size_t used = 0;
+  report[0] = '\0';
+  if (MPI_Comm_rank(comm, &me) != MPI_SUCCESS || MPI_Comm_size(comm, &n) != MPI_SUCCESS || n < 1) {
+    append(report, size, &used, "no roll call (MPI_Comm_size failed)");
+    return;
+  }
+  uint8_t *answered = calloc((size_t)n, 1);
+  int *text_of = calloc((size_t)n, sizeof *text_of); /* the first rank that gave the same answer */
+  char(*texts)[CG_WAITING_IN_BYTES] = calloc((size_t)n, sizeof *texts);
+  if (!answered || !text_of || !texts) {
+    append(report, size, &used, "no roll call (out of memory)");
+    goto out;
+  }
+  for (int r = 0; r < n; r++) {
+    if (r == me) continue;
+    MPI_Request q;
+    /* zero bytes: nothing to keep alive, so the request can go at once */
+    if (MPI_Isend(NULL, 0, MPI_BYTE, r, CG_ROLL_CALL_TAG, comm, &q) == MPI_SUCCESS) MPI_Request_free(&q);
+  }
+  answered[me] = 1;
+  int missing = n - 1;
+  double end = MPI_Wtime() + grace_s;
+  while (missing > 0 && MPI_Wtime() < end) {
+    cg_mpi_answer_roll_calls(comm, waiting_in); /* the others may be calling the roll too */
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, CG_ROLL_ANSWER_TAG, comm, &flag, &status) != MPI_SUCCESS || !flag) continue;
+    char text[CG_WAITING_IN_BYTES] = {0};
+    int from = status.MPI_SOURCE;
+    if (MPI_Recv(text, CG_WAITING_IN_BYTES - 1, MPI_CHAR, from, CG_ROLL_ANSWER_TAG, comm, MPI_STATUS_IGNORE) !=
+        MPI_SUCCESS)
+      continue;
+    if (from < 0 || from >= n || answered[from]) continue; /* a late answer to an earlier roll call */
+    answered[from] = 1;
+    missing--;
+    memcpy(texts[from], text, sizeof text);
+  }
+  for (int r = 0; r < n; r++) {
+    text_of[r] = r;
+    if (r == me || !answered[r]) continue;
+    if (!strcmp(texts[r], waiting_in)) text_of[r] = -1; /* waits where this rank does */
+    for (int s = 0; s < r && text_of[r] == r; s++)
+      if (s != me && answered[s] && !strcmp(texts[s], texts[r])) text_of[r] = text_of[s];
+  }
+  if (missing) {
+    append_ranks(report, size, &used, answered, 0, n, NULL, 0);
+    append(report, size, &used, " of %d did not answer within %.2g s (%s in no commgraph wait on this communicator: "
+           "not reached this call, finalized MPI or exited, or waiting on another communicator)", n, grace_s,
+           missing == 1 ? "it is" : "they are");
+  } else {
+    append(report, size, &used, "every rank answered");
+  }
+  int same = 0;
+  for (int r = 0; r < n; r++) same += r != me && answered[r] && text_of[r] == -1;
+  if (same) {
+    append(report, size, &used, "; ");
+    append_ranks(report, size, &used, answered, 1, n, text_of, -1);
+    append(report, size, &used, " %s there too", same == 1 ? "waits" : "wait");
+  }
+  for (int r = 0; r < n; r++) {
+    if (r == me || !answered[r] || text_of[r] != r) continue;
+    int alike = 0;
+    for (int s = r; s < n; s++) alike += s != me && answered[s] && text_of[s] == r;
+    append(report, size, &used, "; ");
+    append_ranks(report, size, &used, answered, 1, n, text_of, r);
+    append(report, size, &used, " %s in %s", alike == 1 ? "waits" : "wait", texts[r]);
+  }
+out:
+  free(answered);
+  free(text_of);
+  free(texts);
+}
+
+void cg_mpi_control_roll_call(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s) {
+  cg_mpi_roll_call(report, size, ((cg_mpi_comm_t *)comm_impl)->control, waiting_in, timeout_s);
+}
+
+cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {
+  if (timeout_s <= 0) return CG_SUCCESS;
+  char waiting_in[CG_WAITING_IN_BYTES];
+  snprintf(waiting_in, sizeof waiting_in, "%s (the ranks' arrival)", where);
+  MPI_Request request;
+  int err = MPI_Ibarrier(comm, &request), done = 0;
+  if (err != MPI_SUCCESS) return cg_fail_mpi(err, "MPI_Ibarrier", "%s: the ranks' arrival", where);
+  double end = MPI_Wtime() + timeout_s;
+  while (!done) {
+    MPI_Status status;
+    if ((err = cg_mpi_request_error(MPI_Test(&request, &done, &status), &status)) != MPI_SUCCESS)
+      return cg_fail_mpi(err, "MPI_Test (MPI_Ibarrier)", "%s: the ranks' arrival", where);
+    if (done) break;
+    cg_mpi_answer_roll_calls(comm, waiting_in);
+    if (MPI_Wtime() < end) continue;
+    int me = 0, n = 0;
+    MPI_Comm_rank(comm, &me);
+    MPI_Comm_size(comm, &n);
+    char roll[768];
+    cg_mpi_roll_call(roll, sizeof roll, comm, waiting_in, timeout_s);
+    /* the barrier stays posted on the application's communicator: nothing
+     * can take it back */
+    cg_status_t st = cg_fail(CG_ERR_TIMEOUT,
+                             "%s: timed out after %g s waiting for the other ranks on rank %d of %d: %s. The "
+                             "barrier stays posted on this MPI communicator: end the job (MPI_Abort)",
+                             where, timeout_s, me, n, roll);
+    fprintf(stderr, "commgraph: %s\n", cg_error_last());
+    return st;
+  }
+  return CG_SUCCESS;
+}
