@@ -38,7 +38,9 @@ typedef struct cg_compile_opts {
   double timeout_s; /* replay watchdog: a replay that has not finished this many seconds after it started fails
                        with CG_ERR_TIMEOUT (see cg_plan_wait; a cg_plan_launch replay: one in which no step
                        completes for this long, see below); 0 (default): CG_TIMEOUT (seconds) from the
-                       environment, else none; negative: none, whatever the environment says */
+                       environment, else none; negative: none, whatever the environment says. It bounds
+                       cg_compile's own waits for the other ranks too (each round: the cross-rank check,
+                       the agreements): CG_ERR_TIMEOUT naming the ranks that did not come (docs/watchdog.md) */
   const char *tuning_file; /* NULL (default): none; else a file cg_plan_save_tuning wrote ("%r": this rank, its
                               rank in the graph's first communicator): buckets from its tuning, without
                               profiling (see cg_plan_save_tuning) */
