@@ -176,7 +176,11 @@ static void destroy_after_drain(void) {
 static void fail(cg_status_t st, double timeout_s) {
   double began = wall_s();
   fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
-  if (gpu_run && wait_drained(0.05 * timeout_s)) destroy_after_drain();
+  /* after a compile's or creation's timeout nothing ran on the GPU and the
+   * job is to end: an ordinary NCCL teardown (about 0.25 s per communicator)
+   * would only delay the abort */
+  int before_replays = !plan_in_use && st == CG_ERR_TIMEOUT;
+  if (gpu_run && wait_drained(0.05 * timeout_s) && !before_replays) destroy_after_drain();
   nap(0.05 * timeout_s - (wall_s() - began));
   /* the cross-rank check fails on every rank alike, so all of them are here
    * and none is aborted: each finishes its destroy (an ordinary NCCL
