@@ -41,6 +41,10 @@ typedef struct cg_mpi_comm {
   /* not empty once a control round timed out (mpi_control.c): why; every
    * later round fails with it */
   char abandoned[768];
+  /* agreed by the ranks when the duplicates are made, unique in the job:
+   * roll calls carry it, so one meant for a freed communicator whose MPI
+   * context was reused is dropped (mpi_control.c) */
+  uint64_t roll_id;
 } cg_mpi_comm_t;
 
 extern const cg_backend_t cg_mpi_backend;

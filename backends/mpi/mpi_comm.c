@@ -149,6 +149,7 @@ cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level
   if ((st = cg_mpi_errors_return(m->data, "cg_comm_create: the data duplicate")) != CG_SUCCESS ||
       (st = cg_mpi_errors_return(m->control, "cg_comm_create: the control duplicate")) != CG_SUCCESS)
     goto out;
+  if ((st = cg_mpi_agree_on_id(&m->roll_id, m->control)) != CG_SUCCESS) goto out;
   m->one_node = on_one_node(m->control);
   if ((st = cg_mpi_types_create(m)) != CG_SUCCESS) goto out;
   *out = m;

@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <threads.h>
+#include <unistd.h>
 
 #include "mpi_backend.h"
 
@@ -104,22 +106,49 @@ void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why) {
   if (!m->abandoned[0]) snprintf(m->abandoned, sizeof m->abandoned, "%s", why);
 }
 
-void cg_mpi_answer_roll_calls(MPI_Comm comm, const char *waiting_in) {
+/* What a roll call carries: the id of the communicator it is meant for
+ * (MPI reuses a freed communicator's context, so a message that outlived its
+ * communicator could match on a new one: such a stale call is dropped) and a
+ * nonce the answer echoes (stale answers are dropped). */
+typedef struct roll_query {
+  uint64_t comm_id, nonce;
+} roll_query_t;
+typedef struct roll_answer {
+  uint64_t nonce;
+  char text[CG_WAITING_IN_BYTES];
+} roll_answer_t;
+
+/* Answers go out without waiting for the asker to take them; their buffers
+ * come from this ring, reused round-robin (an answer is small and taken at
+ * once by a rank that polls for it; a run of 64 unanswered roll calls would
+ * have to precede a reuse). */
+static roll_answer_t answer_ring[64];
+static atomic_uint answer_next;
+
+static void answer_roll_calls(MPI_Comm comm, uint64_t comm_id, const char *waiting_in) {
   for (;;) {
     int flag = 0;
     MPI_Status status;
     if (MPI_Iprobe(MPI_ANY_SOURCE, CG_ROLL_CALL_TAG, comm, &flag, &status) != MPI_SUCCESS || !flag) return;
-    if (MPI_Recv(NULL, 0, MPI_BYTE, status.MPI_SOURCE, CG_ROLL_CALL_TAG, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    roll_query_t q = {0, 0};
+    if (MPI_Recv(&q, (int)sizeof q, MPI_BYTE, status.MPI_SOURCE, CG_ROLL_CALL_TAG, comm, MPI_STATUS_IGNORE) !=
+        MPI_SUCCESS)
       return;
-    char text[CG_WAITING_IN_BYTES];
-    snprintf(text, sizeof text, "%s", waiting_in);
-    /* a short message to a rank that is polling for it: sent eagerly */
-    MPI_Send(text, (int)strlen(text) + 1, MPI_CHAR, status.MPI_SOURCE, CG_ROLL_ANSWER_TAG, comm);
+    if (q.comm_id != comm_id) continue; /* meant for a communicator freed before this one */
+    roll_answer_t *a = &answer_ring[atomic_fetch_add(&answer_next, 1) % 64];
+    a->nonce = q.nonce;
+    snprintf(a->text, sizeof a->text, "%s", waiting_in);
+    MPI_Request request;
+    if (MPI_Isend(a, (int)sizeof *a, MPI_BYTE, status.MPI_SOURCE, CG_ROLL_ANSWER_TAG, comm, &request) == MPI_SUCCESS)
+      MPI_Request_free(&request);
   }
 }
 
+void cg_mpi_answer_roll_calls(MPI_Comm comm, const char *waiting_in) { answer_roll_calls(comm, 0, waiting_in); }
+
 void cg_mpi_control_answer(void *comm_impl, const char *waiting_in) {
-  cg_mpi_answer_roll_calls(((cg_mpi_comm_t *)comm_impl)->control, waiting_in);
+  const cg_mpi_comm_t *m = comm_impl;
+  answer_roll_calls(m->control, m->roll_id, waiting_in);
 }
 
 /* How long a roll call after a timeout of timeout_s waits for answers:
@@ -155,8 +184,17 @@ static void append_ranks(char *report, size_t size, size_t *used, const uint8_t 
   }
 }
 
-void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *waiting_in, double timeout_s) {
+static void roll_call(char *report, size_t size, MPI_Comm comm, uint64_t comm_id, const char *waiting_in,
+                      double timeout_s) {
   double grace_s = roll_call_grace(timeout_s);
+  /* the query outlives this call in MPI (its sends are not waited for), so
+   * it lives in a ring like the answers */
+  static roll_query_t query_ring[64];
+  static atomic_uint_fast64_t nonces;
+  uint64_t k = atomic_fetch_add(&nonces, 1);
+  roll_query_t *q = &query_ring[k % 64];
+  *q = (roll_query_t){comm_id, ((uint64_t)(unsigned)getpid() << 32) ^ k ^ (uint64_t)(MPI_Wtime() * 1e6)};
+  const roll_query_t query = *q;
   int me = 0, n = 0;
   size_t used = 0;
   report[0] = '\0';
@@ -173,27 +211,29 @@ void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *wait
   }
   for (int r = 0; r < n; r++) {
     if (r == me) continue;
-    MPI_Request q;
-    /* zero bytes: nothing to keep alive, so the request can go at once */
-    if (MPI_Isend(NULL, 0, MPI_BYTE, r, CG_ROLL_CALL_TAG, comm, &q) == MPI_SUCCESS) MPI_Request_free(&q);
+    MPI_Request request;
+    if (MPI_Isend(q, (int)sizeof *q, MPI_BYTE, r, CG_ROLL_CALL_TAG, comm, &request) == MPI_SUCCESS)
+      MPI_Request_free(&request);
   }
   answered[me] = 1;
   int missing = n - 1;
   double end = MPI_Wtime() + grace_s;
   while (missing > 0 && MPI_Wtime() < end) {
-    cg_mpi_answer_roll_calls(comm, waiting_in); /* the others may be calling the roll too */
+    answer_roll_calls(comm, comm_id, waiting_in); /* the others may be calling the roll too */
     int flag = 0;
     MPI_Status status;
     if (MPI_Iprobe(MPI_ANY_SOURCE, CG_ROLL_ANSWER_TAG, comm, &flag, &status) != MPI_SUCCESS || !flag) continue;
-    char text[CG_WAITING_IN_BYTES] = {0};
+    roll_answer_t a;
+    memset(&a, 0, sizeof a);
     int from = status.MPI_SOURCE;
-    if (MPI_Recv(text, CG_WAITING_IN_BYTES - 1, MPI_CHAR, from, CG_ROLL_ANSWER_TAG, comm, MPI_STATUS_IGNORE) !=
-        MPI_SUCCESS)
+    if (MPI_Recv(&a, (int)sizeof a, MPI_BYTE, from, CG_ROLL_ANSWER_TAG, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
       continue;
-    if (from < 0 || from >= n || answered[from]) continue; /* a late answer to an earlier roll call */
+    a.text[sizeof a.text - 1] = '\0';
+    /* an answer to an earlier roll call, or a second one */
+    if (a.nonce != query.nonce || from < 0 || from >= n || answered[from]) continue;
     answered[from] = 1;
     missing--;
-    memcpy(texts[from], text, sizeof text);
+    memcpy(texts[from], a.text, sizeof a.text);
   }
   for (int r = 0; r < n; r++) {
     text_of[r] = r;
@@ -205,7 +245,7 @@ void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *wait
   if (missing) {
     append_ranks(report, size, &used, answered, 0, n, NULL, 0);
     append(report, size, &used, " of %d did not answer within %.2g s (%s in no commgraph wait on this communicator: "
-           "not reached this call, finalized MPI or exited, or waiting on another communicator)", n, grace_s,
+           "not come yet or busy elsewhere, finalized MPI or exited, or waiting on another communicator)", n, grace_s,
            missing == 1 ? "it is" : "they are");
   } else {
     append(report, size, &used, "every rank answered");
@@ -231,8 +271,13 @@ out:
   free(texts);
 }
 
+void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *waiting_in, double timeout_s) {
+  roll_call(report, size, comm, 0, waiting_in, timeout_s);
+}
+
 void cg_mpi_control_roll_call(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s) {
-  cg_mpi_roll_call(report, size, ((cg_mpi_comm_t *)comm_impl)->control, waiting_in, timeout_s);
+  const cg_mpi_comm_t *m = comm_impl;
+  roll_call(report, size, m->control, m->roll_id, waiting_in, timeout_s);
 }
 
 cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {

@@ -35,6 +35,7 @@ struct cg_host_run {
   uint64_t *stamps;    /* profiling replays (cg_plan_tune): per step, its start and end in ns after
                           started_ns; NULL otherwise */
   uint32_t last_done;  /* the step that completed last, or CG_NO_STEP */
+  uint64_t answered_ns; /* when roll calls were last answered (cg_watchdog_answer) */
   int running;
 };
 
@@ -175,13 +176,14 @@ static cg_status_t time_out(cg_plan_t *plan, const char *caller) {
   cg_watchdog_where_t w = {CG_NO_STEP, r->last_done, r->n_done, NULL};
   for (uint32_t i = 0; i < r->n_started; i++)
     if (w.waiting == CG_NO_STEP || r->started[i] < w.waiting) w.waiting = r->started[i];
-  char extra[160] = "";
-  if (w.waiting != CG_NO_STEP && plan->steps[w.waiting].kind == CG_STEP_COLLECTIVE) {
-    const cg_comm_t *comm = plan->steps[w.waiting].comm;
+  char extra[1100] = "";
+  const cg_comm_t *comm = w.waiting != CG_NO_STEP ? plan->steps[w.waiting].comm : NULL;
+  if (w.waiting != CG_NO_STEP && plan->steps[w.waiting].kind == CG_STEP_COLLECTIVE)
     snprintf(extra, sizeof extra, "communicator %016llx, sequence number %llu; steps in flight: %u",
              (unsigned long long)comm->id, (unsigned long long)r->seq[w.waiting], r->n_started);
-    w.extra = extra;
-  }
+  /* which ranks are not in this replay: the one the step waits for is among them */
+  cg_watchdog_roll_call(extra, sizeof extra, plan, plan->replays, comm ? comm : plan->n_comms ? plan->comms[0].comm : NULL);
+  if (extra[0]) w.extra = extra;
   r->running = 0;
   return cg_watchdog_fire(plan, caller, plan->replays, &w);
 }
@@ -196,6 +198,8 @@ static cg_status_t progress(int *done, cg_plan_t *plan, const char *caller) {
     cg_flight_plan(plan, CG_FLIGHT_REPLAY_DONE, plan->replays);
   } else if (cg_watchdog_expired(plan, r->started_ns)) {
     return time_out(plan, caller);
+  } else {
+    cg_watchdog_answer(plan, plan->replays, &r->answered_ns);
   }
   *done = !r->running;
   return CG_SUCCESS;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend.h"
 #include "error.h"
 #include "flight.h"
 #include "watchdog.h"
@@ -55,7 +56,7 @@ void cg_watchdog_notify(const char *report) {
 }
 
 cg_status_t cg_watchdog_report(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w) {
-  char rank[64], waiting[700] = "an unknown step", last[700] = "none", report[2300];
+  char rank[64], waiting[700] = "an unknown step", last[700] = "none", report[3400];
   plan_rank(rank, sizeof rank, plan);
   if (w->waiting != CG_NO_STEP) cg_step_describe(waiting, sizeof waiting, plan, w->waiting);
   if (w->last_done != CG_NO_STEP) cg_step_describe(last, sizeof last, plan, w->last_done);
@@ -87,4 +88,35 @@ cg_status_t cg_watchdog_notify_waiter(cg_status_t st) {
 
 cg_status_t cg_watchdog_fire(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w) {
   return cg_watchdog_notify_waiter(cg_watchdog_report(plan, caller, replay, w));
+}
+
+/* What this rank waits in, as the roll call tells it: the same text on
+ * every rank in the same replay, so the report can group them. */
+static void waiting_in(char *buf, size_t size, const cg_plan_t *plan, uint64_t replay) {
+  snprintf(buf, size, "%s%s%s, replay %llu", plan->name ? "plan '" : "an unnamed plan", plan->name ? plan->name : "",
+           plan->name ? "'" : "", (unsigned long long)replay);
+}
+
+void cg_watchdog_answer(const cg_plan_t *plan, uint64_t replay, uint64_t *last_ns) {
+  if (plan->timeout_s <= 0) return;
+  uint64_t now = cg_watchdog_now_ns();
+  if (now - *last_ns < 1000000u) return;
+  *last_ns = now;
+  char text[192];
+  waiting_in(text, sizeof text, plan, replay);
+  for (uint32_t c = 0; c < plan->n_comms; c++) {
+    const cg_comm_t *comm = plan->comms[c].comm;
+    const cg_backend_t *b = comm->ops->backend;
+    if (b && b->control_answer) b->control_answer(comm->impl, text);
+  }
+}
+
+void cg_watchdog_roll_call(char *buf, size_t size, const cg_plan_t *plan, uint64_t replay, const cg_comm_t *comm) {
+  const cg_backend_t *b = comm ? comm->ops->backend : NULL;
+  if (plan->timeout_s <= 0 || !b || !b->control_roll_call) return;
+  char text[192], roll[768];
+  waiting_in(text, sizeof text, plan, replay);
+  b->control_roll_call(roll, sizeof roll, comm->impl, text, plan->timeout_s);
+  size_t used = strlen(buf);
+  if (used < size) snprintf(buf + used, size - used, "%sroll call: %s", used ? "; " : "", roll);
 }

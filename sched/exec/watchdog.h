@@ -40,4 +40,15 @@ cg_status_t cg_watchdog_notify_waiter(cg_status_t st);
 /* cg_watchdog_report, then cg_watchdog_notify_waiter. */
 cg_status_t cg_watchdog_fire(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w);
 
+/* Where the ranks are (issue 23): while a replay is waited for on the
+ * caller's thread, cg_watchdog_answer answers, at most once a millisecond
+ * (*last_ns keeps the time), the roll calls of ranks whose replay timed out,
+ * on the control channels of the plan's communicators: "plan 'x', replay R".
+ * At a timeout, cg_watchdog_roll_call asks every rank of `comm` where it is
+ * and appends to `buf` (at `*used`) the ranks that did not answer (not in
+ * this replay: late, in other code, or gone) and where the others are.
+ * Neither runs without a timeout. */
+void cg_watchdog_answer(const cg_plan_t *plan, uint64_t replay, uint64_t *last_ns);
+void cg_watchdog_roll_call(char *buf, size_t size, const cg_plan_t *plan, uint64_t replay, const cg_comm_t *comm);
+
 #endif
