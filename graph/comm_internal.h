@@ -38,6 +38,8 @@ struct cg_comm {
   /* collectives issued over it by every plan, in order: the flight
    * recorder's sequence numbers, equal across ranks while they agree */
   atomic_uint_least64_t issued;
+  /* plans compiled on it, in order (cg_plan_comm_t.compile_index) */
+  atomic_uint_least64_t compiled;
   /* a timed-out replay aborted it (sched/exec/cuda/cuda_watchdog.c): its backend ran
    * its abort once, and no plan starts on it any more */
   atomic_int aborted;

@@ -156,8 +156,8 @@ void cg_mpi_control_answer(void *comm_impl, const char *waiting_in) {
  * 10%, and the ranks that wait answer within microseconds), long against a
  * poll. */
 static double roll_call_grace(double timeout_s) {
-  double grace = 0.01 * timeout_s;
-  return grace < 0.01 ? 0.01 : grace > 0.25 ? 0.25 : grace;
+  double grace = 0.005 * timeout_s;
+  return grace < 0.005 ? 0.005 : grace > 0.25 ? 0.25 : grace;
 }
 
 /* Appends to report at *used, never past size. */

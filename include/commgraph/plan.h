@@ -44,8 +44,14 @@ typedef struct cg_compile_opts {
   const char *tuning_file; /* NULL (default): none; else a file cg_plan_save_tuning wrote ("%r": this rank, its
                               rank in the graph's first communicator): buckets from its tuning, without
                               profiling (see cg_plan_save_tuning) */
+  int fingerprint; /* 1 (default): every replay of a host plan also exchanges 16 bytes per communicator (the
+                      number and a hash of its collectives) on the communicator's control channel, posted when
+                      the replay starts; ranks that ran different sequences (a graph that differs with
+                      check_ranks 0, plans started in different orders) fail the replay with CG_ERR_MISMATCH
+                      instead of mixing their data silently (docs/watchdog.md#fingerprint). 0: none. Device
+                      plans have none yet */
 } cg_compile_opts_t;
-#define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL, 1, 0, 0.0, NULL}
+#define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL, 1, 0, 0.0, NULL, 1}
 
 /* Compiles `graph`; opts may be NULL for defaults. Collective: every rank of
  * every communicator the graph uses must call it (in the same order relative to

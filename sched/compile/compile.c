@@ -232,6 +232,7 @@ cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compi
     p->graph_serial = graph->serial;
     p->device = device;
     p->timeout_s = timeout_s;
+    p->fingerprint = opts->fingerprint != 0;
     p->exec = exec;
     /* the agreed tuning stays with the plan: its dump, DOT and saved tuning
      * show it, and say which boundaries it has */
@@ -253,6 +254,7 @@ cg_status_t cg_compile_tuning(cg_plan_t **out, cg_graph_t *graph, const cg_compi
   /* collective for device plans: every rank takes part, failed or not */
   if (exec && exec->build) st = exec->build(st == CG_SUCCESS ? p : NULL, &pt, st, where);
   if (st != CG_SUCCESS) goto out;
+  for (uint32_t c = 0; c < p->n_comms; c++) p->comms[c].compile_index = atomic_fetch_add(&p->comms[c].comm->compiled, 1);
   *out = p;
   p = NULL;
 out:

@@ -15,6 +15,7 @@
 #include "backend.h"
 #include "error.h"
 #include "executor.h"
+#include "fingerprint.h"
 #include "flight.h"
 #include "host_exec.h"
 #include "plan_internal.h"
@@ -36,6 +37,7 @@ struct cg_host_run {
                           started_ns; NULL otherwise */
   uint32_t last_done;  /* the step that completed last, or CG_NO_STEP */
   uint64_t answered_ns; /* when roll calls were last answered (cg_watchdog_answer) */
+  cg_fingerprint_t *fingerprint; /* plan->fingerprint: this replay's (fingerprint.h) */
   int running;
 };
 
@@ -47,6 +49,7 @@ static void host_release(cg_plan_t *plan) {
   free(r->started);
   free(r->worklist);
   free(r->seq);
+  cg_fingerprint_free(r->fingerprint);
   free(r);
   plan->run = NULL;
 }
@@ -181,6 +184,8 @@ static cg_status_t time_out(cg_plan_t *plan, const char *caller) {
   if (w.waiting != CG_NO_STEP && plan->steps[w.waiting].kind == CG_STEP_COLLECTIVE)
     snprintf(extra, sizeof extra, "communicator %016llx, sequence number %llu; steps in flight: %u",
              (unsigned long long)comm->id, (unsigned long long)r->seq[w.waiting], r->n_started);
+  /* ranks that ran other sequences: the likely cause */
+  cg_fingerprint_time_out(r->fingerprint, extra, sizeof extra, "an earlier replay on this communicator timed out");
   /* which ranks are not in this replay: the one the step waits for is among them */
   cg_watchdog_roll_call(extra, sizeof extra, plan, plan->replays, comm ? comm : plan->n_comms ? plan->comms[0].comm : NULL);
   if (extra[0]) w.extra = extra;
@@ -193,7 +198,12 @@ static cg_status_t progress(int *done, cg_plan_t *plan, const char *caller) {
   cg_status_t st = poll_started(plan, caller);
   if (st == CG_SUCCESS) st = start_ready(plan, caller);
   if (st != CG_SUCCESS) return st;
-  if (r->n_done == plan->n_steps) {
+  int printed = 1;
+  if (plan->fingerprint && (st = cg_fingerprint_test(&printed, r->fingerprint, plan, caller)) != CG_SUCCESS) {
+    r->running = 0;
+    return st;
+  }
+  if (r->n_done == plan->n_steps && printed) {
     r->running = 0;
     cg_flight_plan(plan, CG_FLIGHT_REPLAY_DONE, plan->replays);
   } else if (cg_watchdog_expired(plan, r->started_ns)) {
@@ -269,8 +279,20 @@ static cg_status_t host_start(cg_plan_t *plan) {
     if (plan->steps[i].n_deps == 0) r->worklist[r->n_work++] = i;
   }
   r->running = 1;
+  /* before the data: a rank on another sequence then pairs fingerprints
+   * with this one first */
+  if (plan->fingerprint && (st = cg_fingerprint_start(&r->fingerprint, plan, "cg_plan_start")) != CG_SUCCESS) {
+    r->running = 0;
+    return st;
+  }
   if ((st = start_ready(plan, "cg_plan_start")) != CG_SUCCESS) return st;
-  if (r->n_done == plan->n_steps) {
+  int printed = 1;
+  if (plan->fingerprint && r->n_done == plan->n_steps &&
+      (st = cg_fingerprint_test(&printed, r->fingerprint, plan, "cg_plan_start")) != CG_SUCCESS) {
+    r->running = 0;
+    return st;
+  }
+  if (r->n_done == plan->n_steps && printed) {
     r->running = 0;
     cg_flight_plan(plan, CG_FLIGHT_REPLAY_DONE, plan->replays);
   }

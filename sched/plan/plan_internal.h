@@ -105,6 +105,8 @@ typedef struct cg_plan_comm {
   cg_comm_t *comm; /* retained */
   uint32_t *steps; /* its steps in total order */
   uint32_t n_steps;
+  uint64_t compile_index; /* plans compiled on the communicator before this one: the same on every rank, since
+                             compiles on a communicator come in the same order (the replay's fingerprint) */
 } cg_plan_comm_t;
 
 /* What the plan remembers of each recorded node, for cg_plan_rebind: its
@@ -155,6 +157,7 @@ struct cg_plan {
   const struct cg_executor *exec; /* how it runs (executor.h): chosen by cg_compile */
   cg_host_run_t *run; /* the host executor's state, NULL until first started */
   double timeout_s;   /* replay watchdog (watchdog.h); 0: none */
+  int fingerprint;    /* host plans: each replay checks the ranks' collective sequences (host_exec.c) */
   uint64_t replays;   /* replays started (run, start, launch), for reports and the flight recorder */
   atomic_int timed_out; /* a replay timed out (set by the watchdog's monitor thread too): its communication
                            may still be posted, so no more replays */

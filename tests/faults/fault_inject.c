@@ -14,6 +14,13 @@
  *                     allreduce the faulty rank never makes. (Fused, the
  *                     ranks' buckets would differ in size, which MPI does
  *                     not compare: that is what the check is for.)
+ *   differ-fingerprint  differ-unchecked on a plan with the replay's
+ *                     fingerprint (host plans): every rank fails the first
+ *                     replay with CG_ERR_MISMATCH at once
+ *   swapped-plans     a second plan (the same allreduces, summing) that the faulty rank runs
+ *                     before the first in replay 3, the others after it: the
+ *                     fingerprints pair the two plans, and every rank fails
+ *                     with CG_ERR_MISMATCH instead of mixing their data
  *   none              behaves
  *
  * and, before the replays, the cases issue 23 found hanging (compile and
@@ -250,7 +257,7 @@ int main(int argc, char **argv) {
                     strcmp(argv[1], "gpu-launch"))) {
     if (rank == 0)
       fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-launch none|sleep|exit|differ|differ-unchecked|"
-              "skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
+              "differ-fingerprint|swapped-plans|skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
     MPI_Finalize();
     return 2;
   }
@@ -262,7 +269,9 @@ int main(int argc, char **argv) {
   double timeout_s = atof(argv[3]);
   handler_timeout_s = timeout_s;
   if (launch) cg_set_timeout_handler(on_timeout, NULL);
-  int unchecked = strcmp(fault, "differ-unchecked") == 0, differs = unchecked || strcmp(fault, "differ") == 0;
+  int printed = strcmp(fault, "differ-fingerprint") == 0, swapped = strcmp(fault, "swapped-plans") == 0;
+  int unchecked = printed || strcmp(fault, "differ-unchecked") == 0,
+      differs = unchecked || strcmp(fault, "differ") == 0;
   int other_comm = strcmp(fault, "other-comm") == 0;
 
   cg_comm_t *comm = NULL;
@@ -317,8 +326,20 @@ int main(int argc, char **argv) {
   co.timeout_s = timeout_s;
   co.check_ranks = !unchecked;
   co.fusion = !unchecked;
-  cg_plan_t *plan = NULL;
+  co.fingerprint = printed || swapped; /* the others see the watchdog at work */
+  cg_plan_t *plan = NULL, *other = NULL;
   st = cg_compile(&plan, g, &co);
+  if (st == CG_SUCCESS && swapped) {
+    /* a second plan of the same shape (so MPI pairs its messages with the
+     * first's without complaint), summing instead of averaging: run in
+     * different orders, the ranks would mix the two plans' data silently */
+    cg_graph_t *g2 = NULL;
+    st = cg_graph_create(&g2, NULL);
+    for (int l = LAYERS - 1; l >= 0 && st == CG_SUCCESS; l--)
+      st = cg_allreduce(NULL, g2, comm, grads[l], grads[l], COUNT, CG_FLOAT32, CG_SUM);
+    if (st == CG_SUCCESS) st = cg_compile(&other, g2, &co);
+    cg_graph_destroy(g2);
+  }
   if (st == CG_ERR_TIMEOUT) {
     /* the timed-out round stays posted: the communicator must now refuse
      * at once instead of waiting again, repeating the first report (which
@@ -345,12 +366,16 @@ int main(int argc, char **argv) {
       if (faulty && strcmp(fault, "sleep") == 0) nap(3 * timeout_s);
       if (faulty && strcmp(fault, "exit") == 0) _exit(0);
     }
+    int other_first = swapped && faulty && replay == FAULTY_REPLAY;
+    if (other_first && (st = cg_plan_run(other)) != CG_SUCCESS) fail(st, timeout_s);
     if (launch) {
       if ((st = launch_and_wait(plan)) != CG_SUCCESS) fail(st, timeout_s);
     } else if ((st = cg_plan_run(plan)) != CG_SUCCESS) {
       fail(st, timeout_s);
     }
+    if (swapped && !other_first && (st = cg_plan_run(other)) != CG_SUCCESS) fail(st, timeout_s);
   }
+  cg_plan_destroy(other);
   if (rank == 0) fault_line("FAULT-NONE all %d replays finished\n", REPLAYS);
   cg_plan_destroy(plan);
   cg_comm_destroy(comm);

@@ -12,7 +12,9 @@
  * calls'; the issue's target is at most 1.05 from 1 MB up. After timing each
  * size, the plan runs once more into NaN-filled results, which must hold the
  * ranks' sum (integer-valued floats); a wrong sum prints "WRONG" and exits
- * non-zero, as does any error. */
+ * non-zero, as does any error. "run, no fingerprint" is the same plan
+ * compiled with cg_compile_opts_t.fingerprint = 0; "print" is what the
+ * replay's fingerprint costs (cg_plan_run over it). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +26,9 @@
 #define ROUNDS 9
 #define BATCH 8
 
-enum { DIRECT_BLOCKING, DIRECT_NONBLOCKING, PLAN_RUN, PLAN_START_WAIT, N_MODES };
-static const char *mode_names[N_MODES] = {"MPI_Allreduce", "MPI_Iallreduce+Wait", "cg_plan_run", "plan start+wait"};
+enum { DIRECT_BLOCKING, DIRECT_NONBLOCKING, PLAN_RUN, PLAN_START_WAIT, PLAN_RUN_UNPRINTED, N_MODES };
+static const char *mode_names[N_MODES] = {"MPI_Allreduce", "MPI_Iallreduce+Wait", "cg_plan_run", "plan start+wait",
+                                          "run, no fingerprint"};
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -60,7 +63,7 @@ static int plan_sums_right(cg_plan_t *plan, int ops, float **recv, int count, in
 /* Runs `iters` iterations of `mode` over `ops` allreduces of `count` floats and
  * returns the slowest rank's seconds per iteration. */
 static double time_mode(int mode, int iters, int ops, float **send, float **recv, int count, MPI_Comm comm,
-                        cg_plan_t *plan) {
+                        cg_plan_t *plan, cg_plan_t *unprinted) {
   MPI_Request requests[BATCH];
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
@@ -75,6 +78,9 @@ static double time_mode(int mode, int iters, int ops, float **send, float **recv
         break;
       case PLAN_RUN:
         check(cg_plan_run(plan), "cg_plan_run");
+        break;
+      case PLAN_RUN_UNPRINTED:
+        check(cg_plan_run(unprinted), "cg_plan_run");
         break;
       default:
         check(cg_plan_start(plan), "cg_plan_start");
@@ -102,14 +108,14 @@ int main(int argc, char **argv) {
            ROUNDS);
     printf("%10s %4s", "bytes", "ops");
     for (int m = 0; m < N_MODES; m++) printf(" %20s", mode_names[m]);
-    printf(" %9s %9s\n", "plan/MPI", "plan/I+W");
+    printf(" %9s %9s %9s\n", "plan/MPI", "plan/I+W", "print");
   }
   for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
     int count = (int)(bytes / sizeof(float));
     for (int ops = 1; ops <= BATCH; ops *= BATCH) {
       float *send[BATCH], *recv[BATCH];
       cg_graph_t *g;
-      cg_plan_t *plan;
+      cg_plan_t *plan, *unprinted;
       check(cg_graph_create(&g, NULL), "cg_graph_create");
       for (int k = 0; k < ops; k++) {
         send[k] = malloc(bytes);
@@ -122,15 +128,19 @@ int main(int argc, char **argv) {
         check(cg_allreduce(NULL, g, comm, send[k], recv[k], (size_t)count, CG_FLOAT32, CG_SUM), "cg_allreduce");
       }
       check(cg_compile(&plan, g, NULL), "cg_compile");
+      cg_compile_opts_t no_print = CG_COMPILE_OPTS_INIT;
+      no_print.fingerprint = 0;
+      check(cg_compile(&unprinted, g, &no_print), "cg_compile (fingerprint 0)");
       /* about 0.2 s per mode per round on small sizes, at least 3 iterations */
       int iters = (int)(((size_t)64 << 20) / (bytes * (size_t)ops));
       if (iters > 200) iters = 200;
       if (iters < 3) iters = 3;
       double t[N_MODES][ROUNDS];
-      for (int m = 0; m < N_MODES; m++) time_mode(m, 2, ops, send, recv, count, mpi, plan); /* warm-up */
+      for (int m = 0; m < N_MODES; m++) time_mode(m, 2, ops, send, recv, count, mpi, plan, unprinted); /* warm-up */
       for (int r = 0; r < ROUNDS; r++)
-        for (int m = 0; m < N_MODES; m++) t[m][r] = time_mode(m, iters, ops, send, recv, count, mpi, plan);
-      if (!plan_sums_right(plan, ops, recv, count, rank, size)) {
+        for (int m = 0; m < N_MODES; m++) t[m][r] = time_mode(m, iters, ops, send, recv, count, mpi, plan, unprinted);
+      if (!plan_sums_right(plan, ops, recv, count, rank, size) ||
+          !plan_sums_right(unprinted, ops, recv, count, rank, size)) {
         if (rank == 0) fprintf(stderr, "bench_host_plan: WRONG results: the plan of %d allreduces of %zu bytes\n", ops,
                                bytes);
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -143,10 +153,12 @@ int main(int argc, char **argv) {
           med[m] = t[m][ROUNDS / 2];
           printf(" %17.1f us", med[m] * 1e6);
         }
-        printf(" %9.3f %9.3f\n", med[PLAN_RUN] / med[DIRECT_BLOCKING], med[PLAN_RUN] / med[DIRECT_NONBLOCKING]);
+        printf(" %9.3f %9.3f %9.3f\n", med[PLAN_RUN] / med[DIRECT_BLOCKING], med[PLAN_RUN] / med[DIRECT_NONBLOCKING],
+               med[PLAN_RUN] / med[PLAN_RUN_UNPRINTED]);
         fflush(stdout);
       }
       cg_plan_destroy(plan);
+      cg_plan_destroy(unprinted);
       cg_graph_destroy(g);
       for (int k = 0; k < ops; k++) {
         free(send[k]);

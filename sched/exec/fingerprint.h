@@ -1,0 +1,31 @@
+/* The per-replay fingerprint of a host plan (cg_compile_opts_t.fingerprint,
+ * docs/watchdog.md#fingerprint): when a replay starts, every communicator of
+ * the plan with collectives gets a 16-byte allgather on its control channel:
+ * how many collectives this replay runs on it and a hash of them (kind,
+ * count, type, operation, root) and of which plan compiled on it this is.
+ * Ranks that start different sequences on a communicator (a graph that
+ * differs with the cross-rank check off, two plans started in different
+ * orders) pair different fingerprints, and the replay fails with
+ * CG_ERR_MISMATCH naming them. */
+#ifndef CG_SCHED_FINGERPRINT_H
+#define CG_SCHED_FINGERPRINT_H
+
+#include <stddef.h>
+
+#include "plan_internal.h"
+
+typedef struct cg_fingerprint cg_fingerprint_t;
+
+/* Posts this replay's rounds (allocating *fp on first use). */
+cg_status_t cg_fingerprint_start(cg_fingerprint_t **fp, const cg_plan_t *plan, const char *caller);
+/* Polls them: *done once every round completed; CG_ERR_MISMATCH (detail:
+ * caller, plan, replay, communicator, which ranks ran what) when the ranks'
+ * fingerprints differ. */
+cg_status_t cg_fingerprint_test(int *done, cg_fingerprint_t *fp, const cg_plan_t *plan, const char *caller);
+/* After a timeout: appends to `text` (at its end, within `size`) a
+ * difference already found, and keeps the rounds still posted for good
+ * (their communicators refuse later rounds: control_abandon). */
+void cg_fingerprint_time_out(cg_fingerprint_t *fp, char *text, size_t size, const char *why);
+void cg_fingerprint_free(cg_fingerprint_t *fp);
+
+#endif
