@@ -56,7 +56,7 @@ static cg_profile_t profile_of(uint32_t n, const double *start, const double *en
  * start stamp (d), a runs 10 us, its end stamp (10 + 2d); b's start stamp
  * follows a's end stamp (10 + 3d), b runs 10 (end stamp 20 + 4d); c's start
  * stamp waits for a's end stamp too (10 + 3d), c runs 5 (end 15 + 4d). */
-START_TEST(stamps_by_hand) {
+START_TEST(plan_measure__stamps_by_hand) {
   static const uint32_t lane[] = {0, 0, 1};
   static const uint32_t deps[][MAX_STEPS] = {{UINT32_MAX}, {0, UINT32_MAX}, {0, UINT32_MAX}};
   toy_t t;
@@ -76,7 +76,7 @@ END_TEST
 
 /* A grouped unit: its start stamps come first (one after another), then its
  * steps, then its end stamps. Two sends x and y grouped after step a. */
-START_TEST(stamps_of_a_group) {
+START_TEST(plan_measure__stamps_of_a_group) {
   static const uint32_t lane[] = {0, 1, 1};
   static const uint32_t unit_of[] = {0, 1, 1};
   static const uint32_t deps[][MAX_STEPS] = {{UINT32_MAX}, {0, UINT32_MAX}, {0, UINT32_MAX}};
@@ -101,7 +101,7 @@ END_TEST
  * is recorded after all of the unit's end stamps. x and y (grouped, lane 0)
  * run from 0 to 6; z (lane 1, after x) runs 3 us once both end stamps of the
  * group have run: its start stamp is the fifth on the chain. */
-START_TEST(stamps_after_a_group) {
+START_TEST(plan_measure__stamps_after_a_group) {
   static const uint32_t lane[] = {0, 0, 1};
   static const uint32_t unit_of[] = {0, 0, 1};
   static const uint32_t deps[][MAX_STEPS] = {{UINT32_MAX}, {UINT32_MAX}, {0, UINT32_MAX}};
@@ -122,7 +122,7 @@ END_TEST
 
 /* A random chain on one lane (a backward pass): durations w_i; with stamps,
  * step i starts after 2i + 1 stamps and ends after 2i + 2. */
-START_TEST(random_chain_is_restored) {
+START_TEST(plan_measure__random_chain_is_restored) {
   srand(cg_test_seed() + (unsigned)_i);
   uint32_t n = 1 + (uint32_t)(rand() % MAX_STEPS);
   uint32_t lane[MAX_STEPS] = {0}, deps[MAX_STEPS][MAX_STEPS];
@@ -153,7 +153,7 @@ START_TEST(random_chain_is_restored) {
 END_TEST
 
 /* No stamp cost (the host executor's clock reads): nothing moves. */
-START_TEST(no_cost_no_change) {
+START_TEST(plan_measure__no_cost_no_change) {
   static const uint32_t lane[] = {0, 1};
   static const uint32_t deps[][MAX_STEPS] = {{UINT32_MAX}, {0, UINT32_MAX}};
   toy_t t;
@@ -166,7 +166,7 @@ START_TEST(no_cost_no_change) {
 }
 END_TEST
 
-START_TEST(copies_are_equal_and_separate) {
+START_TEST(plan_measure__copies_are_equal_and_separate) {
   srand(cg_test_seed());
   uint32_t n = 1 + (uint32_t)(rand() % 50);
   cg_profile_t p = {malloc(n * sizeof(double)), malloc(n * sizeof(double)), n}, q;
@@ -191,12 +191,12 @@ static Suite *suite(void) {
   Suite *s = suite_create("plan_measure");
   TCase *c = tcase_create("stamps");
   tcase_set_timeout(c, 30);
-  tcase_add_test(c, stamps_by_hand);
-  tcase_add_test(c, stamps_of_a_group);
-  tcase_add_test(c, stamps_after_a_group);
-  tcase_add_loop_test(c, random_chain_is_restored, 0, 50);
-  tcase_add_test(c, no_cost_no_change);
-  tcase_add_test(c, copies_are_equal_and_separate);
+  tcase_add_test(c, plan_measure__stamps_by_hand);
+  tcase_add_test(c, plan_measure__stamps_of_a_group);
+  tcase_add_test(c, plan_measure__stamps_after_a_group);
+  tcase_add_loop_test(c, plan_measure__random_chain_is_restored, 0, 50);
+  tcase_add_test(c, plan_measure__no_cost_no_change);
+  tcase_add_test(c, plan_measure__copies_are_equal_and_separate);
   suite_add_tcase(s, c);
   return s;
 }

@@ -104,7 +104,7 @@ static cg_status_t read_text(const char *text, const case_t *c, case_t *into) {
   return st;
 }
 
-START_TEST(random_tunings_round_trip_exactly) {
+START_TEST(tuning_file__random_tunings_round_trip_exactly) {
   cg_test_reseed((uint64_t)_i);
   case_t c, back;
   random_case(&c);
@@ -174,7 +174,7 @@ static void fixed_case(case_t *c) {
   c->values = (cg_tuning_values_t){c->ready, c->alpha, c->bw, 0};
 }
 
-START_TEST(mismatches_and_malformed_files_are_named) {
+START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
   case_t c;
   fixed_case(&c);
   char *text = written(&c);
@@ -233,7 +233,7 @@ START_TEST(mismatches_and_malformed_files_are_named) {
 }
 END_TEST
 
-START_TEST(paths_take_the_rank) {
+START_TEST(tuning_file__paths_take_the_rank) {
   char buf[64];
   ck_assert(cg_tuning_file_path(buf, sizeof buf, "tune.%r.txt", 12) && !strcmp(buf, "tune.12.txt"));
   ck_assert(cg_tuning_file_path(buf, sizeof buf, "%r/%r%", 3) && !strcmp(buf, "3/3%"));
@@ -277,7 +277,7 @@ static void buckets_text(char *buf, size_t size, const cg_plan_t *p) {
   }
 }
 
-START_TEST(a_saved_tuning_compiles_to_the_same_buckets) {
+START_TEST(tuning_file__a_saved_tuning_compiles_to_the_same_buckets) {
   cg_test_reseed(100 + (uint64_t)_i);
   cg_comm_t *comm;
   ck_assert_cg_ok(cg_comm_create_offline(&comm, 1, 4));
@@ -373,10 +373,10 @@ static Suite *suite(void) {
   Suite *s = suite_create("tuning_file");
   TCase *c = tcase_create("format");
   tcase_set_timeout(c, 60);
-  tcase_add_loop_test(c, random_tunings_round_trip_exactly, 0, 200);
-  tcase_add_test(c, mismatches_and_malformed_files_are_named);
-  tcase_add_test(c, paths_take_the_rank);
-  tcase_add_loop_test(c, a_saved_tuning_compiles_to_the_same_buckets, 0, 8);
+  tcase_add_loop_test(c, tuning_file__random_tunings_round_trip_exactly, 0, 200);
+  tcase_add_test(c, tuning_file__mismatches_and_malformed_files_are_named);
+  tcase_add_test(c, tuning_file__paths_take_the_rank);
+  tcase_add_loop_test(c, tuning_file__a_saved_tuning_compiles_to_the_same_buckets, 0, 8);
   suite_add_tcase(s, c);
   return s;
 }
