@@ -30,7 +30,10 @@
   X(CG_PARAM_MPI_CUDA_AWARE, "CG_MPI_CUDA_AWARE", CG_PARAM_SWITCH, "0 or 1", "1",                          \
     "overrides what MPI says of its CUDA support (mpi-staged backend)")                                    \
   X(CG_PARAM_FLIGHT_DIR, "CG_FLIGHT_DIR", CG_PARAM_PATH, "a directory", "/tmp",                             \
-    "where timeouts and cg_flight_dump write the flight recorder")
+    "where timeouts and cg_flight_dump write the flight recorder")                                          \
+  X(CG_PARAM_NCCL_P2P_DISABLE, "NCCL_P2P_DISABLE", CG_PARAM_ORDINAL, "an integer >= 0", "1",               \
+    "NCCL's own; read, not set: not 0 makes NCCL communicators take the bucket size for ranks without peer " \
+    "links")
 
 typedef enum cg_param_kind {
   CG_PARAM_SECONDS,         /* a positive decimal number up to 1e9 ("30", "0.5", "1e3"; no sign or blank) */

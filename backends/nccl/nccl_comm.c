@@ -11,6 +11,7 @@
 #include "memory_kind.h"
 #include "nccl_backend.h"
 #include "nccl_check.h"
+#include "param.h"
 
 /* Ends the communicators commgraph owns. The user's is aborted when a replay
  * timed out (finalizing may then wait for peers that are gone) unless the
@@ -88,7 +89,12 @@ static size_t bucket_bytes(void *impl) {
 /* Whether every rank is on one node and its GPU can access the other ranks'
  * GPUs directly; agreed by all ranks. */
 static int find_peer_links(int device, const cg_mpi_comm_t *control) {
-  int ok = control->one_node, all = 0, local_size = 0;
+  int ok = control->one_node, all = 0, local_size = 0, p2p_disabled = 0, set = 0;
+  /* NCCL then moves data as between nodes, whatever the hardware offers. A
+   * value this cannot read is said on stderr and taken as unset (NCCL has
+   * its own rules), never a failure here, inside a collective creation. */
+  cg_param_ordinal(&p2p_disabled, &set, CG_PARAM_NCCL_P2P_DISABLE, NULL);
+  if (set && p2p_disabled) ok = 0;
   MPI_Comm local = MPI_COMM_NULL;
   if (ok && MPI_Comm_split_type(control->control, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS &&
       local != MPI_COMM_NULL) {
