@@ -97,29 +97,33 @@ cg_status_t cg_fingerprint_start(cg_fingerprint_t **fp, const cg_plan_t *plan, c
   return CG_SUCCESS;
 }
 
-/* "ranks 0 and 2 ran 4 collectives (fingerprint 1a2b...), rank 1 ran 3 (...)" */
+/* "ranks 0 and 2 ran 4 collectives (fingerprint 1a2b...); rank 1 ran 3 ..." */
 static void describe(char *buf, size_t size, const print_round_t *r) {
   size_t used = 0;
+  buf[0] = '\0';
   for (int first = 0; first < r->comm->size && used + 1 < size; first++) {
-    int seen = 0;
+    int seen = 0, alike = 0;
     for (int s = 0; s < first && !seen; s++)
       seen = r->all[s].collectives == r->all[first].collectives && r->all[s].hash == r->all[first].hash;
     if (seen) continue;
-    int n = snprintf(buf + used, size - used, "%s", used ? "; " : "");
-    if (n > 0) used += (size_t)n;
+    for (int s = first; s < r->comm->size; s++)
+      alike += r->all[s].collectives == r->all[first].collectives && r->all[s].hash == r->all[first].hash;
+    int n = snprintf(buf + used, size - used, "%s%s", used ? "; " : "", alike == 1 ? "rank" : "ranks");
+    if (n > 0) used = used + (size_t)n < size ? used + (size_t)n : size - 1;
     int count = 0;
     for (int s = first; s < r->comm->size && used + 1 < size; s++) {
       if (r->all[s].collectives != r->all[first].collectives || r->all[s].hash != r->all[first].hash) continue;
-      n = snprintf(buf + used, size - used, "%s%d", count++ ? ", " : "rank(s) ", s);
-      if (n > 0) used += (size_t)n;
+      count++;
+      n = snprintf(buf + used, size - used, "%s%d", count == 1 ? " " : count == alike ? " and " : ", ", s);
+      if (n > 0) used = used + (size_t)n < size ? used + (size_t)n : size - 1;
     }
     if (used + 1 < size) {
-      n = snprintf(buf + used, size - used, " ran %llu collectives (fingerprint %016llx)",
-                   (unsigned long long)r->all[first].collectives, (unsigned long long)r->all[first].hash);
-      if (n > 0) used += (size_t)n;
+      unsigned long long c = (unsigned long long)r->all[first].collectives;
+      n = snprintf(buf + used, size - used, " ran %llu collective%s (fingerprint %016llx)", c, c == 1 ? "" : "s",
+                   (unsigned long long)r->all[first].hash);
+      if (n > 0) used = used + (size_t)n < size ? used + (size_t)n : size - 1;
     }
   }
-  if (used >= size) buf[size - 1] = '\0';
 }
 
 cg_status_t cg_fingerprint_test(int *done, cg_fingerprint_t *fp, const cg_plan_t *plan, const char *caller) {
