@@ -1,6 +1,8 @@
 /* cg_comm_create: checks the options and MPI's state, then hands over to the
  * backend that runs them (MPI for host buffers; NCCL, staged MPI or
  * hosttransfer for a device). */
+#include <math.h>
+
 #include "commgraph/mpi.h"
 #include "error.h"
 #include "param.h"
@@ -21,6 +23,9 @@ static cg_status_t resolve_backend(cg_backend_kind_t *out, const cg_comm_opts_t 
   if (o->device < CG_DEVICE_LOCAL_RANK)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: opts.device %d: use CG_DEVICE_HOST (-1), "
                    "CG_DEVICE_LOCAL_RANK (-2) or a CUDA device ordinal", o->device);
+  if (isnan(o->timeout_s))
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: opts.timeout_s is NaN: give seconds, 0 (CG_TIMEOUT) "
+                   "or a negative value (none)");
   cg_backend_kind_t backend = o->backend;
   if (o->staging < 0 || o->staging >= CG_STAGING_COUNT)
     return cg_fail(CG_ERR_INVALID_ENUM, "cg_comm_create: opts.staging %d is not a cg_staging_t", (int)o->staging);

@@ -45,6 +45,7 @@
  * every build; their bodies are compiled only where the function exists.
  */
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -796,6 +797,9 @@ static void row_comm_create(fx_t *fx) {
   o = (cg_comm_opts_t)CG_COMM_OPTS_INIT;
   o.staging = CG_STAGING_COUNT;
   EXPECT(fx, fn, cg_comm_create(&out, MPI_COMM_WORLD, &o), CG_ERR_INVALID_ENUM);
+  o = (cg_comm_opts_t)CG_COMM_OPTS_INIT;
+  o.timeout_s = NAN;
+  EXPECT(fx, fn, cg_comm_create(&out, MPI_COMM_WORLD, &o), IA);
   o = (cg_comm_opts_t)CG_COMM_OPTS_INIT;
   o.device = -3;
   EXPECT(fx, fn, cg_comm_create(&out, MPI_COMM_WORLD, &o), IA);
