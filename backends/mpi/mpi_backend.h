@@ -74,6 +74,8 @@ const char *cg_mpi_thread_level_name(int level);
 cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
                                            size_t bytes);
 cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request);
+cg_status_t cg_mpi_replay_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
+                                          size_t bytes);
 void cg_mpi_control_answer(void *comm_impl, const char *waiting_in);
 void cg_mpi_control_roll_call(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s);
 void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why);

@@ -113,6 +113,7 @@ const cg_backend_t cg_mpi_backend = {
     .control_answer = cg_mpi_control_answer,
     .control_roll_call = cg_mpi_control_roll_call,
     .control_abandon = cg_mpi_control_abandon,
+    .replay_allgather_start = cg_mpi_replay_allgather_start,
     .host_check_thread = host_check_thread,
     .host_step_prepare = cg_mpi_step_prepare,
     .host_step_release = cg_mpi_step_release,

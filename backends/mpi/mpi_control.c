@@ -63,24 +63,34 @@ static void keep_round(control_round_t *round) {
   mtx_unlock(&kept_lock);
 }
 
-cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
-                                           size_t bytes) {
-  cg_mpi_comm_t *m = comm_impl;
-  if (m->abandoned[0]) return cg_fail(CG_ERR_TIMEOUT, "%s", m->abandoned);
+/* A round on `comm` that owns copies of what it sends and receives. */
+static cg_status_t allgather_start(void **request, MPI_Comm comm, const void *mine, void *all, size_t bytes) {
   if (bytes > (size_t)INT_MAX) return cg_fail(CG_ERR_UNSUPPORTED, "control message of %zu bytes", bytes);
-  int size = 0, err = MPI_Comm_size(m->control, &size);
+  int size = 0, err = MPI_Comm_size(comm, &size);
   if (err != MPI_SUCCESS) return cg_mpi_fail(err, "MPI_Comm_size (control)");
   control_round_t *r = malloc(sizeof *r + bytes * ((size_t)size + 1));
   if (!r) return cg_fail(CG_ERR_NO_MEMORY, "allocating a control round of %zu bytes per rank", bytes);
   r->all = all, r->bytes = bytes, r->size = size;
   if (bytes) memcpy(r->buf, mine, bytes);
-  err = MPI_Iallgather(r->buf, (int)bytes, MPI_BYTE, r->buf + bytes, (int)bytes, MPI_BYTE, m->control, &r->request);
+  err = MPI_Iallgather(r->buf, (int)bytes, MPI_BYTE, r->buf + bytes, (int)bytes, MPI_BYTE, comm, &r->request);
   if (err != MPI_SUCCESS) {
     free(r);
     return cg_mpi_fail(err, "MPI_Iallgather");
   }
   *request = r;
   return CG_SUCCESS;
+}
+
+cg_status_t cg_mpi_control_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
+                                           size_t bytes) {
+  cg_mpi_comm_t *m = comm_impl;
+  if (m->abandoned[0]) return cg_fail(CG_ERR_TIMEOUT, "%s", m->abandoned);
+  return allgather_start(request, m->control, mine, all, bytes);
+}
+
+cg_status_t cg_mpi_replay_allgather_start(void **request, void *comm_impl, const void *mine, void *all,
+                                          size_t bytes) {
+  return allgather_start(request, ((cg_mpi_comm_t *)comm_impl)->data, mine, all, bytes);
 }
 
 cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request) {
@@ -103,7 +113,7 @@ cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request) {
 void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why) {
   cg_mpi_comm_t *m = comm_impl;
   if (request) keep_round(request);
-  if (!m->abandoned[0]) snprintf(m->abandoned, sizeof m->abandoned, "%s", why);
+  if (why && !m->abandoned[0]) snprintf(m->abandoned, sizeof m->abandoned, "%s", why);
 }
 
 /* What a roll call carries: the id of the communicator it is meant for

@@ -45,8 +45,8 @@ typedef struct cg_compile_opts {
                               rank in the graph's first communicator): buckets from its tuning, without
                               profiling (see cg_plan_save_tuning) */
   int fingerprint; /* 1 (default): every replay of a host plan also exchanges 16 bytes per communicator (the
-                      number and a hash of its collectives) on the communicator's control channel, posted when
-                      the replay starts; ranks that ran different sequences (a graph that differs with
+                      number and a hash of its collectives), posted when the replay starts, before and in
+                      order with its collectives; ranks that ran different sequences (a graph that differs with
                       check_ranks 0, plans started in different orders) fail the replay with CG_ERR_MISMATCH
                       instead of mixing their data silently (docs/watchdog.md#fingerprint). 0: none. Device
                       plans have none yet */

@@ -67,7 +67,7 @@ static cg_status_t prepare(cg_fingerprint_t **out, const cg_plan_t *plan, const 
     const cg_comm_t *comm = plan->comms[c].comm;
     const cg_backend_t *b = comm->ops->backend;
     print_t mine = print_of(plan, c);
-    if (!b || !b->control_allgather_start || !mine.collectives) continue;
+    if (!b || !b->replay_allgather_start || !mine.collectives) continue;
     print_round_t *r = &fp->rounds[fp->n++];
     r->comm = comm;
     r->mine = mine;
@@ -87,7 +87,7 @@ cg_status_t cg_fingerprint_start(cg_fingerprint_t **fp, const cg_plan_t *plan, c
   for (uint32_t i = 0; i < (*fp)->n; i++) {
     print_round_t *r = &(*fp)->rounds[i];
     const cg_backend_t *b = r->comm->ops->backend;
-    if ((st = b->control_allgather_start(&r->request, r->comm->impl, &r->mine, r->all, sizeof r->mine)) !=
+    if ((st = b->replay_allgather_start(&r->request, r->comm->impl, &r->mine, r->all, sizeof r->mine)) !=
         CG_SUCCESS) {
       char detail[800];
       snprintf(detail, sizeof detail, "%s", cg_error_last());
@@ -165,7 +165,7 @@ cg_status_t cg_fingerprint_test(int *done, cg_fingerprint_t *fp, const cg_plan_t
   return CG_SUCCESS;
 }
 
-void cg_fingerprint_time_out(cg_fingerprint_t *fp, char *text, size_t size, const char *why) {
+void cg_fingerprint_time_out(cg_fingerprint_t *fp, char *text, size_t size) {
   if (!fp) return;
   size_t used = strlen(text);
   if (fp->mismatch[0] && used + 1 < size) snprintf(text + used, size - used, "%s%s", used ? "; " : "", fp->mismatch);
@@ -173,7 +173,7 @@ void cg_fingerprint_time_out(cg_fingerprint_t *fp, char *text, size_t size, cons
     print_round_t *r = &fp->rounds[i];
     if (!r->request) continue;
     const cg_backend_t *b = r->comm->ops->backend;
-    if (b->control_abandon) b->control_abandon(r->comm->impl, r->request, why);
+    if (b->control_abandon) b->control_abandon(r->comm->impl, r->request, NULL); /* kept; the channel stays */
     r->request = NULL;
   }
 }

@@ -1,6 +1,7 @@
 /* The per-replay fingerprint of a host plan (cg_compile_opts_t.fingerprint,
  * docs/watchdog.md#fingerprint): when a replay starts, every communicator of
- * the plan with collectives gets a 16-byte allgather on its control channel:
+ * the plan with collectives gets a 16-byte allgather, posted before the
+ * steps on the MPI communicator they use (so it is ordered with them):
  * how many collectives this replay runs on it and a hash of them (kind,
  * count, type, operation, root) and of which plan compiled on it this is.
  * Ranks that start different sequences on a communicator (a graph that
@@ -24,8 +25,8 @@ cg_status_t cg_fingerprint_start(cg_fingerprint_t **fp, const cg_plan_t *plan, c
 cg_status_t cg_fingerprint_test(int *done, cg_fingerprint_t *fp, const cg_plan_t *plan, const char *caller);
 /* After a timeout: appends to `text` (at its end, within `size`) a
  * difference already found, and keeps the rounds still posted for good
- * (their communicators refuse later rounds: control_abandon). */
-void cg_fingerprint_time_out(cg_fingerprint_t *fp, char *text, size_t size, const char *why);
+ * (control_abandon; the control channel stays usable). */
+void cg_fingerprint_time_out(cg_fingerprint_t *fp, char *text, size_t size);
 void cg_fingerprint_free(cg_fingerprint_t *fp);
 
 #endif

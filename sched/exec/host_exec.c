@@ -185,7 +185,7 @@ static cg_status_t time_out(cg_plan_t *plan, const char *caller) {
     snprintf(extra, sizeof extra, "communicator %016llx, sequence number %llu; steps in flight: %u",
              (unsigned long long)comm->id, (unsigned long long)r->seq[w.waiting], r->n_started);
   /* ranks that ran other sequences: the likely cause */
-  cg_fingerprint_time_out(r->fingerprint, extra, sizeof extra, "an earlier replay on this communicator timed out");
+  cg_fingerprint_time_out(r->fingerprint, extra, sizeof extra);
   /* which ranks are not in this replay: the one the step waits for is among them */
   cg_watchdog_roll_call(extra, sizeof extra, plan, plan->replays, comm ? comm : plan->n_comms ? plan->comms[0].comm : NULL);
   if (extra[0]) w.extra = extra;

@@ -40,12 +40,18 @@ struct cg_backend {
    * timed out learn where it is (waiting_in: what it waits in). After its own
    * timeout (of timeout_s), control_roll_call asks every rank of the
    * communicator, waits a short grace time for the answers and writes a
-   * sentence naming the ranks that did not answer and what the others wait in; control_abandon then keeps
-   * the round (request, may be NULL) for good, since it cannot be cancelled,
-   * and fails every later round on the communicator at once with `why`. */
+   * sentence naming the ranks that did not answer and what the others wait
+   * in; control_abandon then keeps the round (request, may be NULL) for good,
+   * since it cannot be cancelled, and, unless `why` is NULL, fails every later
+   * round on the communicator at once with `why`. */
   void (*control_answer)(void *comm_impl, const char *waiting_in);
   void (*control_roll_call)(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s);
   void (*control_abandon)(void *comm_impl, void *request, const char *why);
+  /* The same allgather on the channel host plan steps use, so it is ordered
+   * with the plan's collectives on every rank (the replay's fingerprint);
+   * completed with control_test, kept with control_abandon. */
+  cg_status_t (*replay_allgather_start)(void **request, void *comm_impl, const void *mine, void *all,
+                                        size_t bytes);
 
   /* Host execution. host_check_thread runs when a plan starts, on the calling
    * thread. host_step_prepare runs at compile time and may allocate what the
