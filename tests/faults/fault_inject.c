@@ -50,7 +50,13 @@
  * gpu-launch replays with cg_plan_launch on a stream instead of cg_plan_run:
  * nobody waits inside commgraph, so the watchdog's monitor thread notices
  * and the timeout handler reports and ends the job. gpu-staged is gpu on the
- * mpi-staged backend (MPI through host staging) instead of NCCL.
+ * mpi-staged backend (MPI through host staging) instead of NCCL. gpu-embed
+ * replays a CUDA graph of the program's own that embeds the plan (captured
+ * around cg_plan_launch) with cudaGraphLaunch: commgraph sees none of its
+ * launches, the monitor follows the plan's marks, and the handler checks the
+ * drain and destroys the graph, the plan and the communicator before it
+ * ends the job; gpu-embed-staged and gpu-embed-hosttransfer are the same on
+ * the mpi-staged and hosttransfer backends.
  *
  * In gpu and gpu-staged, a rank that reports also checks that the watchdog's
  * abort let its GPU go: cudaDeviceSynchronize must return cudaSuccess within
@@ -59,7 +65,8 @@
  * communicator, as a job that carries on would ("FAULT-DESTROYED rank R
  * after S s"): the destroy waits for the communicator's abort to end.
  *
- * Usage: fault_inject host|gpu|gpu-staged|gpu-launch FAULT TIMEOUT_SECONDS */
+ * Usage: fault_inject MODE FAULT TIMEOUT_SECONDS, MODE one of host, gpu,
+ * gpu-staged, gpu-launch, gpu-embed, gpu-embed-staged, gpu-embed-hosttransfer */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <mpi.h>
@@ -126,13 +133,16 @@ static void nap(double seconds) {
 }
 
 static int gpu_run; /* gpu or gpu-staged: replays with cg_plan_run on a GPU */
+static int embedded; /* gpu-embed*: replays of the program's graph that embeds the plan */
 
 #if CG_HAVE_CUDA
 static atomic_int drained;
 static _Atomic cudaError_t drain_error;
+static int rank_device; /* the rank's GPU: a new thread starts on GPU 0 */
 static void *synchronize_device(void *arg) {
   (void)arg;
-  atomic_store(&drain_error, cudaDeviceSynchronize());
+  cudaError_t err = cudaSetDevice(rank_device);
+  atomic_store(&drain_error, err != cudaSuccess ? err : cudaDeviceSynchronize());
   atomic_store(&drained, 1);
   return NULL;
 }
@@ -168,8 +178,15 @@ static int wait_drained(double seconds) {
  * for the abort to end (graph/comm.c), so this also times the abort. */
 static cg_plan_t *plan_in_use;
 static cg_comm_t *comm_in_use;
+#if CG_HAVE_CUDA
+static cudaGraphExec_t embedding_in_use; /* gpu-embed: the program's graph that holds the plan */
+#endif
 static void destroy_after_drain(void) {
   double began = wall_s();
+#if CG_HAVE_CUDA
+  if (embedding_in_use) cudaGraphExecDestroy(embedding_in_use); /* before the plan it holds */
+  embedding_in_use = NULL;
+#endif
   cg_plan_destroy(plan_in_use);
   double plan_done = wall_s();
   cg_comm_destroy(comm_in_use);
@@ -187,7 +204,7 @@ static void fail(cg_status_t st, double timeout_s) {
    * job is to end: an ordinary NCCL teardown (about 0.25 s per communicator)
    * would only delay the abort */
   int before_replays = !plan_in_use && st == CG_ERR_TIMEOUT;
-  if (gpu_run && wait_drained(0.05 * timeout_s) && !before_replays) destroy_after_drain();
+  if ((gpu_run || embedded) && wait_drained(0.05 * timeout_s) && !before_replays) destroy_after_drain();
   nap(0.05 * timeout_s - (wall_s() - began));
   /* the cross-rank check fails on every rank alike, so all of them are here
    * and none is aborted: each finishes its destroy (an ordinary NCCL
@@ -197,12 +214,19 @@ static void fail(cg_status_t st, double timeout_s) {
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
-/* gpu-launch: the watchdog's handler, on its monitor thread */
+/* gpu-launch and gpu-embed: the watchdog's handler, on a thread of its own.
+ * gpu-embed then checks that the abort drained the GPU and destroys what a
+ * job that carries on would; the main thread has stopped replaying
+ * (handler_called). */
 static double handler_timeout_s;
+static atomic_int handler_called;
 static void on_timeout(cg_status_t st, const char *report, void *arg) {
   (void)arg;
+  double began = wall_s();
+  atomic_store(&handler_called, 1);
   fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), report);
-  nap(0.05 * handler_timeout_s);
+  if (embedded && wait_drained(0.05 * handler_timeout_s)) destroy_after_drain();
+  nap(0.05 * handler_timeout_s - (wall_s() - began));
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
@@ -248,27 +272,73 @@ static cg_status_t launch_and_wait(cg_plan_t *plan) {
 #endif
 }
 
+/* gpu-embed: one replay of the program's graph, polled as a training loop
+ * would; after a timeout the handler has the plan, and this thread waits
+ * for the job's end instead of replaying a graph on aborted communicators. */
+static cg_status_t replay_embedding(void) {
+#if CG_HAVE_CUDA
+  static cudaStream_t stream;
+  if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return CG_ERR_BACKEND;
+  if (cudaGraphLaunch(embedding_in_use, stream) != cudaSuccess) return CG_ERR_BACKEND;
+  cudaError_t err;
+  while ((err = cudaStreamQuery(stream)) == cudaErrorNotReady && !atomic_load(&handler_called)) nap(1e-4);
+  while (atomic_load(&handler_called)) nap(0.01);
+  return err == cudaSuccess ? CG_SUCCESS : CG_ERR_BACKEND;
+#else
+  return CG_ERR_UNSUPPORTED;
+#endif
+}
+
+/* gpu-embed: the program's graph, captured around cg_plan_launch. */
+static cg_status_t embed_plan(cg_plan_t *plan) {
+#if CG_HAVE_CUDA
+  cudaStream_t stream;
+  cudaGraph_t graph = NULL;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return CG_ERR_BACKEND;
+  cg_status_t st = CG_ERR_BACKEND;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    st = cg_plan_launch(plan, stream);
+    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess && st == CG_SUCCESS) st = CG_ERR_BACKEND;
+  }
+  if (st == CG_SUCCESS && cudaGraphInstantiate(&embedding_in_use, graph, 0) != cudaSuccess) st = CG_ERR_BACKEND;
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return st;
+#else
+  (void)plan;
+  return CG_ERR_UNSUPPORTED;
+#endif
+}
+
 int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc != 4 || (strcmp(argv[1], "host") && strcmp(argv[1], "gpu") && strcmp(argv[1], "gpu-staged") &&
-                    strcmp(argv[1], "gpu-launch"))) {
+  static const char *const modes[] = {"host",      "gpu",       "gpu-staged", "gpu-launch", "gpu-embed",
+                                      "gpu-embed-staged", "gpu-embed-hosttransfer"};
+  int known = 0;
+  for (size_t m = 0; argc == 4 && m < sizeof modes / sizeof *modes; m++) known |= strcmp(argv[1], modes[m]) == 0;
+  if (!known) {
     if (rank == 0)
-      fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-launch none|sleep|exit|differ|differ-unchecked|"
-              "differ-fingerprint|swapped-plans|skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
+      fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-launch|gpu-embed|gpu-embed-staged|"
+              "gpu-embed-hosttransfer none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|"
+              "skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
     MPI_Finalize();
     return 2;
   }
-  int launch = strcmp(argv[1], "gpu-launch") == 0, staged = strcmp(argv[1], "gpu-staged") == 0;
-  gpu_run = staged || strcmp(argv[1], "gpu") == 0;
-  int gpu = launch || gpu_run;
+  const char *mode = argv[1];
+  embedded = strncmp(mode, "gpu-embed", 9) == 0;
+  int launch = strcmp(mode, "gpu-launch") == 0;
+  int staged = strcmp(mode, "gpu-staged") == 0 || strcmp(mode, "gpu-embed-staged") == 0;
+  int hosttransfer = strcmp(mode, "gpu-embed-hosttransfer") == 0;
+  gpu_run = strcmp(mode, "gpu") == 0 || strcmp(mode, "gpu-staged") == 0;
+  int gpu = strcmp(mode, "host") != 0;
   int faulty = rank == size - 1;
   const char *fault = argv[2];
   double timeout_s = atof(argv[3]);
   handler_timeout_s = timeout_s;
-  if (launch) cg_set_timeout_handler(on_timeout, NULL);
+  if (launch || embedded) cg_set_timeout_handler(on_timeout, NULL);
   int printed = strcmp(fault, "differ-fingerprint") == 0, swapped = strcmp(fault, "swapped-plans") == 0;
   int unchecked = printed || strcmp(fault, "differ-unchecked") == 0,
       differs = unchecked || strcmp(fault, "differ") == 0;
@@ -277,7 +347,7 @@ int main(int argc, char **argv) {
   cg_comm_t *comm = NULL;
   cg_comm_opts_t o = CG_COMM_OPTS_INIT;
   if (gpu) {
-    o.backend = staged ? CG_BACKEND_MPI : CG_BACKEND_NCCL;
+    o.backend = staged ? CG_BACKEND_MPI : hosttransfer ? CG_BACKEND_HOSTTRANSFER : CG_BACKEND_NCCL;
     o.device = CG_DEVICE_LOCAL_RANK;
   }
   o.timeout_s = timeout_s;
@@ -294,6 +364,7 @@ int main(int argc, char **argv) {
   int device = CG_DEVICE_HOST;
   if (gpu && ((st = cg_comm_device(&device, comm)) != CG_SUCCESS || cudaSetDevice(device) != cudaSuccess))
     fail(st != CG_SUCCESS ? st : CG_ERR_BACKEND, timeout_s);
+  rank_device = device;
 #endif
   cg_graph_t *g = NULL;
   cg_graph_opts_t go = CG_GRAPH_OPTS_INIT;
@@ -356,6 +427,7 @@ int main(int argc, char **argv) {
   cg_comm_destroy(second);
   if (st != CG_SUCCESS) fail(st, timeout_s);
   plan_in_use = plan;
+  if (embedded && (st = embed_plan(plan)) != CG_SUCCESS) fail(st, timeout_s);
 
   for (int replay = 1; replay <= REPLAYS; replay++) {
     MPI_Barrier(MPI_COMM_WORLD); /* every replay starts together: the timeout measures the fault alone */
@@ -368,7 +440,9 @@ int main(int argc, char **argv) {
     }
     int other_first = swapped && faulty && replay == FAULTY_REPLAY;
     if (other_first && (st = cg_plan_run(other)) != CG_SUCCESS) fail(st, timeout_s);
-    if (launch) {
+    if (embedded) {
+      if ((st = replay_embedding()) != CG_SUCCESS) fail(st, timeout_s);
+    } else if (launch) {
       if ((st = launch_and_wait(plan)) != CG_SUCCESS) fail(st, timeout_s);
     } else if ((st = cg_plan_run(plan)) != CG_SUCCESS) {
       fail(st, timeout_s);
@@ -377,6 +451,9 @@ int main(int argc, char **argv) {
   }
   cg_plan_destroy(other);
   if (rank == 0) fault_line("FAULT-NONE all %d replays finished\n", REPLAYS);
+#if CG_HAVE_CUDA
+  if (embedding_in_use) cudaGraphExecDestroy(embedding_in_use);
+#endif
   cg_plan_destroy(plan);
   cg_comm_destroy(comm);
   for (int l = 0; l < LAYERS; l++) buffer_free(grads[l], gpu);

@@ -36,6 +36,11 @@ static cg_status_t cuda_test(int *done, cg_plan_t *p);
 static void cuda_release(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   if (!c) return;
+  /* the plan's device, whichever thread destroys it (a timeout handler's
+   * starts on device 0) */
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(p->device);
   /* replays still running on a user's stream use the graph and the
    * communicators released right after this; a launch records nothing (it is
    * one cudaGraphLaunch), so waiting for them means waiting for the device */
@@ -59,6 +64,7 @@ static void cuda_release(cg_plan_t *p) {
   free(c->lanes);
   free(c);
   p->cuda = NULL;
+  cudaSetDevice(previous);
 }
 
 static const cg_backend_t *backend_of(const cg_step_t *s) { return s->comm->ops->backend; }
@@ -278,7 +284,7 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
   if ((err = cudaMemset(c->lock, 0, sizeof *c->lock)) != cudaSuccess)
     return cg_fail_cuda(err, "cudaMemset", "%s", where);
   if (p->timeout_s > 0) {
-    size_t bytes = (p->n_steps ? p->n_steps : 1) * sizeof *c->marks;
+    size_t bytes = CG_MARK_SLOTS(p->n_steps) * sizeof *c->marks;
     if ((err = cudaHostAlloc((void **)&c->marks, bytes, cudaHostAllocMapped)) != cudaSuccess) {
       c->marks = NULL;
       return cg_fail_cuda(err, "cudaHostAlloc (the watchdog's progress marks)", "%s", where);
@@ -314,10 +320,13 @@ static cg_status_t build_embed_graph(cudaGraph_t *out, cg_plan_t *p, cudaGraph_t
   cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) return cg_fail_cuda(err, "cudaStreamBeginCapture", "%s", where);
   cg_status_t st = CG_SUCCESS;
-  if ((err = cg_plan_lock_launch(c->lock, s)) != cudaSuccess)
+  /* the watchdog counts the replays in and out of the lock */
+  unsigned *entered = c->marks_dev ? &c->marks_dev[CG_MARK_ENTERED(p->n_steps)] : NULL;
+  unsigned *left = c->marks_dev ? &c->marks_dev[CG_MARK_LEFT(p->n_steps)] : NULL;
+  if ((err = cg_plan_lock_launch(c->lock, entered, s)) != cudaSuccess)
     st = cg_fail_cuda(err, "the plan's lock kernel", "%s", where);
   if (st == CG_SUCCESS) st = capture_child_graph(s, plan_graph, where);
-  if (st == CG_SUCCESS && (err = cg_plan_unlock_launch(c->lock, s)) != cudaSuccess)
+  if (st == CG_SUCCESS && (err = cg_plan_unlock_launch(c->lock, left, s)) != cudaSuccess)
     st = cg_fail_cuda(err, "the plan's unlock kernel", "%s", where);
   err = cudaStreamEndCapture(s, out);
   if (st == CG_SUCCESS && err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);
@@ -433,9 +442,11 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
   if (capturing == cudaStreamCaptureStatusInvalidated)
     return cg_fail(CG_ERR_BACKEND, "cg_plan_launch: the stream's capture was invalidated by an earlier error");
   if (capturing == cudaStreamCaptureStatusActive) {
-    /* from now on every replay, this copy's and the plan's own, takes the lock */
+    /* from now on every replay, this copy's and the plan's own, takes the
+     * lock, and the watchdog follows them all */
     c->embedded = 1;
-    return capture_child_graph(stream, c->embed_graph, "cg_plan_launch (into the stream's capture)");
+    st = capture_child_graph(stream, c->embed_graph, "cg_plan_launch (into the stream's capture)");
+    return st == CG_SUCCESS ? cg_cuda_watch_embedded(plan, "cg_plan_launch (into the stream's capture)") : st;
   }
   if ((st = cg_cuda_check_runnable(plan, "cg_plan_launch")) != CG_SUCCESS) return st;
   cudaGraphExec_t exec = NULL;
@@ -458,7 +469,7 @@ cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
   if (st != CG_SUCCESS) return st;
   plan->cuda->embedded = 1;
   *out = plan->cuda->embed_graph;
-  return CG_SUCCESS;
+  return cg_cuda_watch_embedded(plan, "cg_plan_cuda_graph");
 }
 
 static cg_status_t cuda_start(cg_plan_t *p) {
@@ -488,11 +499,20 @@ static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *calle
   return CG_SUCCESS;
 }
 
-/* cg_plan_start's replay is still running: a timeout once it ran too long. */
+/* cg_plan_start's replay is still running: a timeout once it ran too long
+ * (or once the monitor reported it: an embedded plan's replays are its
+ * too), reported with a roll call, since this is the program's thread;
+ * until then, the roll calls of ranks whose replay timed out are answered. */
 static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
-  if (!cg_watchdog_expired(p, p->cuda->started_ns)) return 0;
-  p->cuda->running = 0;
-  *st = cg_watchdog_notify_waiter(cg_cuda_time_out(p, caller, p->replays));
+  struct cg_cuda_plan *c = p->cuda;
+  if (!atomic_load(&c->fired) && !cg_watchdog_expired(p, c->started_ns)) {
+    cg_watchdog_answer(p, p->replays, &c->answered_ns);
+    return 0;
+  }
+  c->running = 0;
+  int first = 0;
+  cg_status_t timeout = cg_cuda_time_out(&first, p, caller, p->replays, 1);
+  *st = first ? cg_watchdog_notify_waiter(timeout) : timeout;
   return 1;
 }
 

@@ -4,6 +4,7 @@
 #define CG_SCHED_CUDA_PLAN_STATE_H
 
 #include <cuda_runtime_api.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "plan_internal.h"
@@ -22,8 +23,9 @@ struct cg_cuda_plan {
   int running;
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
   /* the watchdog (plans with a timeout): per step, a count the graph adds 1
-   * to once the step is done (mapped host memory), and when cg_plan_start's
-   * replay began */
+   * to once the step is done (mapped host memory), then the counts of
+   * replays that took and let go the embedded plan's lock (CG_MARK_ENTERED,
+   * CG_MARK_LEFT), and when cg_plan_start's replay began */
   unsigned *marks, *marks_dev;
   uint64_t started_ns;
   uint64_t *seq_base; /* per plan communicator: its sequence number at the latest launch */
@@ -31,6 +33,9 @@ struct cg_cuda_plan {
    * on the user's stream after each launch; the monitor thread's state */
   cudaEvent_t launch_done;
   int watched;             /* listed with the monitor */
+  int watch_embedded;      /* embedded: the monitor follows every replay that takes the lock, for good */
+  atomic_int fired;        /* a replay's timeout was reported (by the waiter or the monitor: once) */
+  uint64_t answered_ns;    /* when the waiter last answered roll calls (cg_watchdog_answer) */
   uint64_t progress_ns;    /* when the marks last moved */
   uint64_t marks_seen;     /* their sum then */
   char *timeout_report;    /* the monitor's report, for the next cg_plan_launch */
@@ -40,14 +45,24 @@ struct cg_cuda_plan {
   unsigned long long *stamps;
 };
 
+/* The marks after the steps' (with n steps): replays in the lock, out of it. */
+#define CG_MARK_ENTERED(n_steps) (n_steps)
+#define CG_MARK_LEFT(n_steps) ((n_steps) + 1)
+#define CG_MARK_SLOTS(n_steps) ((n_steps) + 2)
+
 /* The communicator's sequence number of a collective step in the latest
  * launch. */
 uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);
 /* The replay `replay` ran past the timeout: reports it (naming the step
  * waited for and the last completed, from the progress marks), marks the
- * plan timed out and aborts its communicators; CG_ERR_TIMEOUT. The handler
- * is the caller's to call (cg_watchdog_notify*). */
-cg_status_t cg_cuda_time_out(cg_plan_t *p, const char *caller, uint64_t replay);
+ * plan timed out and aborts its communicators; CG_ERR_TIMEOUT. Once per
+ * plan: *first is 0 when the monitor or the waiter had reported it already
+ * (the status then repeats that report, and nobody is to notify again). On
+ * the program's thread (roll_call), the report names the ranks that are not
+ * in this replay (cg_watchdog_roll_call: MPI calls, so never on the
+ * monitor's thread). The handler is the caller's to call
+ * (cg_watchdog_notify*). */
+cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call);
 /* A copy of the monitor's report of the plan's timed-out launch (free it);
  * NULL if none. */
 char *cg_cuda_timeout_report(const cg_plan_t *p);
@@ -58,6 +73,11 @@ cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller);
  * launched replays (its launch_done event) and reports a replay that makes
  * no progress for the timeout. Forget drops the plan (before it is freed). */
 cg_status_t cg_cuda_watch_launch(cg_plan_t *p);
+/* The plan was embedded in a user's graph (captured or handed out): from
+ * now on the monitor follows every replay that takes its lock, wherever it
+ * was launched, and reports one in flight whose marks do not move for the
+ * timeout. */
+cg_status_t cg_cuda_watch_embedded(cg_plan_t *p, const char *caller);
 void cg_cuda_watch_forget(cg_plan_t *p);
 
 #endif

@@ -1,12 +1,15 @@
 /* The device side of the replay watchdog (watchdog.h): what a timed-out
  * replay was waiting for, read from the progress marks the graph writes;
  * aborting the plan's communicators; and the monitor thread that follows
- * replays launched on users' streams (cg_plan_launch), which nobody waits
- * for inside commgraph.
+ * the replays nobody waits for inside commgraph: those launched on users'
+ * streams (cg_plan_launch) and those of users' graphs that embed the plan.
  *
- * The monitor cannot know when a launched replay starts (it may queue behind
- * the user's work), so it bounds progress instead: while a launched replay is
- * outstanding, the plan's marks must move at least once per timeout. */
+ * The monitor cannot know when such a replay starts (it may queue behind
+ * the user's work), so it bounds progress instead: while a launched replay
+ * is outstanding, or an embedded plan's lock is held (its lock kernels
+ * count the replays in and out), the plan's marks must move at least once
+ * per timeout. It only reads mapped host memory for embedded plans: their
+ * replays pay for no callback. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <pthread.h>
 #include <stdio.h>
@@ -26,12 +29,28 @@ uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s) {
   return 0;
 }
 
-/* A step is done in replay `replay` once its mark has counted that many
- * replays (launches through cg_plan_launch and cg_plan_start; replays of a
- * user's graph that embeds the plan are not counted, so there the report can
- * take a step for done that is not). */
+/* A step is done in the replay the marks are in (marks_replay) once its
+ * mark has counted that many replays: every replay of the plan's graph,
+ * launched by commgraph or by a user's graph that embeds it. */
 static int step_marked(const cg_plan_t *p, uint32_t step, uint64_t replay) {
   return ((volatile unsigned *)p->cuda->marks)[step] >= (unsigned)replay;
+}
+
+static uint64_t marks_sum(const cg_plan_t *p) {
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < CG_MARK_SLOTS(p->n_steps); i++) sum += ((volatile unsigned *)p->cuda->marks)[i];
+  return sum;
+}
+
+/* The replay the marks are in, counting every replay of the plan's graph:
+ * one past the fewest replays any step has finished. */
+static uint64_t marks_replay(const cg_plan_t *p) {
+  unsigned least = UINT32_MAX;
+  for (uint32_t i = 0; i < p->n_steps; i++) {
+    unsigned m = ((volatile unsigned *)p->cuda->marks)[i];
+    if (m < least) least = m;
+  }
+  return p->n_steps ? (uint64_t)least + 1 : p->replays;
 }
 
 /* Runs fn(arg) on a detached thread of its own; 0 if none could be started. */
@@ -99,17 +118,45 @@ static void abort_comms(cg_plan_t *p) {
   free(job);
 }
 
+/* The report of the plan's timed-out replay, for later calls (the monitor
+ * writes it on its thread). */
+static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void remember_report(cg_plan_t *p, const char *report) {
+  char *copy = cg_copy_text(report, 4096);
+  pthread_mutex_lock(&report_lock);
+  free(p->cuda->timeout_report);
+  p->cuda->timeout_report = copy;
+  pthread_mutex_unlock(&report_lock);
+}
+
+char *cg_cuda_timeout_report(const cg_plan_t *p) {
+  pthread_mutex_lock(&report_lock);
+  char *copy = p->cuda->timeout_report ? cg_copy_text(p->cuda->timeout_report, 4096) : NULL;
+  pthread_mutex_unlock(&report_lock);
+  return copy;
+}
+
 /* The replay ran past the timeout: the step waited for is the first in
  * capture order that is not done while everything it depends on is; the
  * flight recorder learns which collectives completed; the plan's
  * communicators are aborted so the device stops waiting. */
-cg_status_t cg_cuda_time_out(cg_plan_t *p, const char *caller, uint64_t replay) {
+cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call) {
+  struct cg_cuda_plan *c = p->cuda;
+  if ((*first = !atomic_exchange(&c->fired, 1)) == 0) {
+    char *report = cg_cuda_timeout_report(p);
+    cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: %s", caller,
+                             report ? report : "a replay of the plan timed out (reported on the watchdog's thread)");
+    free(report);
+    return st;
+  }
   cg_watchdog_where_t w = {CG_NO_STEP, CG_NO_STEP, 0, NULL};
-  char extra[200] = "";
-  for (uint32_t k = 0; k < p->n_steps && p->cuda->marks; k++) {
+  char extra[1600] = "";
+  uint64_t in = c->marks ? marks_replay(p) : 0;
+  for (uint32_t k = 0; k < p->n_steps && c->marks; k++) {
     uint32_t i = p->issue_order[k];
     const cg_step_t *s = &p->steps[i];
-    if (step_marked(p, i, replay)) {
+    if (step_marked(p, i, in)) {
       w.n_done++;
       w.last_done = i;
       if (s->kind == CG_STEP_COLLECTIVE)
@@ -117,24 +164,33 @@ cg_status_t cg_cuda_time_out(cg_plan_t *p, const char *caller, uint64_t replay) 
       continue;
     }
     int ready = 1;
-    for (uint32_t e = 0; e < s->n_deps && ready; e++) ready = step_marked(p, s->deps[e], replay);
+    for (uint32_t e = 0; e < s->n_deps && ready; e++) ready = step_marked(p, s->deps[e], in);
     if (ready && w.waiting == CG_NO_STEP) w.waiting = i;
   }
-  if (!p->cuda->marks) w.extra = "no progress marks: compiled without a timeout";
-  if (w.waiting != CG_NO_STEP && p->steps[w.waiting].comm) {
+  const cg_comm_t *comm = w.waiting != CG_NO_STEP ? p->steps[w.waiting].comm : NULL;
+  if (!c->marks) snprintf(extra, sizeof extra, "no progress marks: compiled without a timeout");
+  if (comm)
     snprintf(extra, sizeof extra, "communicator %016llx; the plan's communicators are being aborted",
-             (unsigned long long)p->steps[w.waiting].comm->id);
-    w.extra = extra;
+             (unsigned long long)comm->id);
+  if (c->embedded) {
+    size_t used = strlen(extra);
+    snprintf(extra + used, sizeof extra - used,
+             "%sthe plan is embedded in CUDA graphs: every rank must run their replays and the plan's own in the "
+             "same order (docs/embedding.md); stop replaying graphs that hold it",
+             used ? "; " : "");
   }
+  /* which ranks are not in this replay: the one the step waits for is among them */
+  if (roll_call) cg_watchdog_roll_call(extra, sizeof extra, p, replay, comm ? comm : p->n_comms ? p->comms[0].comm : NULL);
+  if (extra[0]) w.extra = extra;
   /* the report first: aborting may take long, and the report is the point
    * (the abort runs on its own thread anyway) */
   cg_status_t st = cg_watchdog_report(p, caller, replay, &w);
+  remember_report(p, cg_error_last());
   abort_comms(p);
   return st;
 }
 
-
-/* ---- the monitor of launched replays */
+/* ---- the monitor of launched and embedded replays */
 
 typedef struct watched {
   cg_plan_t *plan;
@@ -145,21 +201,30 @@ static pthread_mutex_t monitor_lock = PTHREAD_MUTEX_INITIALIZER;
 static watched_t *watch_list;
 static int monitor_running;
 
-static uint64_t marks_sum(const cg_plan_t *p) {
-  uint64_t sum = 0;
-  for (uint32_t i = 0; i < p->n_steps; i++) sum += ((volatile unsigned *)p->cuda->marks)[i];
-  return sum;
+/* The monitor's verdict on a plan whose replay made no progress for the
+ * timeout: 1 (it leaves the list), with the report in *fired (malloc'd)
+ * for the handler unless the waiter reported it first. */
+static int fire(cg_plan_t *p, const char *caller, char **fired) {
+  int first = 0;
+  cg_cuda_time_out(&first, p, caller, marks_replay(p), 0);
+  if (first) *fired = cg_copy_text(cg_error_last(), 4096);
+  return 1;
 }
 
-/* The replay the plan is in: one past the fewest replays any step has
- * finished. */
-static uint64_t current_replay(const cg_plan_t *p) {
-  unsigned least = UINT32_MAX;
-  for (uint32_t i = 0; i < p->n_steps; i++) {
-    unsigned m = ((volatile unsigned *)p->cuda->marks)[i];
-    if (m < least) least = m;
+/* An embedded plan: a replay is in flight while the lock's holder counted
+ * it in and not yet out. */
+static int check_embedded(cg_plan_t *p, char **fired) {
+  struct cg_cuda_plan *c = p->cuda;
+  volatile unsigned *m = c->marks;
+  unsigned entered = m[CG_MARK_ENTERED(p->n_steps)], left = m[CG_MARK_LEFT(p->n_steps)];
+  uint64_t now = cg_watchdog_now_ns(), sum = marks_sum(p);
+  if (entered == left || sum != c->marks_seen) {
+    c->marks_seen = sum;
+    c->progress_ns = now;
+    return 0;
   }
-  return p->n_steps ? (uint64_t)least + 1 : p->replays;
+  if (!cg_watchdog_expired(p, c->progress_ns)) return 0;
+  return fire(p, "a replay of a CUDA graph that embeds the plan (watchdog)", fired);
 }
 
 /* One look at a plan, under monitor_lock: 1 when it leaves the list. A
@@ -167,6 +232,8 @@ static uint64_t current_replay(const cg_plan_t *p) {
  * handler, which runs on its own thread and may destroy plans. */
 static int check_plan(cg_plan_t *p, char **fired) {
   struct cg_cuda_plan *c = p->cuda;
+  if (atomic_load(&c->fired)) return 1; /* the waiter reported it */
+  if (c->watch_embedded) return check_embedded(p, fired);
   cudaSetDevice(p->device);
   cudaError_t err = cudaEventQuery(c->launch_done);
   if (err != cudaErrorNotReady) return 1; /* done (or failed: the user's stream says so) */
@@ -177,11 +244,7 @@ static int check_plan(cg_plan_t *p, char **fired) {
     return 0;
   }
   if (!cg_watchdog_expired(p, c->progress_ns)) return 0;
-  cg_cuda_time_out(p, "cg_plan_launch (watchdog)", current_replay(p));
-  free(c->timeout_report);
-  c->timeout_report = cg_copy_text(cg_error_last(), 4096);
-  *fired = cg_copy_text(cg_error_last(), 4096);
-  return 1;
+  return fire(p, "cg_plan_launch (watchdog)", fired);
 }
 
 static void *notify_main(void *arg) {
@@ -223,28 +286,39 @@ static void *monitor_main(void *arg) {
   return NULL;
 }
 
-cg_status_t cg_cuda_watch_launch(cg_plan_t *p) {
+/* Lists the plan with the monitor (started on first need), under
+ * monitor_lock. */
+static cg_status_t watch(cg_plan_t *p, const char *caller) {
   struct cg_cuda_plan *c = p->cuda;
-  cg_status_t st = CG_SUCCESS;
+  if (!monitor_running && !(monitor_running = start_detached(monitor_main, NULL)))
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: starting the watchdog's monitor thread", caller);
+  if (c->watched) return CG_SUCCESS;
+  watched_t *w = malloc(sizeof *w);
+  if (!w) return cg_fail(CG_ERR_NO_MEMORY, "%s: listing the plan with the watchdog", caller);
+  w->plan = p;
+  w->next = watch_list;
+  watch_list = w;
+  c->watched = 1;
+  c->progress_ns = cg_watchdog_now_ns();
+  c->marks_seen = marks_sum(p);
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_cuda_watch_launch(cg_plan_t *p) {
   pthread_mutex_lock(&monitor_lock);
-  if (!monitor_running && !(monitor_running = start_detached(monitor_main, NULL))) {
-    st = cg_fail(CG_ERR_NO_MEMORY, "cg_plan_launch: starting the watchdog's monitor thread");
-    goto out;
+  cg_status_t st = watch(p, "cg_plan_launch");
+  pthread_mutex_unlock(&monitor_lock);
+  return st;
+}
+
+cg_status_t cg_cuda_watch_embedded(cg_plan_t *p, const char *caller) {
+  if (!p->cuda->marks) return CG_SUCCESS; /* no timeout, nothing to watch */
+  pthread_mutex_lock(&monitor_lock);
+  cg_status_t st = watch(p, caller);
+  if (st == CG_SUCCESS && !p->cuda->watch_embedded) {
+    p->cuda->watch_embedded = 1;
+    p->cuda->progress_ns = cg_watchdog_now_ns();
   }
-  if (!c->watched) {
-    watched_t *w = malloc(sizeof *w);
-    if (!w) {
-      st = cg_fail(CG_ERR_NO_MEMORY, "cg_plan_launch: listing the plan with the watchdog");
-      goto out;
-    }
-    w->plan = p;
-    w->next = watch_list;
-    watch_list = w;
-    c->watched = 1;
-    c->progress_ns = cg_watchdog_now_ns();
-    c->marks_seen = marks_sum(p);
-  }
-out:
   pthread_mutex_unlock(&monitor_lock);
   return st;
 }
@@ -260,13 +334,6 @@ void cg_cuda_watch_forget(cg_plan_t *p) {
     }
   if (p->cuda) p->cuda->watched = 0;
   pthread_mutex_unlock(&monitor_lock);
-}
-
-char *cg_cuda_timeout_report(const cg_plan_t *p) {
-  pthread_mutex_lock(&monitor_lock); /* the monitor writes it under the lock */
-  char *copy = p->cuda->timeout_report ? cg_copy_text(p->cuda->timeout_report, 4096) : NULL;
-  pthread_mutex_unlock(&monitor_lock);
-  return copy;
 }
 
 cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller) {

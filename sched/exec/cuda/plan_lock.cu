@@ -6,23 +6,34 @@
  * kernel boundaries order the plan's work between them. */
 #include "plan_lock.h"
 
-__global__ void cg_plan_lock_kernel(unsigned *word) {
-  while (atomicCAS(word, 0u, 1u) != 0u) __nanosleep(256);
-  __threadfence();
+/* `count` (mapped host memory, may be NULL): a count of the watchdog's that
+ * only the lock's holder writes, so a plain increment */
+__device__ static void count_one(unsigned *count) {
+  if (!count) return;
+  volatile unsigned *v = count;
+  *v = *v + 1u;
+  __threadfence_system();
 }
 
-__global__ void cg_plan_unlock_kernel(unsigned *word) {
+__global__ void cg_plan_lock_kernel(unsigned *word, unsigned *entered) {
+  while (atomicCAS(word, 0u, 1u) != 0u) __nanosleep(256);
+  __threadfence();
+  count_one(entered);
+}
+
+__global__ void cg_plan_unlock_kernel(unsigned *word, unsigned *left) {
+  count_one(left);
   __threadfence();
   atomicExch(word, 0u);
 }
 
-extern "C" cudaError_t cg_plan_lock_launch(unsigned *word, cudaStream_t stream) {
-  cg_plan_lock_kernel<<<1, 1, 0, stream>>>(word);
+extern "C" cudaError_t cg_plan_lock_launch(unsigned *word, unsigned *entered, cudaStream_t stream) {
+  cg_plan_lock_kernel<<<1, 1, 0, stream>>>(word, entered);
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, cudaStream_t stream) {
-  cg_plan_unlock_kernel<<<1, 1, 0, stream>>>(word);
+extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left, cudaStream_t stream) {
+  cg_plan_unlock_kernel<<<1, 1, 0, stream>>>(word, left);
   return cudaGetLastError();
 }
 

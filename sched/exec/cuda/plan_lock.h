@@ -10,8 +10,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-cudaError_t cg_plan_lock_launch(unsigned *word, cudaStream_t stream);
-cudaError_t cg_plan_unlock_launch(unsigned *word, cudaStream_t stream);
+/* With the watchdog (entered, left: mapped host memory, else NULL), the
+ * holder adds 1 to *entered once it has the lock and to *left before it lets
+ * it go: a replay of an embedded plan is in flight while they differ. */
+cudaError_t cg_plan_lock_launch(unsigned *word, unsigned *entered, cudaStream_t stream);
+cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left, cudaStream_t stream);
 /* The watchdog's progress mark: one thread adds 1 to `slot` (mapped host
  * memory) once the stream's earlier work is done. */
 cudaError_t cg_progress_mark_launch(unsigned *slot, cudaStream_t stream);
