@@ -18,6 +18,13 @@
  *    (ncclGroupStart/End around them) and replayed (one plan of k independent
  *    allreduce nodes, launched once); per-op time and eager/replayed. Then one
  *    4-byte allreduce: the cost of replaying an almost empty plan.
+ * c) The watchdog's cost: 8 allreduces of 1 KB and one of 4 bytes, the plan
+ *    compiled without a timeout and with one (60 s: progress marks, and the
+ *    monitor thread following the replays), launched with cg_plan_launch and
+ *    embedded in a CUDA graph of the benchmark's (captured around
+ *    cg_plan_launch, replayed with cudaGraphLaunch: the plan's lock, and with
+ *    the timeout the lock's counts the monitor reads); per-replay time of
+ *    each and watched/unwatched (the bound: 1.00, no cost).
  *
  * Timing: cudaEvents on the stream around a batch of launches, after warm-up.
  * Modes are interleaved batch by batch, each figure is the median over rounds
@@ -53,8 +60,9 @@ static int smoke_iters; /* --smoke: iterations per batch; 0: each part's own */
 
 /* ---- what one batch does */
 
-enum { DIRECT, GROUPED, PLAN };
-static const char *const mode_names[] = {"direct NCCL", "NCCL group", "plan"};
+enum { DIRECT, GROUPED, PLAN, PLAN_WATCHED, EMBEDDED, EMBEDDED_WATCHED, N_MODES };
+static const char *const mode_names[] = {"direct NCCL", "NCCL group",       "plan",
+                                         "plan, watched", "embedded plan", "embedded plan, watched"};
 
 typedef struct work {
   int mode;
@@ -63,6 +71,8 @@ typedef struct work {
   size_t count;
   ncclComm_t nccl;
   cg_plan_t *plan; /* holds the same `ops` allreduces */
+  cg_plan_t *watched; /* PLAN_WATCHED: the same, compiled with a timeout */
+  cudaGraphExec_t embedding[2]; /* EMBEDDED, EMBEDDED_WATCHED: graphs that hold such plans */
 } work_t;
 
 static void one_iteration(const work_t *w, cudaStream_t stream) {
@@ -76,6 +86,13 @@ static void one_iteration(const work_t *w, cudaStream_t stream) {
       for (int k = 0; k < w->ops; k++)
         NCCL_CHECK(ncclAllReduce(w->send[k], w->recv[k], w->count, ncclFloat32, ncclSum, w->nccl, stream));
       NCCL_CHECK_ON(w->nccl, ncclGroupEnd());
+      break;
+    case PLAN_WATCHED:
+      CG_CHECK(cg_plan_launch(w->watched, stream));
+      break;
+    case EMBEDDED:
+    case EMBEDDED_WATCHED:
+      CUDA_CHECK(cudaGraphLaunch(w->embedding[w->mode == EMBEDDED_WATCHED], stream));
       break;
     default:
       CG_CHECK(cg_plan_launch(w->plan, stream));
@@ -102,7 +119,7 @@ static double time_batch(const work_t *w, int iters, cudaStream_t stream, cudaEv
  * warm-up iterations of each; med[m] is the median seconds per iteration. */
 static void time_modes(work_t *w, const int *modes, int n_modes, int iters, int rounds, cudaStream_t stream,
                        cudaEvent_t start, cudaEvent_t stop, double *med) {
-  static double t[3][MAX_ROUNDS];
+  static double t[N_MODES][MAX_ROUNDS];
   for (int m = 0; m < n_modes; m++) {
     w->mode = modes[m];
     time_batch(w, 2, stream, start, stop);
@@ -158,19 +175,27 @@ static void run_for_check(work_t *w, int mode, cudaStream_t stream) {
   CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-/* A plan of `ops` independent float32 sum allreduces of `count` elements. */
-static cg_plan_t *compile_allreduces(cg_comm_t *comm, float **send, float **recv, int ops, size_t count,
-                                     size_t *steps) {
+/* A plan of `ops` independent float32 sum allreduces of `count` elements,
+ * with the replay watchdog's timeout `timeout_s` (0: none). */
+static cg_plan_t *compile_watched(cg_comm_t *comm, float **send, float **recv, int ops, size_t count, double timeout_s,
+                                  size_t *steps) {
   cg_graph_t *g;
   cg_plan_t *plan;
   CG_CHECK(cg_graph_create(&g, NULL));
   for (int k = 0; k < ops; k++) CG_CHECK(cg_allreduce(NULL, g, comm, send[k], recv[k], count, CG_FLOAT32, CG_SUM));
-  CG_CHECK(cg_compile(&plan, g, NULL));
+  cg_compile_opts_t co = CG_COMPILE_OPTS_INIT;
+  co.timeout_s = timeout_s;
+  CG_CHECK(cg_compile(&plan, g, &co));
   cg_graph_destroy(g);
   cg_plan_stats_t ps;
   CG_CHECK(cg_plan_stats(&ps, plan));
   *steps = ps.steps;
   return plan;
+}
+
+static cg_plan_t *compile_allreduces(cg_comm_t *comm, float **send, float **recv, int ops, size_t count,
+                                     size_t *steps) {
+  return compile_watched(comm, send, recv, ops, count, 0, steps);
 }
 
 /* ---- a) one large allreduce */
@@ -282,6 +307,75 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
   }
 }
 
+/* ---- c) what the watchdog costs a replay */
+
+/* A graph of the benchmark's holding the plan (captured around
+ * cg_plan_launch), instantiated. */
+static cudaGraphExec_t embedding_of(cg_plan_t *plan, cudaStream_t stream) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  CG_CHECK(cg_plan_launch(plan, stream));
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+static void bench_watchdog(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream_t stream, cudaEvent_t start,
+                           cudaEvent_t stop) {
+  const double timeout_s = 60;
+  float host[SMALL_COUNT];
+  work_t w = {.count = SMALL_COUNT, .nccl = nccl};
+  for (int k = 0; k < 8; k++) {
+    CUDA_CHECK(cudaMalloc((void **)&w.send[k], SMALL_COUNT * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&w.recv[k], SMALL_COUNT * sizeof(float)));
+  }
+  if (rank == 0) {
+    printf("\nc) the replay watchdog's cost: the same plan without a timeout and with one (%g s), launched and "
+           "embedded in a graph of the benchmark's; time per replay (bound: watched/unwatched = 1.00)\n", timeout_s);
+    printf("%6s %6s %12s %14s %9s %14s %16s %9s %12s\n", "bytes", "k", "launched", "+ watchdog", "ratio",
+           "embedded", "+ watchdog", "ratio", "eager NCCL");
+  }
+  const int ks[] = {8, 1};
+  for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+    w.ops = ks[i];
+    w.count = w.ops == 1 ? 1 : SMALL_COUNT;
+    size_t steps;
+    w.plan = compile_watched(comm, w.send, w.recv, w.ops, w.count, 0, &steps);
+    w.watched = compile_watched(comm, w.send, w.recv, w.ops, w.count, timeout_s, &steps);
+    cg_plan_t *embedded[2] = {compile_watched(comm, w.send, w.recv, w.ops, w.count, 0, &steps),
+                              compile_watched(comm, w.send, w.recv, w.ops, w.count, timeout_s, &steps)};
+    for (int e = 0; e < 2; e++) w.embedding[e] = embedding_of(embedded[e], stream);
+    const int modes[] = {PLAN, PLAN_WATCHED, EMBEDDED, EMBEDDED_WATCHED, DIRECT};
+    const int n_modes = sizeof modes / sizeof *modes;
+    for (int k = 0; k < w.ops; k++) fill(w.send[k], w.count, (size_t)k, host);
+    for (int m = 0; m < n_modes; m++) {
+      run_for_check(&w, modes[m], stream);
+      for (int k = 0; k < w.ops; k++) expect_sum(w.recv[k], w.count, (size_t)k, host, "watchdog allreduces");
+      all_checked("watchdog allreduces", modes[m], "before timing");
+    }
+    int iters = smoke_iters ? smoke_iters : 2000 / w.ops;
+    double med[5];
+    time_modes(&w, modes, n_modes, iters, rounds, stream, start, stop, med);
+    for (int k = 0; k < w.ops; k++) expect_sum(w.recv[k], w.count, (size_t)k, host, "watchdog allreduces");
+    all_checked("watchdog allreduces", DIRECT, "after timing");
+    if (rank == 0) {
+      printf("%6zu %6d %9.2f us %11.2f us %9.3f %11.2f us %13.2f us %9.3f %9.2f us\n", w.count * sizeof(float), w.ops,
+             med[0] * 1e6, med[1] * 1e6, med[1] / med[0], med[2] * 1e6, med[3] * 1e6, med[3] / med[2], med[4] * 1e6);
+      fflush(stdout);
+    }
+    for (int e = 0; e < 2; e++) CUDA_CHECK(cudaGraphExecDestroy(w.embedding[e])); /* before the plans they hold */
+    for (int e = 0; e < 2; e++) cg_plan_destroy(embedded[e]);
+    cg_plan_destroy(w.plan);
+    cg_plan_destroy(w.watched);
+  }
+  for (int k = 0; k < 8; k++) {
+    CUDA_CHECK(cudaFree(w.send[k]));
+    CUDA_CHECK(cudaFree(w.recv[k]));
+  }
+}
+
 /* ---- set-up */
 
 static void usage(const char *argv0) {
@@ -362,6 +456,7 @@ int main(int argc, char **argv) {
 
   bench_large(comm, nccl, max_mb, rounds, stream, start, stop);
   bench_small(comm, nccl, rounds, stream, start, stop);
+  bench_watchdog(comm, nccl, rounds, stream, start, stop);
 
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
