@@ -68,10 +68,14 @@ CG_API cg_status_t cg_event_record(cg_node_t *out, cg_graph_t *graph, cudaEvent_
  * unordered streams run one after another instead of corrupting each other.
  * As with NCCL, every rank must run them in the same order: instances that
  * really run concurrently take the lock in an order the GPU picks, which may
- * differ between ranks (and then hang; the replay watchdog watches
- * cg_plan_launch, cg_plan_start and cg_plan_run replays, not replays of the
- * user's graphs, so it does not see this). Order them with one stream or with
- * events. */
+ * differ between ranks (and then hang). Order them with one stream or with
+ * events. With a timeout (cg_compile_opts_t.timeout_s), the replay watchdog
+ * follows every replay of an embedded plan, wherever it was launched: the lock
+ * kernels count replays in and out in mapped host memory, and the monitor
+ * thread reports a replay in flight whose steps make no progress for the
+ * timeout (that hang included) to stderr and the timeout handler, and aborts
+ * the plan's communicators so the user's stream drains. Then stop replaying
+ * the graphs that hold the plan and destroy their instances before it. */
 CG_API cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream);
 
 /* The plan as a CUDA graph, for cudaGraphAddChildGraphNode (which clones it)

@@ -252,9 +252,10 @@ CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
  * A plan compiled with a timeout (cg_compile_opts_t.timeout_s, or CG_TIMEOUT)
  * bounds every replay: cg_plan_wait, cg_plan_test and cg_plan_run return
  * CG_ERR_TIMEOUT once a replay has run that long; replays launched with
- * cg_plan_launch are followed by a monitor thread, which reports one that
- * makes no progress for that long (the next cg_plan_launch then fails with
- * CG_ERR_TIMEOUT). cg_error_last() names
+ * cg_plan_launch, and replays of users' CUDA graphs that embed the plan
+ * (commgraph/cuda.h), are followed by a monitor thread, which reports one
+ * that makes no progress for that long (the next cg_plan_launch then fails
+ * with CG_ERR_TIMEOUT). cg_error_last() names
  * the plan, this rank, the replay number, the step and node it was waiting
  * for (kind, name, communicator and rank) and the last step that completed.
  * The same report goes to stderr and to the handler below, and the flight
@@ -266,8 +267,9 @@ CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);
  * (MPI_Abort) as after any failed collective. */
 
 /* Called once per timeout with the report (valid during the call); it may
- * log, signal or end the job (MPI_Abort). For a cg_plan_launch replay it
- * runs on a thread of its own, started by the watchdog's monitor, and may
+ * log, signal or end the job (MPI_Abort). For a replay the monitor
+ * reports (launched, or of a graph that embeds the plan) it runs on a
+ * thread of its own, started by the watchdog's monitor, and may
  * also destroy plans and communicators, the timed-out one included (then no
  * other thread may use that plan any more). Inside cg_plan_wait,
  * cg_plan_test or cg_plan_run it runs on the caller's thread, which still
