@@ -204,7 +204,9 @@ static void fail(cg_status_t st, double timeout_s) {
    * job is to end: an ordinary NCCL teardown (about 0.25 s per communicator)
    * would only delay the abort */
   int before_replays = !plan_in_use && st == CG_ERR_TIMEOUT;
-  if ((gpu_run || embedded) && wait_drained(0.05 * timeout_s) && !before_replays) destroy_after_drain();
+  /* without a communicator nothing ran on the GPU: nothing to drain */
+  if ((gpu_run || embedded) && comm_in_use && wait_drained(0.05 * timeout_s) && !before_replays)
+    destroy_after_drain();
   nap(0.05 * timeout_s - (wall_s() - began));
   /* the cross-rank check fails on every rank alike, so all of them are here
    * and none is aborted: each finishes its destroy (an ordinary NCCL
@@ -424,8 +426,10 @@ int main(int argc, char **argv) {
     st = st2;
   }
   cg_graph_destroy(g); /* before fail(): its communicator destroy is then the last reference */
-  cg_comm_destroy(second);
+  /* other-comm's second communicator is left to the job's end on failure:
+   * an NCCL teardown takes a good part of a second */
   if (st != CG_SUCCESS) fail(st, timeout_s);
+  cg_comm_destroy(second);
   plan_in_use = plan;
   if (embedded && (st = embed_plan(plan)) != CG_SUCCESS) fail(st, timeout_s);
 

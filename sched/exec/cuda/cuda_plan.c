@@ -59,6 +59,7 @@ static void cuda_release(cg_plan_t *p) {
   if (c->marks) cudaFreeHost(c->marks);
   free(c->seq_base);
   if (c->run_done) cudaEventDestroy(c->run_done);
+  if (c->mark_lane) cudaStreamDestroy(c->mark_lane);
   for (uint32_t l = 0; c->lanes && l < c->n_lanes; l++)
     if (c->lanes[l]) cudaStreamDestroy(c->lanes[l]);
   free(c->lanes);
@@ -126,8 +127,24 @@ static cg_status_t capture_cuda_node(const cg_plan_t *p, uint32_t index, cudaStr
   }
 }
 
-/* Enqueues one unit on its lane: waits, the steps (grouped), event records. */
-static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEvent_t *events, const char *where) {
+/* The unit's progress marks (plans with a timeout), off the lanes' path:
+ * the marks lane waits for the unit and counts its steps, and nothing but
+ * the replay's end waits for the marks, so they cost the steps no launch
+ * latency. */
+static cg_status_t mark_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaStream_t lane, cudaEvent_t done,
+                             const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  cudaError_t err = cudaEventRecord(done, lane);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(c->mark_lane, done, 0);
+  for (uint32_t k = 0; k < u->n && err == cudaSuccess; k++)
+    err = cg_progress_mark_launch(&c->marks_dev[p->issue_order[u->first + k]], c->mark_lane);
+  return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "the watchdog's progress marks", "%s", where);
+}
+
+/* Enqueues one unit on its lane: waits, the steps (grouped), event records,
+ * its marks (unit_done: the event the marks lane waits for). */
+static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEvent_t *events, cudaEvent_t unit_done,
+                                const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   cudaStream_t lane = c->lanes[u->lane];
   cudaError_t err = cudaSuccess;
@@ -173,9 +190,7 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
   for (uint32_t k = 0; k < u->n && st == CG_SUCCESS && c->stamps; k++)
     if ((err = cg_time_stamp_launch(&c->stamps[2 * (size_t)p->issue_order[u->first + k] + 1], lane)) != cudaSuccess)
       st = cg_fail_cuda(err, "the profiling stamp", "%s", where);
-  for (uint32_t k = 0; k < u->n && st == CG_SUCCESS && c->marks; k++)
-    if ((err = cg_progress_mark_launch(&c->marks_dev[p->issue_order[u->first + k]], lane)) != cudaSuccess)
-      st = cg_fail_cuda(err, "the watchdog's progress mark", "%s", where);
+  if (st == CG_SUCCESS && c->marks) st = mark_unit(p, u, lane, unit_done, where);
   for (uint32_t k = 0; k < u->n && st == CG_SUCCESS; k++) {
     uint32_t index = p->issue_order[u->first + k];
     if (events[index] && (err = cudaEventRecord(events[index], lane)) != cudaSuccess)
@@ -184,9 +199,18 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
   return st;
 }
 
-/* One event per step that a step on another lane waits for, and one per lane
- * to join lane 0's capture and return to it. */
-static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, const cg_plan_t *p, const char *where) {
+static cg_status_t new_event(cudaEvent_t *event, const char *where) {
+  cudaError_t err = cudaEventCreateWithFlags(event, cudaEventDisableTiming);
+  if (err == cudaSuccess) return CG_SUCCESS;
+  *event = NULL;
+  return cg_fail_cuda(err, "cudaEventCreateWithFlags", "%s", where);
+}
+
+/* One event per step that a step on another lane waits for, one per lane
+ * and one for the marks lane to join lane 0's capture and return to it, and
+ * with marks one per unit that the marks lane waits for. */
+static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, cudaEvent_t *unit_done, const cg_plan_t *p,
+                                 const char *where) {
   for (uint32_t i = 0; i < p->n_steps; i++) {
     const cg_step_t *s = &p->steps[i];
     int crosses = 0;
@@ -198,18 +222,14 @@ static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, const 
       return cg_fail_cuda(err, "cudaEventCreateWithFlags", "%s", where);
     }
   }
-  for (uint32_t l = 0; l < p->n_lanes; l++) {
-    cudaError_t err = cudaEventCreateWithFlags(&joins[l], cudaEventDisableTiming);
-    if (err != cudaSuccess) {
-      joins[l] = NULL;
-      return cg_fail_cuda(err, "cudaEventCreateWithFlags", "%s", where);
-    }
-  }
-  return CG_SUCCESS;
+  cg_status_t st = CG_SUCCESS;
+  for (uint32_t l = 0; l <= p->n_lanes && st == CG_SUCCESS; l++) st = new_event(&joins[l], where);
+  for (uint32_t u = 0; u < p->n_units && p->cuda->marks && st == CG_SUCCESS; u++) st = new_event(&unit_done[u], where);
+  return st;
 }
 
 static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins,
-                                 const char *where) {
+                                 cudaEvent_t *unit_done, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   cudaError_t err = cudaStreamBeginCapture(c->lanes[0], cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) return cg_fail_cuda(err, "cudaStreamBeginCapture", "%s", where);
@@ -222,12 +242,19 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
   for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++)
     if ((err = cudaStreamWaitEvent(c->lanes[l], joins[0], 0)) != cudaSuccess)
       st = cg_fail_cuda(err, "cudaStreamWaitEvent", "%s", where);
-  for (uint32_t u = 0; u < p->n_units && st == CG_SUCCESS; u++) st = capture_unit(p, &p->units[u], events, where);
+  if (st == CG_SUCCESS && c->marks && (err = cudaStreamWaitEvent(c->mark_lane, joins[0], 0)) != cudaSuccess)
+    st = cg_fail_cuda(err, "cudaStreamWaitEvent (the marks lane)", "%s", where);
+  for (uint32_t u = 0; u < p->n_units && st == CG_SUCCESS; u++)
+    st = capture_unit(p, &p->units[u], events, c->marks ? unit_done[u] : NULL, where);
   for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++) {
     if ((err = cudaEventRecord(joins[l], c->lanes[l])) != cudaSuccess ||
         (err = cudaStreamWaitEvent(c->lanes[0], joins[l], 0)) != cudaSuccess)
       st = cg_fail_cuda(err, "joining the lanes", "%s", where);
   }
+  if (st == CG_SUCCESS && c->marks &&
+      ((err = cudaEventRecord(joins[c->n_lanes], c->mark_lane)) != cudaSuccess ||
+       (err = cudaStreamWaitEvent(c->lanes[0], joins[c->n_lanes], 0)) != cudaSuccess))
+    st = cg_fail_cuda(err, "joining the marks lane", "%s", where);
   /* ends the capture even after a failure, so the streams are usable again */
   err = cudaStreamEndCapture(c->lanes[0], out);
   if (st == CG_SUCCESS && err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);
@@ -239,16 +266,20 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
  * only as long as this call. */
 static cg_status_t capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
   cudaEvent_t *events = calloc(p->n_steps ? p->n_steps : 1, sizeof *events);
-  cudaEvent_t *joins = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *joins);
-  cg_status_t st = events && joins ? create_events(events, joins, p, where)
-                                   : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating capture events", where);
-  if (st == CG_SUCCESS) st = capture_units(out, p, events, joins, where);
+  cudaEvent_t *joins = calloc(p->n_lanes + 1, sizeof *joins);
+  cudaEvent_t *unit_done = calloc(p->n_units ? p->n_units : 1, sizeof *unit_done);
+  cg_status_t st = events && joins && unit_done ? create_events(events, joins, unit_done, p, where)
+                                                : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating capture events", where);
+  if (st == CG_SUCCESS) st = capture_units(out, p, events, joins, unit_done, where);
   for (uint32_t i = 0; events && i < p->n_steps; i++)
     if (events[i]) cudaEventDestroy(events[i]);
-  for (uint32_t l = 0; joins && l < p->n_lanes; l++)
+  for (uint32_t l = 0; joins && l <= p->n_lanes; l++)
     if (joins[l]) cudaEventDestroy(joins[l]);
+  for (uint32_t u = 0; unit_done && u < p->n_units; u++)
+    if (unit_done[u]) cudaEventDestroy(unit_done[u]);
   free(events);
   free(joins);
+  free(unit_done);
   return st;
 }
 
@@ -295,6 +326,10 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
     if ((err = cudaEventCreateWithFlags(&c->launch_done, cudaEventDisableTiming)) != cudaSuccess) {
       c->launch_done = NULL;
       return cg_fail_cuda(err, "cudaEventCreateWithFlags (the watchdog's)", "%s", where);
+    }
+    if ((err = cudaStreamCreateWithFlags(&c->mark_lane, cudaStreamNonBlocking)) != cudaSuccess) {
+      c->mark_lane = NULL;
+      return cg_fail_cuda(err, "cudaStreamCreateWithFlags (the watchdog's marks lane)", "%s", where);
     }
   }
   /* the recorded graph owns the child graphs and may be destroyed after

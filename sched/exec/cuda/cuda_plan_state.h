@@ -27,6 +27,7 @@ struct cg_cuda_plan {
    * replays that took and let go the embedded plan's lock (CG_MARK_ENTERED,
    * CG_MARK_LEFT), and when cg_plan_start's replay began */
   unsigned *marks, *marks_dev;
+  cudaStream_t mark_lane; /* where the marks are captured, off the lanes' path */
   uint64_t started_ns;
   uint64_t *seq_base; /* per plan communicator: its sequence number at the latest launch */
   /* cg_plan_launch's replays under the watchdog (cuda_watchdog.c): recorded
