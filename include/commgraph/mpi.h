@@ -34,6 +34,8 @@
 #endif
 
 #include <mpi.h>
+#include <stddef.h>
+#include <stdio.h>
 
 #include "commgraph/comm.h"
 
@@ -68,6 +70,58 @@ CG_API cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
  * communicator, the duplicate of the MPI_Comm it was created from). Fails with
  * CG_ERR_UNSUPPORTED for a communicator without one (offline). */
 CG_API cg_status_t cg_comm_mpi(MPI_Comm *out, const cg_comm_t *comm);
+
+/* ---- for callers in other languages (the Python package) that hold no
+ * MPI_Comm: MPI started by the library, communicators as Fortran handles
+ * (MPI_Fint, what mpi4py's comm.py2f() gives), and which MPI the library is
+ * linked against. */
+
+/* Initializes MPI for a program that does not do it itself: when MPI is not
+ * initialized yet, MPI_Init_thread asking for MPI_THREAD_MULTIPLE, and the
+ * library remembers that it did (cg_mpi_finalize). When MPI is already
+ * initialized it starts nothing. *provided (may be NULL) gets the thread level
+ * MPI provides (MPI_Query_thread) either way. Collective over MPI_COMM_WORLD
+ * when it initializes. Fails with CG_ERR_INVALID_ARGUMENT once MPI is
+ * finalized (MPI cannot start again), CG_ERR_BACKEND when MPI_Init_thread
+ * fails. */
+CG_API cg_status_t cg_mpi_init(int *provided);
+
+/* MPI_Finalize, when cg_mpi_init initialized MPI and it is not finalized yet;
+ * otherwise nothing (MPI started by the application is the application's to
+ * finalize). Collective over MPI_COMM_WORLD when it finalizes: destroy the
+ * communicators, graphs and plans over MPI first. CG_ERR_BACKEND when
+ * MPI_Finalize fails. */
+CG_API cg_status_t cg_mpi_finalize(void);
+
+/* cg_comm_create on MPI_Comm_f2c(mpi): the same communicator, options and
+ * errors, plus CG_ERR_INVALID_ARGUMENT when MPI is not initialized (or
+ * finalized), checked before the handle is converted. */
+CG_API cg_status_t cg_comm_create_fortran(cg_comm_t **out, MPI_Fint mpi, const cg_comm_opts_t *opts);
+
+/* MPI_COMM_WORLD as a Fortran handle (MPI_Comm_c2f), for cg_comm_create_fortran
+ * and cg_info_write_fortran. */
+CG_API MPI_Fint cg_mpi_world_fortran(void);
+
+/* The first line of MPI_Get_library_version, as MPI gives it (tabs and blanks
+ * kept, no newline): which MPI the library is linked against, so a caller can
+ * refuse an mpi4py built on another. Works before MPI_Init and after
+ * MPI_Finalize. Fails with CG_ERR_INVALID_ARGUMENT for a NULL buf, or a size
+ * too small for the line and its terminating NUL (the detail says how many
+ * bytes it needs; buf gets "" when size > 0). */
+CG_API cg_status_t cg_mpi_library_version(char *buf, size_t size);
+
+/* What the cginfo tool prints (it calls this on MPI_COMM_WORLD): this build's
+ * versions and backends, the MPI and its thread level (MPI_Query_thread), the
+ * ranks of `comm` with their local rank, GPU, NUMA node and host, the CG_*
+ * environment variables and the machine's topology. Collective over `comm`:
+ * every rank passes a file, rank 0 of `comm` writes to it and the others write
+ * nothing. Fails with CG_ERR_INVALID_ARGUMENT for a NULL file, MPI_COMM_NULL,
+ * an intercommunicator, or MPI not initialized (or finalized);
+ * CG_ERR_NO_MEMORY on every rank when rank 0 cannot hold the ranks' lines;
+ * CG_ERR_IO on rank 0 when writing fails; CG_ERR_BACKEND when MPI fails. */
+CG_API cg_status_t cg_info_write(FILE *file, MPI_Comm comm);
+/* cg_info_write on MPI_Comm_f2c(comm), MPI initialization checked first. */
+CG_API cg_status_t cg_info_write_fortran(FILE *file, MPI_Fint comm);
 
 #ifdef __cplusplus
 }

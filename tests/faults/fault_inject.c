@@ -221,13 +221,25 @@ static void fail(cg_status_t st, double timeout_s) {
  * job that carries on would; the main thread has stopped replaying
  * (handler_called). */
 static double handler_timeout_s;
-static atomic_int handler_called;
+/* gpu-embed: the main thread launches the program's graph only while no
+ * timeout was heard (under replay_lock), and parks once one was; the
+ * handler tears the graph, the plan and the communicator down only after it
+ * parked, so no launch meets a destroyed or aborted plan */
+static pthread_mutex_t replay_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int handler_called, main_parked;
 static void on_timeout(cg_status_t st, const char *report, void *arg) {
   (void)arg;
   double began = wall_s();
+#if CG_HAVE_CUDA
+  cudaSetDevice(rank_device); /* a thread of the watchdog's starts on GPU 0 */
+#endif
+  pthread_mutex_lock(&replay_lock);
   atomic_store(&handler_called, 1);
+  pthread_mutex_unlock(&replay_lock);
   fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), report);
-  if (embedded && wait_drained(0.05 * handler_timeout_s)) destroy_after_drain();
+  while (embedded && !atomic_load(&main_parked) && wall_s() - began < 0.02 * handler_timeout_s) nap(1e-4);
+  if (embedded && atomic_load(&main_parked) && wait_drained(0.05 * handler_timeout_s - (wall_s() - began)))
+    destroy_after_drain();
   nap(0.05 * handler_timeout_s - (wall_s() - began));
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
@@ -277,14 +289,25 @@ static cg_status_t launch_and_wait(cg_plan_t *plan) {
 /* gpu-embed: one replay of the program's graph, polled as a training loop
  * would; after a timeout the handler has the plan, and this thread waits
  * for the job's end instead of replaying a graph on aborted communicators. */
+static void park(void) {
+  atomic_store(&main_parked, 1);
+  for (;;) nap(0.01); /* the handler ends the job */
+}
+
 static cg_status_t replay_embedding(void) {
 #if CG_HAVE_CUDA
   static cudaStream_t stream;
   if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return CG_ERR_BACKEND;
-  if (cudaGraphLaunch(embedding_in_use, stream) != cudaSuccess) return CG_ERR_BACKEND;
-  cudaError_t err;
+  pthread_mutex_lock(&replay_lock);
+  if (atomic_load(&handler_called)) {
+    pthread_mutex_unlock(&replay_lock);
+    park();
+  }
+  cudaError_t err = cudaGraphLaunch(embedding_in_use, stream);
+  pthread_mutex_unlock(&replay_lock);
+  if (err != cudaSuccess) return CG_ERR_BACKEND;
   while ((err = cudaStreamQuery(stream)) == cudaErrorNotReady && !atomic_load(&handler_called)) nap(1e-4);
-  while (atomic_load(&handler_called)) nap(0.01);
+  if (atomic_load(&handler_called)) park();
   return err == cudaSuccess ? CG_SUCCESS : CG_ERR_BACKEND;
 #else
   return CG_ERR_UNSUPPORTED;
@@ -340,7 +363,14 @@ int main(int argc, char **argv) {
   const char *fault = argv[2];
   double timeout_s = atof(argv[3]);
   handler_timeout_s = timeout_s;
-  if (launch || embedded) cg_set_timeout_handler(on_timeout, NULL);
+  if (launch || embedded) {
+    /* the handler runs on a thread of the watchdog's and calls MPI */
+    if (provided < MPI_THREAD_MULTIPLE) {
+      if (rank == 0) fprintf(stderr, "fault_inject: %s needs MPI_THREAD_MULTIPLE\n", mode);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    cg_set_timeout_handler(on_timeout, NULL);
+  }
   int printed = strcmp(fault, "differ-fingerprint") == 0, swapped = strcmp(fault, "swapped-plans") == 0;
   int unchecked = printed || strcmp(fault, "differ-unchecked") == 0,
       differs = unchecked || strcmp(fault, "differ") == 0;

@@ -876,6 +876,68 @@ static void row_comm_mpi(fx_t *fx) {
   CHECK(fx, m == MPI_COMM_NULL, "a failed cg_comm_mpi wrote its output");
 }
 
+/* The entry points for other languages. MPI runs here, so cg_mpi_init only
+ * reports the level and cg_mpi_finalize does nothing (test_mpi_language_init.c
+ * covers the library starting and ending MPI). */
+static void row_mpi_init(fx_t *fx) {
+  int level = -1;
+  EXPECT_NOOP(fx, cg_mpi_init(NULL));
+  EXPECT_NOOP(fx, cg_mpi_init(&level));
+  CHECK(fx, level >= MPI_THREAD_SINGLE && level <= MPI_THREAD_MULTIPLE, "cg_mpi_init gave level %d", level);
+}
+static void row_mpi_finalize(fx_t *fx) { EXPECT_NOOP(fx, cg_mpi_finalize()); }
+
+static void row_comm_create_fortran(fx_t *fx) {
+  const char *fn = "cg_comm_create_fortran";
+  cg_comm_t *sentinel = (cg_comm_t *)fx, *out = sentinel;
+  cg_comm_opts_t o = CG_COMM_OPTS_INIT;
+  EXPECT(fx, fn, cg_comm_create_fortran(NULL, cg_mpi_world_fortran(), NULL), IA);
+  /* the rest is cg_comm_create's, whose detail names it */
+  EXPECT(fx, "cg_comm_create", cg_comm_create_fortran(&out, MPI_Comm_c2f(MPI_COMM_NULL), NULL), IA);
+  o.size = 0;
+  EXPECT(fx, "cg_comm_create", cg_comm_create_fortran(&out, cg_mpi_world_fortran(), &o), IA);
+  o = (cg_comm_opts_t)CG_COMM_OPTS_INIT;
+  o.backend = CG_BACKEND_COUNT;
+  EXPECT(fx, "cg_comm_create", cg_comm_create_fortran(&out, cg_mpi_world_fortran(), &o), CG_ERR_INVALID_ENUM);
+  CHECK(fx, out == sentinel || out == NULL, "a failed cg_comm_create_fortran wrote %p to out", (void *)out);
+}
+
+/* No bad argument: MPI_COMM_WORLD's handle, whatever it is. */
+static void row_mpi_world_fortran(fx_t *fx) {
+  EXPECT_VOID(fx, (void)cg_mpi_world_fortran());
+  CHECK(fx, MPI_Comm_f2c(cg_mpi_world_fortran()) == MPI_COMM_WORLD, "cg_mpi_world_fortran is not MPI_COMM_WORLD's");
+}
+
+static void row_mpi_library_version(fx_t *fx) {
+  const char *fn = "cg_mpi_library_version";
+  char buf[4] = "abc";
+  EXPECT(fx, fn, cg_mpi_library_version(NULL, 64), IA);
+  EXPECT(fx, fn, cg_mpi_library_version(buf, 0), IA);
+  CHECK(fx, strcmp(buf, "abc") == 0, "cg_mpi_library_version with size 0 wrote '%s'", buf);
+  /* too short for any MPI's name: refused, not cut */
+  EXPECT(fx, fn, cg_mpi_library_version(buf, 1), IA);
+  CHECK(fx, buf[0] == '\0', "a refused cg_mpi_library_version left '%s'", buf);
+}
+
+/* On MPI_COMM_SELF, where every rank is rank 0 and writes (the write error
+ * comes back on the rank that writes). */
+static void row_info_write(fx_t *fx) {
+  const char *fn = "cg_info_write";
+  EXPECT(fx, fn, cg_info_write(NULL, MPI_COMM_WORLD), IA);
+  EXPECT(fx, fn, cg_info_write(stdout, MPI_COMM_NULL), IA);
+  FILE *f = read_only_stream();
+  EXPECT(fx, fn, cg_info_write(f, MPI_COMM_SELF), CG_ERR_IO);
+  fclose(f);
+}
+static void row_info_write_fortran(fx_t *fx) {
+  const char *fn = "cg_info_write_fortran";
+  EXPECT(fx, fn, cg_info_write_fortran(NULL, cg_mpi_world_fortran()), IA);
+  EXPECT(fx, fn, cg_info_write_fortran(stdout, MPI_Comm_c2f(MPI_COMM_NULL)), IA);
+  FILE *f = read_only_stream();
+  EXPECT(fx, fn, cg_info_write_fortran(f, MPI_Comm_c2f(MPI_COMM_SELF)), CG_ERR_IO);
+  fclose(f);
+}
+
 static void row_comm_from_nccl(fx_t *fx) {
 #if CG_HAVE_NCCL
   cg_comm_t *sentinel = (cg_comm_t *)fx, *out = sentinel;
@@ -1400,6 +1462,13 @@ static const row_t rows[] = {
     /* mpi.h */
     {"cg_comm_create", row_comm_create},
     {"cg_comm_mpi", row_comm_mpi},
+    {"cg_mpi_init", row_mpi_init},
+    {"cg_mpi_finalize", row_mpi_finalize},
+    {"cg_comm_create_fortran", row_comm_create_fortran},
+    {"cg_mpi_world_fortran", row_mpi_world_fortran},
+    {"cg_mpi_library_version", row_mpi_library_version},
+    {"cg_info_write", row_info_write},
+    {"cg_info_write_fortran", row_info_write_fortran},
     /* nccl.h (NCCL builds) */
     {"cg_comm_from_nccl", row_comm_from_nccl},
     {"cg_comm_nccl", row_comm_nccl},
@@ -1472,7 +1541,7 @@ END_TEST
 START_TEST(args__table_has_no_duplicates) {
   for (int i = 0; i < N_ROWS; i++)
     for (int j = i + 1; j < N_ROWS; j++) ck_assert_msg(strcmp(rows[i].name, rows[j].name) != 0, "row %s twice", rows[i].name);
-  ck_assert_int_eq(N_ROWS, 61);
+  ck_assert_int_eq(N_ROWS, 68);
 }
 END_TEST
 

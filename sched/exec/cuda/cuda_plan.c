@@ -59,7 +59,9 @@ static void cuda_release(cg_plan_t *p) {
   if (c->marks) cudaFreeHost(c->marks);
   free(c->seq_base);
   if (c->run_done) cudaEventDestroy(c->run_done);
-  if (c->mark_lane) cudaStreamDestroy(c->mark_lane);
+  for (uint32_t l = 0; c->mark_lanes && l < c->n_lanes; l++)
+    if (c->mark_lanes[l]) cudaStreamDestroy(c->mark_lanes[l]);
+  free(c->mark_lanes);
   for (uint32_t l = 0; c->lanes && l < c->n_lanes; l++)
     if (c->lanes[l]) cudaStreamDestroy(c->lanes[l]);
   free(c->lanes);
@@ -127,17 +129,23 @@ static cg_status_t capture_cuda_node(const cg_plan_t *p, uint32_t index, cudaStr
   }
 }
 
+/* Whether this capture carries the watchdog's marks: plans with a timeout,
+ * except in the profiling replays (stamps), which the marks must not count.
+ * The marks stay allocated meanwhile: the monitor may be reading them. */
+static int marking(const struct cg_cuda_plan *c) { return c->marks && !c->stamps; }
+
 /* The unit's progress marks (plans with a timeout), off the lanes' path:
- * the marks lane waits for the unit and counts its steps, and nothing but
- * the replay's end waits for the marks, so they cost the steps no launch
- * latency. */
-static cg_status_t mark_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaStream_t lane, cudaEvent_t done,
-                             const char *where) {
+ * the lane's marks stream waits for the unit and counts its steps, and
+ * nothing but the replay's end waits for the marks, so they cost the steps
+ * no launch latency; a stream per lane, so a step is counted once its own
+ * lane is through it, whatever the other lanes do. */
+static cg_status_t mark_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEvent_t done, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
-  cudaError_t err = cudaEventRecord(done, lane);
-  if (err == cudaSuccess) err = cudaStreamWaitEvent(c->mark_lane, done, 0);
+  cudaStream_t marks = c->mark_lanes[u->lane];
+  cudaError_t err = cudaEventRecord(done, c->lanes[u->lane]);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(marks, done, 0);
   for (uint32_t k = 0; k < u->n && err == cudaSuccess; k++)
-    err = cg_progress_mark_launch(&c->marks_dev[p->issue_order[u->first + k]], c->mark_lane);
+    err = cg_progress_mark_launch(&c->marks_dev[p->issue_order[u->first + k]], marks);
   return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "the watchdog's progress marks", "%s", where);
 }
 
@@ -190,7 +198,7 @@ static cg_status_t capture_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEven
   for (uint32_t k = 0; k < u->n && st == CG_SUCCESS && c->stamps; k++)
     if ((err = cg_time_stamp_launch(&c->stamps[2 * (size_t)p->issue_order[u->first + k] + 1], lane)) != cudaSuccess)
       st = cg_fail_cuda(err, "the profiling stamp", "%s", where);
-  if (st == CG_SUCCESS && c->marks) st = mark_unit(p, u, lane, unit_done, where);
+  if (st == CG_SUCCESS && marking(c)) st = mark_unit(p, u, unit_done, where);
   for (uint32_t k = 0; k < u->n && st == CG_SUCCESS; k++) {
     uint32_t index = p->issue_order[u->first + k];
     if (events[index] && (err = cudaEventRecord(events[index], lane)) != cudaSuccess)
@@ -207,8 +215,8 @@ static cg_status_t new_event(cudaEvent_t *event, const char *where) {
 }
 
 /* One event per step that a step on another lane waits for, one per lane
- * and one for the marks lane to join lane 0's capture and return to it, and
- * with marks one per unit that the marks lane waits for. */
+ * and one per marks stream to join lane 0's capture and return to it, and
+ * with marks one per unit that its marks stream waits for. */
 static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, cudaEvent_t *unit_done, const cg_plan_t *p,
                                  const char *where) {
   for (uint32_t i = 0; i < p->n_steps; i++) {
@@ -223,8 +231,9 @@ static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, cudaEv
     }
   }
   cg_status_t st = CG_SUCCESS;
-  for (uint32_t l = 0; l <= p->n_lanes && st == CG_SUCCESS; l++) st = new_event(&joins[l], where);
-  for (uint32_t u = 0; u < p->n_units && p->cuda->marks && st == CG_SUCCESS; u++) st = new_event(&unit_done[u], where);
+  for (uint32_t l = 0; l < 2 * p->n_lanes && st == CG_SUCCESS; l++) st = new_event(&joins[l], where);
+  for (uint32_t u = 0; u < p->n_units && marking(p->cuda) && st == CG_SUCCESS; u++)
+    st = new_event(&unit_done[u], where);
   return st;
 }
 
@@ -242,19 +251,20 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
   for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++)
     if ((err = cudaStreamWaitEvent(c->lanes[l], joins[0], 0)) != cudaSuccess)
       st = cg_fail_cuda(err, "cudaStreamWaitEvent", "%s", where);
-  if (st == CG_SUCCESS && c->marks && (err = cudaStreamWaitEvent(c->mark_lane, joins[0], 0)) != cudaSuccess)
-    st = cg_fail_cuda(err, "cudaStreamWaitEvent (the marks lane)", "%s", where);
+  for (uint32_t l = 0; l < c->n_lanes && st == CG_SUCCESS && marking(c); l++)
+    if ((err = cudaStreamWaitEvent(c->mark_lanes[l], joins[0], 0)) != cudaSuccess)
+      st = cg_fail_cuda(err, "cudaStreamWaitEvent (the marks streams)", "%s", where);
   for (uint32_t u = 0; u < p->n_units && st == CG_SUCCESS; u++)
-    st = capture_unit(p, &p->units[u], events, c->marks ? unit_done[u] : NULL, where);
+    st = capture_unit(p, &p->units[u], events, marking(c) ? unit_done[u] : NULL, where);
   for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++) {
     if ((err = cudaEventRecord(joins[l], c->lanes[l])) != cudaSuccess ||
         (err = cudaStreamWaitEvent(c->lanes[0], joins[l], 0)) != cudaSuccess)
       st = cg_fail_cuda(err, "joining the lanes", "%s", where);
   }
-  if (st == CG_SUCCESS && c->marks &&
-      ((err = cudaEventRecord(joins[c->n_lanes], c->mark_lane)) != cudaSuccess ||
-       (err = cudaStreamWaitEvent(c->lanes[0], joins[c->n_lanes], 0)) != cudaSuccess))
-    st = cg_fail_cuda(err, "joining the marks lane", "%s", where);
+  for (uint32_t l = 0; l < c->n_lanes && st == CG_SUCCESS && marking(c); l++)
+    if ((err = cudaEventRecord(joins[c->n_lanes + l], c->mark_lanes[l])) != cudaSuccess ||
+        (err = cudaStreamWaitEvent(c->lanes[0], joins[c->n_lanes + l], 0)) != cudaSuccess)
+      st = cg_fail_cuda(err, "joining the marks streams", "%s", where);
   /* ends the capture even after a failure, so the streams are usable again */
   err = cudaStreamEndCapture(c->lanes[0], out);
   if (st == CG_SUCCESS && err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);
@@ -266,14 +276,14 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
  * only as long as this call. */
 static cg_status_t capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
   cudaEvent_t *events = calloc(p->n_steps ? p->n_steps : 1, sizeof *events);
-  cudaEvent_t *joins = calloc(p->n_lanes + 1, sizeof *joins);
+  cudaEvent_t *joins = calloc(2 * (size_t)p->n_lanes + 1, sizeof *joins);
   cudaEvent_t *unit_done = calloc(p->n_units ? p->n_units : 1, sizeof *unit_done);
   cg_status_t st = events && joins && unit_done ? create_events(events, joins, unit_done, p, where)
                                                 : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating capture events", where);
   if (st == CG_SUCCESS) st = capture_units(out, p, events, joins, unit_done, where);
   for (uint32_t i = 0; events && i < p->n_steps; i++)
     if (events[i]) cudaEventDestroy(events[i]);
-  for (uint32_t l = 0; joins && l <= p->n_lanes; l++)
+  for (uint32_t l = 0; joins && l < 2 * p->n_lanes; l++)
     if (joins[l]) cudaEventDestroy(joins[l]);
   for (uint32_t u = 0; unit_done && u < p->n_units; u++)
     if (unit_done[u]) cudaEventDestroy(unit_done[u]);
@@ -327,10 +337,13 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
       c->launch_done = NULL;
       return cg_fail_cuda(err, "cudaEventCreateWithFlags (the watchdog's)", "%s", where);
     }
-    if ((err = cudaStreamCreateWithFlags(&c->mark_lane, cudaStreamNonBlocking)) != cudaSuccess) {
-      c->mark_lane = NULL;
-      return cg_fail_cuda(err, "cudaStreamCreateWithFlags (the watchdog's marks lane)", "%s", where);
-    }
+    if (!(c->mark_lanes = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *c->mark_lanes)))
+      return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the watchdog's marks streams", where);
+    for (uint32_t l = 0; l < p->n_lanes; l++)
+      if ((err = cudaStreamCreateWithFlags(&c->mark_lanes[l], cudaStreamNonBlocking)) != cudaSuccess) {
+        c->mark_lanes[l] = NULL;
+        return cg_fail_cuda(err, "cudaStreamCreateWithFlags (the watchdog's marks streams)", "%s", where);
+      }
   }
   /* the recorded graph owns the child graphs and may be destroyed after
    * compiling; the plan keeps its own copies, to capture again on rebinding */
@@ -477,6 +490,7 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
   if (capturing == cudaStreamCaptureStatusInvalidated)
     return cg_fail(CG_ERR_BACKEND, "cg_plan_launch: the stream's capture was invalidated by an earlier error");
   if (capturing == cudaStreamCaptureStatusActive) {
+    if ((st = cg_cuda_check_runnable(plan, "cg_plan_launch (into the stream's capture)")) != CG_SUCCESS) return st;
     /* from now on every replay, this copy's and the plan's own, takes the
      * lock, and the watchdog follows them all */
     c->embedded = 1;
@@ -501,6 +515,7 @@ cg_status_t cg_plan_launch(cg_plan_t *plan, cudaStream_t stream) {
 cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
   if (!out) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_plan_cuda_graph: NULL out");
   cg_status_t st = check_device_plan(plan, "cg_plan_cuda_graph");
+  if (st == CG_SUCCESS) st = cg_cuda_check_runnable(plan, "cg_plan_cuda_graph");
   if (st != CG_SUCCESS) return st;
   plan->cuda->embedded = 1;
   *out = plan->cuda->embed_graph;
@@ -520,15 +535,15 @@ static cg_status_t cuda_start(cg_plan_t *p) {
   cudaError_t err = cudaGraphLaunch(exec, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   if (err != cudaSuccess) return cg_fail_cuda(err, "cudaGraphLaunch", "cg_plan_start");
-  c->running = 1;
   c->started_ns = cg_watchdog_now_ns();
   note_launch(p);
+  atomic_store(&c->running, 1);
   return CG_SUCCESS;
 }
 
 /* cg_plan_start's replay has ended (err: how the event says it did). */
 static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *caller) {
-  p->cuda->running = 0;
+  atomic_store(&p->cuda->running, 0);
   if (err != cudaSuccess) return cg_fail_cuda(err, "the replay", "%s", caller);
   cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
   return CG_SUCCESS;
@@ -540,13 +555,14 @@ static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *calle
  * until then, the roll calls of ranks whose replay timed out are answered. */
 static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
   struct cg_cuda_plan *c = p->cuda;
+  uint64_t replay = cg_cuda_replay_number(p);
   if (!atomic_load(&c->fired) && !cg_watchdog_expired(p, c->started_ns)) {
-    cg_watchdog_answer(p, p->replays, &c->answered_ns);
+    cg_watchdog_answer(p, replay, &c->answered_ns);
     return 0;
   }
-  c->running = 0;
   int first = 0;
-  cg_status_t timeout = cg_cuda_time_out(&first, p, caller, p->replays, 1);
+  cg_status_t timeout = cg_cuda_time_out(&first, p, caller, replay, 1);
+  atomic_store(&c->running, 0);
   *st = first ? cg_watchdog_notify_waiter(timeout) : timeout;
   return 1;
 }
@@ -554,7 +570,7 @@ static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
 static cg_status_t cuda_test(int *done, cg_plan_t *p) {
   cg_status_t st = CG_SUCCESS;
   *done = 1;
-  if (!p->cuda->running) return CG_SUCCESS;
+  if (!atomic_load(&p->cuda->running)) return CG_SUCCESS;
   cudaError_t err = cudaEventQuery(p->cuda->run_done);
   if (err != cudaErrorNotReady) return replay_ended(p, err, "cg_plan_test");
   if (replay_expired(p, &st, "cg_plan_test")) return st;
@@ -565,7 +581,7 @@ static cg_status_t cuda_test(int *done, cg_plan_t *p) {
 static cg_status_t cuda_wait(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   cg_status_t st = CG_SUCCESS;
-  if (!c->running) return CG_SUCCESS;
+  if (!atomic_load(&c->running)) return CG_SUCCESS;
   if (p->timeout_s <= 0) return replay_ended(p, cudaEventSynchronize(c->run_done), "cg_plan_wait");
   /* polled, so the wait can end: a short sleep keeps a core free for the
    * progress thread and MPI */
@@ -719,13 +735,11 @@ static cg_status_t cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, vo
     st = cg_fail_cuda(err, "cudaMalloc (profiling stamps)", "%s", where);
   }
   if (st == CG_SUCCESS) {
-    /* the watchdog's marks count the plan's own replays: not these */
-    unsigned *marks = c->marks, *marks_dev = c->marks_dev;
-    c->marks = c->marks_dev = NULL;
+    /* the watchdog's marks count the plan's own replays: not these
+     * (marking() leaves them out while stamps are set) */
     c->stamps = dev;
     st = capture(&graph, p, where);
     c->stamps = NULL;
-    c->marks = marks, c->marks_dev = marks_dev;
   }
   if (st == CG_SUCCESS) st = instantiate(&exec, graph, s, where);
   /* one warm-up replay, then the profiled ones, each waited for */

@@ -20,14 +20,14 @@ struct cg_cuda_plan {
   cudaGraphExec_t embed_exec; /* embed_graph instantiated, for launches once the plan was embedded */
   int embedded;          /* handed out or captured: replays take the lock from now on */
   cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
-  int running;
+  atomic_int running;   /* that replay is the waiter's (cg_plan_wait, _test, _run); the monitor leaves it */
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
   /* the watchdog (plans with a timeout): per step, a count the graph adds 1
    * to once the step is done (mapped host memory), then the counts of
    * replays that took and let go the embedded plan's lock (CG_MARK_ENTERED,
    * CG_MARK_LEFT), and when cg_plan_start's replay began */
   unsigned *marks, *marks_dev;
-  cudaStream_t mark_lane; /* where the marks are captured, off the lanes' path */
+  cudaStream_t *mark_lanes; /* per lane: where its marks are captured, off the lane's path */
   uint64_t started_ns;
   uint64_t *seq_base; /* per plan communicator: its sequence number at the latest launch */
   /* cg_plan_launch's replays under the watchdog (cuda_watchdog.c): recorded
@@ -35,7 +35,8 @@ struct cg_cuda_plan {
   cudaEvent_t launch_done;
   int watched;             /* listed with the monitor */
   int watch_embedded;      /* embedded: the monitor follows every replay that takes the lock, for good */
-  atomic_int fired;        /* a replay's timeout was reported (by the waiter or the monitor: once) */
+  atomic_int fired;        /* a replay's timeout: CG_FIRED_CLAIMED by the first of the waiter and the
+                              monitor to see it, CG_FIRED_REPORTED once its report is stored */
   uint64_t answered_ns;    /* when the waiter last answered roll calls (cg_watchdog_answer) */
   uint64_t progress_ns;    /* when the marks last moved */
   uint64_t marks_seen;     /* their sum then */
@@ -46,11 +47,18 @@ struct cg_cuda_plan {
   unsigned long long *stamps;
 };
 
+enum { CG_FIRED_NONE, CG_FIRED_CLAIMED, CG_FIRED_REPORTED };
+
 /* The marks after the steps' (with n steps): replays in the lock, out of it. */
 #define CG_MARK_ENTERED(n_steps) (n_steps)
 #define CG_MARK_LEFT(n_steps) ((n_steps) + 1)
 #define CG_MARK_SLOTS(n_steps) ((n_steps) + 2)
 
+/* The replay a report, a roll call and its answers name: the plan's own
+ * launches (cg_plan_start, cg_plan_launch), or once the plan is embedded
+ * every replay of its graph, as its marks count them (every rank runs the
+ * same replays, so both are the same on every rank). */
+uint64_t cg_cuda_replay_number(const cg_plan_t *p);
 /* The communicator's sequence number of a collective step in the latest
  * launch. */
 uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);

@@ -53,6 +53,10 @@ static uint64_t marks_replay(const cg_plan_t *p) {
   return p->n_steps ? (uint64_t)least + 1 : p->replays;
 }
 
+uint64_t cg_cuda_replay_number(const cg_plan_t *p) {
+  return p->cuda->embedded && p->cuda->marks ? marks_replay(p) : p->replays;
+}
+
 /* Runs fn(arg) on a detached thread of its own; 0 if none could be started. */
 static int start_detached(void *(*fn)(void *), void *arg) {
   pthread_t thread;
@@ -141,15 +145,25 @@ char *cg_cuda_timeout_report(const cg_plan_t *p) {
  * capture order that is not done while everything it depends on is; the
  * flight recorder learns which collectives completed; the plan's
  * communicators are aborted so the device stops waiting. */
+/* The report of the side that claimed the timeout, once it is stored: it
+ * takes a roll call (at most 0.25 s) and a flight dump first. */
+static cg_status_t reported_elsewhere(cg_plan_t *p, const char *caller) {
+  for (int waited_ms = 0; atomic_load(&p->cuda->fired) != CG_FIRED_REPORTED && waited_ms < 5000; waited_ms++) {
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
+  char *report = cg_cuda_timeout_report(p);
+  cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: %s", caller,
+                           report ? report : "a replay of the plan timed out (its report is late on another thread)");
+  free(report);
+  return st;
+}
+
 cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call) {
   struct cg_cuda_plan *c = p->cuda;
-  if ((*first = !atomic_exchange(&c->fired, 1)) == 0) {
-    char *report = cg_cuda_timeout_report(p);
-    cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: %s", caller,
-                             report ? report : "a replay of the plan timed out (reported on the watchdog's thread)");
-    free(report);
-    return st;
-  }
+  int none = CG_FIRED_NONE;
+  if (!(*first = atomic_compare_exchange_strong(&c->fired, &none, CG_FIRED_CLAIMED)))
+    return reported_elsewhere(p, caller);
   cg_watchdog_where_t w = {CG_NO_STEP, CG_NO_STEP, 0, NULL};
   char extra[1600] = "";
   uint64_t in = c->marks ? marks_replay(p) : 0;
@@ -186,6 +200,7 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
    * (the abort runs on its own thread anyway) */
   cg_status_t st = cg_watchdog_report(p, caller, replay, &w);
   remember_report(p, cg_error_last());
+  atomic_store(&c->fired, CG_FIRED_REPORTED);
   abort_comms(p);
   return st;
 }
@@ -206,19 +221,27 @@ static int monitor_running;
  * for the handler unless the waiter reported it first. */
 static int fire(cg_plan_t *p, const char *caller, char **fired) {
   int first = 0;
-  cg_cuda_time_out(&first, p, caller, marks_replay(p), 0);
+  cg_cuda_time_out(&first, p, caller, cg_cuda_replay_number(p), 0);
   if (first) *fired = cg_copy_text(cg_error_last(), 4096);
   return 1;
 }
 
 /* An embedded plan: a replay is in flight while the lock's holder counted
- * it in and not yet out. */
+ * it in and not yet out, or while a launch from before the embedding
+ * (which takes no lock) is outstanding. A cg_plan_start replay is the
+ * waiter's to report (the handler could destroy the plan under it): the
+ * monitor waits meanwhile. */
 static int check_embedded(cg_plan_t *p, char **fired) {
   struct cg_cuda_plan *c = p->cuda;
   volatile unsigned *m = c->marks;
   unsigned entered = m[CG_MARK_ENTERED(p->n_steps)], left = m[CG_MARK_LEFT(p->n_steps)];
+  int in_flight = entered != left && !atomic_load(&c->running);
+  if (!in_flight && c->launched && !atomic_load(&c->running)) {
+    cudaSetDevice(p->device);
+    in_flight = cudaEventQuery(c->launch_done) == cudaErrorNotReady;
+  }
   uint64_t now = cg_watchdog_now_ns(), sum = marks_sum(p);
-  if (entered == left || sum != c->marks_seen) {
+  if (!in_flight || sum != c->marks_seen) {
     c->marks_seen = sum;
     c->progress_ns = now;
     return 0;
@@ -337,7 +360,7 @@ void cg_cuda_watch_forget(cg_plan_t *p) {
 }
 
 cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller) {
-  if (p->timed_out) {
+  if (p->timed_out || atomic_load(&p->cuda->fired)) {
     char *report = cg_cuda_timeout_report(p);
     cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: a replay of the plan timed out and its communicators were "
                              "aborted (%s); destroy the plan", caller, report ? report : "see the log");

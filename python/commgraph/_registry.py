@@ -1,0 +1,37 @@
+"""The end of the program: what is still open is closed newest first (plans
+before the graphs and communicators they use, as on every rank alike, since
+destroying a communicator is collective), then MPI is finalized if the
+package initialized it."""
+import atexit
+import itertools
+import threading
+import weakref
+
+_lock = threading.Lock()
+_serial = itertools.count()
+_open = {}  # serial -> weak reference
+_finally = []
+
+
+def track(obj):
+    """Remembers `obj` (with a close() method) until it is collected."""
+    with _lock:
+        key = next(_serial)
+        _open[key] = weakref.ref(obj, lambda _ref, key=key: _open.pop(key, None))
+
+
+def at_exit(fn):
+    """Runs fn() at exit, after every tracked object is closed."""
+    _finally.append(fn)
+
+
+@atexit.register
+def _close_all():
+    with _lock:
+        refs = [_open[key] for key in sorted(_open, reverse=True)]
+    for ref in refs:
+        obj = ref()
+        if obj is not None:
+            obj.close()
+    for fn in reversed(_finally):
+        fn()

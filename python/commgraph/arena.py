@@ -1,0 +1,111 @@
+"""Arenas: tensors placed back to back, so that fused collectives over them
+need no copies (docs/fusion.md). A host arena hands out NumPy arrays, a
+device arena PyTorch tensors (param.grad can live in one)."""
+import ctypes
+import sys
+
+from . import _lib
+from .errors import check
+
+_lib_ = _lib.lib
+
+_TYPESTR = {"int8": "|i1", "uint8": "|u1", "int32": "<i4", "uint32": "<u4", "int64": "<i8", "uint64": "<u8",
+            "float16": "<f2", "float32": "<f4", "float64": "<f8", "bfloat16": "<i2"}
+
+
+def _dtype_name(dtype):
+    """commgraph's name for a dtype given as a name, a NumPy dtype or a torch.dtype."""
+    if isinstance(dtype, str):
+        name = dtype
+    else:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(dtype, torch.dtype):
+            name = str(dtype).replace("torch.", "")
+        else:
+            name = getattr(dtype, "name", None) or getattr(dtype, "__name__", str(dtype))
+    if name not in _lib.DTYPES:
+        raise TypeError(f"commgraph: dtype {dtype!r} has no commgraph type ({', '.join(_lib.DTYPES)})")
+    return name
+
+
+class _DevicePiece:
+    """A piece of a device arena, as __cuda_array_interface__ (it keeps the arena alive)."""
+
+    def __init__(self, arena, ptr, shape, typestr):
+        self._arena = arena
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": typestr,
+                                         "strides": None, "version": 2}
+
+
+class Arena:
+    """Arena(capacity_bytes, device=None, alignment=0): `capacity_bytes` of
+    host memory (device None) or of a CUDA device's memory (an ordinal or a
+    torch.device). empty(shape, dtype) hands out the next piece; pieces
+    touch (each aligned to its element size, or to `alignment`)."""
+
+    def __init__(self, capacity_bytes, device=None, alignment=0):
+        from . import _registry
+        from .comm import _device_of
+        self.device = None if device is None else _device_of(device)
+        opts = _lib.ArenaOpts(ctypes.sizeof(_lib.ArenaOpts),
+                              _lib.DEVICE_HOST if self.device is None else self.device, int(alignment))
+        out = ctypes.c_void_p()
+        check(_lib_.cg_arena_create(ctypes.byref(out), int(capacity_bytes), ctypes.byref(opts)), "commgraph.Arena")
+        self._handle = out
+        _registry.track(self)
+
+    @property
+    def handle(self):
+        if not self._handle:
+            raise ValueError("commgraph: the arena is closed")
+        return self._handle
+
+    def empty(self, shape, dtype="float32"):
+        """The next piece: a NumPy array (host arena) or a PyTorch tensor on
+        the arena's device, uninitialized, of `shape` and `dtype`."""
+        shape = (int(shape),) if isinstance(shape, int) else tuple(int(n) for n in shape)
+        name = _dtype_name(dtype)
+        count = 1
+        for n in shape:
+            count *= n
+        ptr = ctypes.c_void_p()
+        check(_lib_.cg_arena_alloc(ctypes.byref(ptr), self.handle, count, _lib.DTYPES.index(name)),
+              "commgraph.Arena.empty")
+        address = ptr.value or 0
+        if self.device is None:
+            import numpy
+            if name == "bfloat16":
+                raise TypeError("commgraph: NumPy has no bfloat16; use a device arena with PyTorch")
+            raw = (ctypes.c_byte * (count * _lib_.cg_dtype_size(_lib.DTYPES.index(name)))).from_address(address)
+            array = numpy.frombuffer(raw, dtype=numpy.dtype(_TYPESTR[name])).reshape(shape)
+            raw._arena = self  # numpy keeps `raw`, which keeps the arena
+            return array
+        torch = sys.modules.get("torch")
+        if torch is None:
+            raise RuntimeError("commgraph: a device arena hands out PyTorch tensors: import torch first")
+        piece = _DevicePiece(self, address, shape, _TYPESTR[name])
+        tensor = torch.as_tensor(piece, device=torch.device("cuda", self.device))
+        return tensor.view(torch.bfloat16) if name == "bfloat16" else tensor
+
+    @property
+    def usage(self):
+        """(bytes handed out, capacity)."""
+        used, capacity = ctypes.c_size_t(), ctypes.c_size_t()
+        check(_lib_.cg_arena_usage(ctypes.byref(used), ctypes.byref(capacity), self.handle))
+        return used.value, capacity.value
+
+    def reset(self):
+        """Forgets every piece (the memory is handed out again from the start)."""
+        check(_lib_.cg_arena_reset(self.handle), "commgraph.Arena.reset")
+
+    def close(self):
+        """Frees the memory: plans using it must be closed first."""
+        if self._handle:
+            _lib_.cg_arena_destroy(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,295 @@
+"""Plans from Python: replays read the buffers afresh, start/test/wait,
+rebinding, host functions in order and their exceptions, fusion statistics,
+DOT and dumps, arenas, random graphs against a NumPy reference executor,
+and the errors a user meets (the cross-rank check among them)."""
+import numpy as np
+import pytest
+
+import commgraph as cg
+from conftest import integers, rng_for
+
+
+def test_comm_describes_itself(world):
+    assert 0 <= world.rank < world.size
+    assert world.size >= 2
+    assert world.backend == "mpi"
+    assert world.device is None
+    assert f"rank {world.rank} of {world.size}" in repr(world)
+    offline = cg.Comm.offline(1, 3)
+    assert (offline.rank, offline.size, offline.backend) == (1, 3, "offline")
+    offline.close()
+    assert "closed" in repr(offline)
+
+
+def test_every_replay_reads_the_buffers_again(world):
+    grads = np.zeros(64, np.float32)
+    graph = cg.Graph("replays")
+    graph.allreduce(world, grads, op="sum")
+    with graph.compile(timeout=60) as plan:
+        for step in range(5):
+            grads[:] = world.rank + step
+            plan.run()
+            assert (grads == sum(r + step for r in range(world.size))).all()
+        grads[:] = 1
+        plan.start()
+        while not plan.test():
+            pass
+        assert (grads == world.size).all()
+        grads[:] = 2
+        plan.start()
+        with pytest.raises(cg.InProgressError):
+            plan.start()
+        plan.wait()
+        assert (grads == 2 * world.size).all()
+
+
+def test_rebind_moves_a_node_to_other_arrays(world):
+    a, b = np.full(10, world.rank, np.int32), np.full(10, 10 * world.rank, np.int32)
+    graph = cg.Graph("rebind")
+    node = graph.allreduce(world, a)
+    with graph.compile(timeout=60) as plan:
+        plan.rebind({node: (b, None)})
+        plan.run()
+        assert (b == 10 * sum(range(world.size))).all()
+        assert (a == world.rank).all()
+        with pytest.raises(ValueError):
+            plan.rebind({node: (np.zeros(11, np.int32), None)})  # another size
+        with pytest.raises(ValueError):
+            plan.rebind([(node, np.zeros(10, np.float32), None)])  # another type
+
+
+def test_host_functions_run_in_order_and_carry_exceptions(world):
+    order = []
+    buf = np.zeros(4, np.float64)
+    graph = cg.Graph("host")
+    first = graph.host_func(lambda: (order.append("fill"), buf.fill(world.rank + 1)), writes=[buf])
+    reduce = graph.allreduce(world, buf, op="max")
+    graph.host_func(lambda: order.append(("read", float(buf[0]))), reads=[buf])
+    graph.name(first, "fill")
+    with graph.compile(timeout=60) as plan:
+        plan.run()
+        assert order == ["fill", ("read", float(world.size))]
+        assert reduce.kind == "allreduce"
+    boom = cg.Graph("boom")
+    boom.host_func(lambda: 1 / 0)
+    boom.barrier(world)
+    with boom.compile(timeout=60) as plan:
+        with pytest.raises(ZeroDivisionError):
+            plan.run()
+
+
+def test_small_allreduces_fuse_into_buckets(world):
+    tensors = [np.full(100, k, np.float32) for k in range(20)]
+    graph = cg.Graph("fused")
+    for t in tensors:
+        graph.allreduce(world, t)
+    with graph.compile(timeout=60) as plan:
+        stats = plan.stats
+        assert stats["buckets"] >= 1 and stats["fused_nodes"] == 20
+        assert stats["device"] is None
+        plan.run()
+    for k, t in enumerate(tensors):
+        assert (t == k * world.size).all()
+    with graph.compile(timeout=60, fusion=False) as plan:
+        assert plan.stats["buckets"] == 0
+
+
+def test_arena_pieces_fuse_without_copies(world):
+    with cg.Arena(1 << 16) as arena:
+        pieces = [arena.empty((10, 3), "float32") for _ in range(4)]
+        assert arena.usage[0] == 4 * 30 * 4
+        for k, p in enumerate(pieces):
+            p[:] = k + world.rank
+        graph = cg.Graph("arena")
+        for p in pieces:
+            graph.allreduce(world, p)
+        with graph.compile(timeout=60) as plan:
+            assert plan.stats["buckets"] == 1 and plan.stats["copy_bytes"] == 0
+            plan.run()
+        for k, p in enumerate(pieces):
+            assert (p == sum(k + r for r in range(world.size))).all()
+
+
+def test_dot_and_dump_name_the_nodes(world):
+    x = np.zeros(8, np.float32)
+    graph = cg.Graph("drawn")
+    graph.name(graph.allreduce(world, x), "layer1.grad")
+    assert "layer1.grad" in graph.dot() and graph.dot().startswith("digraph")
+    with graph.compile(timeout=60, name="drawn plan") as plan:
+        assert "digraph" in plan.dot()
+        assert "layer1.grad" in plan.dump() or "layer1.grad" in plan.dot()
+        assert plan.timeout == 60
+
+
+def test_the_cross_rank_check_names_the_difference(world):
+    n = 8 if world.rank == 0 else 9
+    graph = cg.Graph("differ")
+    graph.name(graph.allreduce(world, np.zeros(n, np.float32)), "odd one")
+    with pytest.raises(cg.MismatchError) as caught:
+        graph.compile(timeout=60)
+    assert "odd one" in caught.value.message or "#0" in caught.value.message
+    assert caught.value.status == 12 and caught.value.status_name == "CG_ERR_MISMATCH"
+
+
+def test_bad_arguments_raise_before_any_call(world):
+    graph = cg.Graph("bad")
+    x = np.zeros(6, np.float32)
+    with pytest.raises(TypeError):
+        graph.allreduce(world, [1.0, 2.0])
+    with pytest.raises(TypeError):
+        graph.allreduce(world, np.zeros(4, np.complex64))
+    with pytest.raises(TypeError):
+        graph.allreduce(world, np.zeros(4, bool))
+    with pytest.raises(ValueError):
+        graph.allreduce(world, np.zeros((4, 4), np.float32)[:, 1])  # strided
+    with pytest.raises(ValueError):
+        graph.allreduce(world, x, op="mean")
+    with pytest.raises(TypeError):
+        graph.allreduce(world, x, np.zeros(6, np.float64))
+    with pytest.raises(ValueError):
+        graph.allreduce(world, x, np.zeros(5, np.float32))
+    readonly = np.zeros(6, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError):
+        graph.allreduce(world, x, readonly)
+    with pytest.raises(ValueError):
+        graph.reduce_scatter(world, x, np.zeros(5, np.float32))
+    with pytest.raises(TypeError):
+        graph.allreduce("world", x)
+    with pytest.raises(cg.OutOfRangeError):
+        graph.broadcast(world, x, world.size)
+    with pytest.raises(ValueError):
+        cg.Comm(backend="carrier pigeon")
+    with pytest.raises(TypeError):
+        cg.Comm("MPI_COMM_WORLD")
+    with pytest.raises(TypeError):
+        graph.depend(1, 2)
+    graph.close()
+    with pytest.raises(ValueError):
+        graph.allreduce(world, x)
+
+
+def test_buffers_through_array_interfaces_and_dlpack(world):
+    class Interface:
+        def __init__(self, a):
+            self.a = a
+            self.__array_interface__ = a.__array_interface__
+
+    a = np.full(5, world.rank, np.int64)
+    b = np.full(5, world.rank, np.int64)
+    c = np.full(5, world.rank, np.int64)
+    graph = cg.Graph("interfaces")
+    graph.allreduce(world, Interface(a))
+    graph.allreduce(world, cg.resolve(b))
+    if hasattr(c, "__dlpack__"):
+        graph.allreduce(world, _DLPackOnly(c))
+    else:
+        graph.allreduce(world, c)
+    with graph.compile(timeout=60) as plan:
+        plan.run()
+    total = sum(range(world.size))
+    assert (a == total).all() and (b == total).all() and (c == total).all()
+
+
+class _DLPackOnly:
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+KINDS = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_graphs_match_a_numpy_reference(world, seed):
+    """A random sequence of collectives on shared arrays, the same on every
+    rank (the seed), compiled with fusion, replayed twice; a NumPy executor
+    runs the same sequence over every rank's copy."""
+    rng = np.random.default_rng(seed)
+    n_arrays, n = 4, 6 * world.size
+    dtype = rng.choice(["int32", "int64", "float32", "float64"])
+    start = [[integers(rng_for(seed, r), n, dtype) for _ in range(n_arrays)] for r in range(world.size)]
+    mine = [a.copy() for a in start[world.rank]]
+    ref = [[a.copy() for a in arrays] for arrays in start]
+    graph = cg.Graph(f"random {seed}")
+    steps = []
+    for _ in range(int(rng.integers(3, 9))):
+        kind, op = rng.choice(KINDS), rng.choice(["sum", "min", "max"])
+        i, j = (int(v) for v in rng.choice(n_arrays, 2, replace=False))
+        root = int(rng.integers(world.size))
+        steps.append((kind, op, i, j, root))
+        a, b = mine[i], mine[j]
+        if kind == "allreduce":
+            graph.allreduce(world, a, b, op=op)
+        elif kind == "broadcast":
+            graph.broadcast(world, a, root, b)
+        elif kind == "reduce":
+            graph.reduce(world, a, b, op=op, root=root)
+        elif kind == "allgather":
+            graph.allgather(world, a[:6], b)
+        elif kind == "reduce_scatter":
+            graph.reduce_scatter(world, a, b[:6], op=op)
+        else:
+            graph.alltoall(world, a, b)
+    with graph.compile(timeout=60) as plan:
+        for _ in range(2):
+            plan.run()
+            for kind, op, i, j, root in steps:
+                _reference(ref, kind, op, i, j, root, world.size)
+    for k in range(n_arrays):
+        np.testing.assert_array_equal(mine[k], ref[world.rank][k], err_msg=f"array {k} after {steps}")
+
+
+def _reference(ref, kind, op, i, j, root, size):
+    fn = {"sum": np.sum, "min": np.min, "max": np.max}[op]
+    sends = [arrays[i].copy() for arrays in ref]
+    if kind == "allreduce":
+        total = fn(np.array(sends), axis=0).astype(sends[0].dtype)
+        for arrays in ref:
+            arrays[j][:] = total
+    elif kind == "broadcast":
+        for arrays in ref:
+            arrays[j][:] = sends[root]
+    elif kind == "reduce":
+        ref[root][j][:] = fn(np.array(sends), axis=0).astype(sends[0].dtype)
+    elif kind == "allgather":
+        for arrays in ref:
+            arrays[j][:] = np.concatenate([s[:6] for s in sends])
+    elif kind == "reduce_scatter":
+        total = fn(np.array(sends), axis=0).astype(sends[0].dtype)
+        for r, arrays in enumerate(ref):
+            arrays[j][:6] = total[r * 6:(r + 1) * 6]
+    else:
+        per = len(sends[0]) // size
+        for r, arrays in enumerate(ref):
+            arrays[j][:] = np.concatenate([s[r * per:(r + 1) * per] for s in sends])
+
+
+def test_info_reports_the_build(world):
+    from commgraph.info import info_text
+    text = info_text()
+    if world.rank == 0:
+        assert "commgraph " in text and "backends:" in text and f"ranks: {world.size}" in text
+    else:
+        assert text == ""
+    assert "MPICH" in cg.mpi_library_version() or cg.mpi_library_version()
+
+
+def test_pytorch_cpu_tensors_when_torch_is_there(world):
+    torch = pytest.importorskip("torch")
+    t = torch.full((3, 4), float(world.rank), dtype=torch.float32)
+    half = torch.full((8,), 1.0, dtype=torch.bfloat16)
+    graph = cg.Graph("torch")
+    graph.allreduce(world, t)
+    graph.allreduce(world, half)
+    with graph.compile(timeout=60) as plan:
+        plan.run()
+    assert (t == sum(range(world.size))).all()
+    assert (half.float() == world.size).all()
+    with pytest.raises(ValueError):
+        graph.allreduce(world, t.t())  # not contiguous
