@@ -1,0 +1,119 @@
+"""The package's PyTorch path on GPUs, one GPU per rank (scripts/gpu-test
+runs it under mpiexec -n 2 and -n 4 with the python that has PyTorch):
+CUDA tensors in a device plan run and launched on PyTorch's current
+stream, the plan captured inside torch.cuda.graph and replayed, tensors
+from a device arena fused without copies, a bfloat16 allreduce, and a
+rebind. Every result is compared exactly (integer values). A plain script,
+not pytest (the GPU host's python may lack pytest): exits 0 after "PASSED",
+1 on a failed check, 77 (skipped) without PyTorch or a GPU per rank unless
+CG_REQUIRE_GPU is set."""
+import os
+import sys
+
+
+def skip(why):
+    print(f"SKIPPED: {why}")
+    sys.exit(1 if os.environ.get("CG_REQUIRE_GPU", "0") not in ("", "0") else 77)
+
+
+try:
+    import torch
+except ImportError:
+    skip("no PyTorch in this python")
+
+import commgraph as cg  # noqa: E402
+
+if not torch.cuda.is_available():
+    skip("PyTorch sees no GPU")
+
+comm = cg.Comm(backend="nccl", device="local_rank", timeout=60)
+device = torch.device("cuda", comm.device)
+torch.cuda.set_device(device)
+rank, size = comm.rank, comm.size
+total = size * (size - 1) // 2
+
+
+def check(condition, what):
+    if not condition:
+        print(f"rank {rank}: FAILED: {what}", flush=True)
+        sys.exit(1)
+
+
+# run and launch on the current stream
+grads = [torch.full((1000 + k,), float(rank + k), device=device) for k in range(8)]
+graph = cg.Graph("torch grads")
+for g in grads:
+    graph.allreduce(comm, g)
+plan = graph.compile(timeout=60)
+check(plan.stats["device"] == comm.device, f"a device plan on {comm.device}: {plan.stats}")
+plan.run()
+for k, g in enumerate(grads):
+    check(bool((g == total + size * k).all()), f"run: grads[{k}]")
+for g in grads:
+    g.fill_(1.0)
+plan.launch()  # PyTorch's current stream
+torch.cuda.current_stream().synchronize()
+check(all(bool((g == size).all()) for g in grads), "launch on the current stream")
+
+# captured in torch.cuda.graph with the kernels around it, replayed
+x = torch.zeros(4096, device=device)
+out = torch.zeros(4096, device=device)
+g2 = cg.Graph("captured")
+g2.allreduce(comm, x, out)
+captured_plan = g2.compile(timeout=60)
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    x.fill_(float(rank))  # warm-up outside the capture, as PyTorch asks
+    captured_plan.launch()
+torch.cuda.current_stream().wait_stream(side)
+torch.cuda.synchronize()
+cuda_graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(cuda_graph):
+    x.fill_(float(rank))
+    x.add_(1.0)
+    captured_plan.launch()
+    out.mul_(2.0)
+for _ in range(3):
+    out.zero_()
+    cuda_graph.replay()
+torch.cuda.synchronize()
+check(bool((out == 2 * (total + size)).all()), f"torch.cuda.graph replay: {out[:4].tolist()}")
+
+# a device arena: tensors back to back, one bucket without copies
+arena = cg.Arena(1 << 20, device=device)
+pieces = [arena.empty((64, 3), torch.float32) for _ in range(5)]
+half = arena.empty(256, "bfloat16")
+check(pieces[1].data_ptr() == pieces[0].data_ptr() + 64 * 3 * 4, "arena pieces touch")
+for k, p in enumerate(pieces):
+    p.fill_(float(k * rank))
+half.fill_(1.0)
+g3 = cg.Graph("arena")
+for p in pieces:
+    g3.allreduce(comm, p)
+g3.allreduce(comm, half)
+arena_plan = g3.compile(timeout=60)
+stats = arena_plan.stats
+check(stats["buckets"] >= 1 and stats["copy_bytes"] == 0, f"zero-copy buckets over the arena: {stats}")
+arena_plan.run()
+for k, p in enumerate(pieces):
+    check(bool((p == k * total).all()), f"arena piece {k}")
+check(bool((half.float() == size).all()), "bfloat16 allreduce")
+
+# rebind to other tensors of the same size and type
+y = torch.full((4096,), float(rank + 1), device=device)
+y2 = torch.full((4096,), 2.0, device=device)
+rebind_graph = cg.Graph("rebind")
+n0 = rebind_graph.allreduce(comm, y)
+rebind_plan = rebind_graph.compile(timeout=60)
+rebind_plan.rebind({n0: (y2, None)})
+rebind_plan.run()
+check(bool((y2 == 2 * size).all()) and bool((y == rank + 1).all()), "rebind to another tensor")
+
+del cuda_graph  # the user's graph holds the plan's: it goes first
+torch.cuda.synchronize()
+for p in (rebind_plan, arena_plan, captured_plan, plan):
+    p.close()
+arena.close()
+if rank == 0:
+    print(f"PASSED: the PyTorch path on {size} GPUs ({torch.cuda.get_device_name(device)}, torch {torch.__version__})")
