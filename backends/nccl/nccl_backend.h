@@ -57,6 +57,8 @@ cg_status_t cg_nccl_warmup(void *comm_impl, const cg_plan_t *plan, uint32_t comm
 cg_status_t cg_nccl_group_start(void *comm_impl);
 cg_status_t cg_nccl_group_end(void *comm_impl);
 cg_status_t cg_nccl_step_enqueue(void *comm_impl, const cg_step_t *step, void *stream);
+/* ncclAllGather of `bytes` bytes (the device plan's fingerprint). */
+cg_status_t cg_nccl_allgather_enqueue(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream);
 const char *cg_nccl_step_call(const cg_step_t *step);
 
 #endif

@@ -156,6 +156,7 @@ const cg_backend_t cg_nccl_backend = {
     .device_group_start = cg_nccl_group_start,
     .device_group_end = cg_nccl_group_end,
     .device_step_enqueue = cg_nccl_step_enqueue,
+    .device_allgather_enqueue = cg_nccl_allgather_enqueue,
     .step_call = cg_nccl_step_call,
     .bucket_bytes = bucket_bytes,
     .abort = abort_comm,

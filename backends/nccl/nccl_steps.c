@@ -153,6 +153,14 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
                           : cg_fail_nccl(r, n->nccl, cg_nccl_step_call(s), "nccl backend on device %d", n->device);
 }
 
+cg_status_t cg_nccl_allgather_enqueue(void *impl, const void *mine, void *all, size_t bytes, void *stream) {
+  cg_nccl_comm_t *n = impl;
+  ncclResult_t r = cg_nccl_settle(n->nccl, ncclAllGather(mine, all, bytes, ncclUint8, n->nccl, (cudaStream_t)stream));
+  return r == ncclSuccess ? CG_SUCCESS
+                          : cg_fail_nccl(r, n->nccl, "ncclAllGather (the replay's fingerprint)", "nccl backend on "
+                                         "device %d", n->device);
+}
+
 /* ---- warm-up */
 
 /* Scratch the warm-up runs its collectives on: large enough for NCCL to pick

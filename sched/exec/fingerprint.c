@@ -9,9 +9,7 @@
 #include "backend.h"
 #include "error.h"
 
-typedef struct print {
-  uint64_t collectives, hash;
-} print_t;
+typedef cg_print_t print_t;
 
 typedef struct print_round {
   const cg_comm_t *comm;
@@ -33,7 +31,7 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 
 /* The same on every rank that runs the same collectives of the same plan:
  * point-to-point steps are left out (their peers differ by rank). */
-static print_t print_of(const cg_plan_t *plan, uint32_t c) {
+cg_print_t cg_print_of(const cg_plan_t *plan, uint32_t c) {
   const cg_plan_comm_t *pc = &plan->comms[c];
   print_t p = {0, mix(14695981039346656037ull, pc->compile_index)};
   for (uint32_t k = 0; k < pc->n_steps; k++) {
@@ -66,7 +64,7 @@ static cg_status_t prepare(cg_fingerprint_t **out, const cg_plan_t *plan, const 
   for (uint32_t c = 0; c < plan->n_comms; c++) {
     const cg_comm_t *comm = plan->comms[c].comm;
     const cg_backend_t *b = comm->ops->backend;
-    print_t mine = print_of(plan, c);
+    print_t mine = cg_print_of(plan, c);
     if (!b || !b->replay_allgather_start || !mine.collectives) continue;
     print_round_t *r = &fp->rounds[fp->n++];
     r->comm = comm;
@@ -98,32 +96,46 @@ cg_status_t cg_fingerprint_start(cg_fingerprint_t **fp, const cg_plan_t *plan, c
 }
 
 /* "ranks 0 and 2 ran 4 collectives (fingerprint 1a2b...); rank 1 ran 3 ..." */
-static void describe(char *buf, size_t size, const print_round_t *r) {
+static void describe(char *buf, size_t size, const print_t *all, int n) {
   size_t used = 0;
   buf[0] = '\0';
-  for (int first = 0; first < r->comm->size && used + 1 < size; first++) {
+  for (int first = 0; first < n && used + 1 < size; first++) {
     int seen = 0, alike = 0;
     for (int s = 0; s < first && !seen; s++)
-      seen = r->all[s].collectives == r->all[first].collectives && r->all[s].hash == r->all[first].hash;
+      seen = all[s].collectives == all[first].collectives && all[s].hash == all[first].hash;
     if (seen) continue;
-    for (int s = first; s < r->comm->size; s++)
-      alike += r->all[s].collectives == r->all[first].collectives && r->all[s].hash == r->all[first].hash;
-    int n = snprintf(buf + used, size - used, "%s%s", used ? "; " : "", alike == 1 ? "rank" : "ranks");
-    if (n > 0) used = used + (size_t)n < size ? used + (size_t)n : size - 1;
+    for (int s = first; s < n; s++)
+      alike += all[s].collectives == all[first].collectives && all[s].hash == all[first].hash;
+    int w = snprintf(buf + used, size - used, "%s%s", used ? "; " : "", alike == 1 ? "rank" : "ranks");
+    if (w > 0) used = used + (size_t)w < size ? used + (size_t)w : size - 1;
     int count = 0;
-    for (int s = first; s < r->comm->size && used + 1 < size; s++) {
-      if (r->all[s].collectives != r->all[first].collectives || r->all[s].hash != r->all[first].hash) continue;
+    for (int s = first; s < n && used + 1 < size; s++) {
+      if (all[s].collectives != all[first].collectives || all[s].hash != all[first].hash) continue;
       count++;
-      n = snprintf(buf + used, size - used, "%s%d", count == 1 ? " " : count == alike ? " and " : ", ", s);
-      if (n > 0) used = used + (size_t)n < size ? used + (size_t)n : size - 1;
+      w = snprintf(buf + used, size - used, "%s%d", count == 1 ? " " : count == alike ? " and " : ", ", s);
+      if (w > 0) used = used + (size_t)w < size ? used + (size_t)w : size - 1;
     }
     if (used + 1 < size) {
-      unsigned long long c = (unsigned long long)r->all[first].collectives;
-      n = snprintf(buf + used, size - used, " ran %llu collective%s (fingerprint %016llx)", c, c == 1 ? "" : "s",
-                   (unsigned long long)r->all[first].hash);
-      if (n > 0) used = used + (size_t)n < size ? used + (size_t)n : size - 1;
+      unsigned long long c = (unsigned long long)all[first].collectives;
+      w = snprintf(buf + used, size - used, " ran %llu collective%s (fingerprint %016llx)", c, c == 1 ? "" : "s",
+                       (unsigned long long)all[first].hash);
+      if (w > 0) used = used + (size_t)w < size ? used + (size_t)w : size - 1;
     }
   }
+}
+
+int cg_prints_mismatch(char *buf, size_t size, const cg_comm_t *comm, const cg_print_t *all, int n) {
+  int differ = 0;
+  for (int s = 1; s < n; s++) differ |= all[s].collectives != all[0].collectives || all[s].hash != all[0].hash;
+  if (!differ) return 0;
+  char ranks[600], label[64];
+  describe(ranks, sizeof ranks, all, n);
+  snprintf(buf, size,
+           "the ranks ran different sequences on communicator %s in this replay: %s (another plan at the same "
+           "time, plans started in different orders, or a graph that differs, compiled without the cross-rank "
+           "check); its results may be wrong",
+           cg_comm_id_label(label, sizeof label, comm->id), ranks);
+  return 1;
 }
 
 cg_status_t cg_fingerprint_test(int *done, cg_fingerprint_t *fp, const cg_plan_t *plan, const char *caller) {
@@ -145,18 +157,7 @@ cg_status_t cg_fingerprint_test(int *done, cg_fingerprint_t *fp, const cg_plan_t
       continue;
     }
     r->request = NULL;
-    int differ = 0;
-    for (int s = 1; s < r->comm->size; s++)
-      differ |= r->all[s].collectives != r->all[0].collectives || r->all[s].hash != r->all[0].hash;
-    if (differ && !fp->mismatch[0]) {
-      char ranks[600], label[64];
-      describe(ranks, sizeof ranks, r);
-      snprintf(fp->mismatch, sizeof fp->mismatch,
-               "the ranks ran different sequences on communicator %s in this replay: %s (another plan at the "
-               "same time, plans started in different orders, or a graph that differs, compiled without the "
-               "cross-rank check); its results may be wrong",
-               cg_comm_id_label(label, sizeof label, r->comm->id), ranks);
-    }
+    if (!fp->mismatch[0]) cg_prints_mismatch(fp->mismatch, sizeof fp->mismatch, r->comm, r->all, r->comm->size);
   }
   if (*done && fp && fp->mismatch[0])
     return cg_fail(CG_ERR_MISMATCH, "%s: %s%s%s, replay %llu: %s", caller, plan->name ? "plan '" : "an unnamed plan",

@@ -17,6 +17,19 @@
 
 typedef struct cg_fingerprint cg_fingerprint_t;
 
+/* One rank's fingerprint of a replay on one communicator: how many
+ * collectives it runs there and a hash of them. Device plans exchange the
+ * same 16 bytes inside their CUDA graph (sched/exec/cuda/device_fingerprint.c). */
+typedef struct cg_print {
+  uint64_t collectives, hash;
+} cg_print_t;
+/* The plan's fingerprint on its communicator c (the same on every rank that
+ * runs the same collectives of the same plan). */
+cg_print_t cg_print_of(const cg_plan_t *plan, uint32_t c);
+/* Whether the ranks' fingerprints (all, in rank order, n of them) differ,
+ * and if so the sentence that says so on `comm`, into buf. */
+int cg_prints_mismatch(char *buf, size_t size, const cg_comm_t *comm, const cg_print_t *all, int n);
+
 /* Posts this replay's rounds (allocating *fp on first use). */
 cg_status_t cg_fingerprint_start(cg_fingerprint_t **fp, const cg_plan_t *plan, const char *caller);
 /* Polls them: *done once every round completed; CG_ERR_MISMATCH (detail:

@@ -47,13 +47,15 @@ static void plan_rank(char *buf, size_t size, const cg_plan_t *plan) {
     snprintf(buf, size, "a plan without communicators");
 }
 
-void cg_watchdog_notify(const char *report) {
+void cg_watchdog_notify_status(cg_status_t status, const char *report) {
   pthread_mutex_lock(&handler_lock);
   cg_timeout_handler_t fn = handler;
   void *arg = handler_arg;
   pthread_mutex_unlock(&handler_lock);
-  if (fn) fn(CG_ERR_TIMEOUT, report, arg);
+  if (fn) fn(status, report, arg);
 }
+
+void cg_watchdog_notify(const char *report) { cg_watchdog_notify_status(CG_ERR_TIMEOUT, report); }
 
 cg_status_t cg_watchdog_report(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w) {
   char rank[64], waiting[700] = "an unknown step", last[700] = "none", report[3400];
@@ -77,10 +79,10 @@ cg_status_t cg_watchdog_report(cg_plan_t *plan, const char *caller, uint64_t rep
 cg_status_t cg_watchdog_notify_waiter(cg_status_t st) {
   char *report = cg_copy_text(cg_error_last(), 4096);
   if (!report) {
-    cg_watchdog_notify(cg_error_last());
+    cg_watchdog_notify_status(st, cg_error_last());
     return st;
   }
-  cg_watchdog_notify(report);
+  cg_watchdog_notify_status(st, report);
   st = cg_fail(st, "%s", report); /* the handler may have called the library */
   free(report);
   return st;

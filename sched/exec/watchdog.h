@@ -32,6 +32,9 @@ typedef struct cg_watchdog_where {
 cg_status_t cg_watchdog_report(cg_plan_t *plan, const char *caller, uint64_t replay, const cg_watchdog_where_t *w);
 /* Passes a report to the handler set with cg_set_timeout_handler, if any. */
 void cg_watchdog_notify(const char *report);
+/* The same with the status the handler hears (CG_ERR_MISMATCH: a device
+ * replay's fingerprints differed, device_fingerprint.h). */
+void cg_watchdog_notify_status(cg_status_t status, const char *report);
 /* The handler hears the report in cg_error_last() (of status `st`), which
  * still holds it afterwards; returns `st`. For a caller that waits
  * (cg_plan_wait, _test, _run): the handler runs on its thread and must not

@@ -14,7 +14,7 @@
 
 #include "plan_internal.h"
 
-#define CG_BACKEND_INTERFACE_VERSION 5u
+#define CG_BACKEND_INTERFACE_VERSION 6u
 
 /* Where a backend's steps may read and write. */
 #define CG_BACKEND_HOST_MEMORY 1u
@@ -75,6 +75,10 @@ struct cg_backend {
   cg_status_t (*device_group_start)(void *comm_impl);
   cg_status_t (*device_group_end)(void *comm_impl);
   cg_status_t (*device_step_enqueue)(void *comm_impl, const cg_step_t *step, void *stream);
+  /* An allgather of `bytes` from every rank of the communicator into `all`
+   * (size * bytes, in rank order) on `stream`, in the plan's CUDA graph or
+   * outside a capture (a device plan's fingerprint). NULL: none. */
+  cg_status_t (*device_allgather_enqueue)(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream);
 
   /* The library call a step becomes ("ncclAllReduce", "MPI_Iallreduce"), for
    * DOT and dumps; static text. */

@@ -15,8 +15,8 @@
  *                     ranks' buckets would differ in size, which MPI does
  *                     not compare: that is what the check is for.)
  *   differ-fingerprint  differ-unchecked on a plan with the replay's
- *                     fingerprint (host plans): every rank fails the first
- *                     replay with CG_ERR_MISMATCH at once
+ *                     fingerprint (host plans, device plans on NCCL): every
+ *                     rank fails the first replay with CG_ERR_MISMATCH at once
  *   swapped-plans     a second plan (the same allreduces, summing) that the faulty rank runs
  *                     before the first in replay 3, the others after it: the
  *                     fingerprints pair the two plans, and every rank fails

@@ -59,6 +59,7 @@ static void cuda_release(cg_plan_t *p) {
   if (c->marks) cudaFreeHost(c->marks);
   free(c->seq_base);
   if (c->run_done) cudaEventDestroy(c->run_done);
+  cg_device_prints_free(c->prints);
   for (uint32_t l = 0; c->mark_lanes && l < c->n_lanes; l++)
     if (c->mark_lanes[l]) cudaStreamDestroy(c->mark_lanes[l]);
   free(c->mark_lanes);
@@ -245,6 +246,8 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
   cg_status_t st = CG_SUCCESS;
   if (c->stamps && (err = cg_time_stamp_launch(&c->stamps[2 * (size_t)p->n_steps], c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "the profiling stamp", "%s", where);
+  /* the fingerprint before every step: the other lanes start after it */
+  if (st == CG_SUCCESS && marking(c)) st = cg_device_prints_enqueue(c->prints, c->lanes[0], 1, where);
   /* the other lanes join the capture from lane 0 and return to it at the end */
   if (st == CG_SUCCESS && (err = cudaEventRecord(joins[0], c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "cudaEventRecord", "%s", where);
@@ -337,6 +340,8 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
       c->launch_done = NULL;
       return cg_fail_cuda(err, "cudaEventCreateWithFlags (the watchdog's)", "%s", where);
     }
+    cg_status_t prints = p->fingerprint ? cg_device_prints_prepare(&c->prints, p, where) : CG_SUCCESS;
+    if (prints != CG_SUCCESS) return prints;
     if (!(c->mark_lanes = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *c->mark_lanes)))
       return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the watchdog's marks streams", where);
     for (uint32_t l = 0; l < p->n_lanes; l++)
@@ -429,6 +434,11 @@ static cg_status_t cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_stat
   cg_status_t agreed = cg_agree(go, pt, st, "prepare its CUDA graph", where);
   if (st == CG_SUCCESS && go) st = warm_up(p, pt, go, where);
   if (st == CG_SUCCESS) st = agreed;
+  /* the fingerprint's gathers once outside the capture, as the warm-up does
+   * for the steps (collective: every rank's plan has them alike) */
+  if (st == CG_SUCCESS && p->cuda->prints) st = cg_device_prints_enqueue(p->cuda->prints, p->cuda->lanes[0], 0, where);
+  if (st == CG_SUCCESS && p->cuda->prints && (err = cudaStreamSynchronize(p->cuda->lanes[0])) != cudaSuccess)
+    st = cg_fail_cuda(err, "cudaStreamSynchronize (the fingerprint's warm-up)", "%s", where);
   if (st == CG_SUCCESS) st = capture(&p->cuda->graph, p, where);
   struct cg_cuda_plan *c = st == CG_SUCCESS ? p->cuda : NULL;
   if (st == CG_SUCCESS) st = instantiate(&c->exec, c->graph, c->lanes[0], where);
@@ -541,11 +551,17 @@ static cg_status_t cuda_start(cg_plan_t *p) {
   return CG_SUCCESS;
 }
 
-/* cg_plan_start's replay has ended (err: how the event says it did). */
+/* cg_plan_start's replay has ended (err: how the event says it did). The
+ * ranks' fingerprints may have differed even so (the same shapes in another
+ * order): the data may be mixed, and the caller hears it. */
 static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *caller) {
   atomic_store(&p->cuda->running, 0);
   if (err != cudaSuccess) return cg_fail_cuda(err, "the replay", "%s", caller);
   cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
+  char mismatch[900];
+  if (cg_device_prints_mismatch(p->cuda->prints, mismatch, sizeof mismatch))
+    return cg_fail(CG_ERR_MISMATCH, "%s: %s%s%s, replay %llu: %s", caller, p->name ? "plan '" : "an unnamed plan",
+                   p->name ? p->name : "", p->name ? "'" : "", (unsigned long long)cg_cuda_replay_number(p), mismatch);
   return CG_SUCCESS;
 }
 
@@ -556,11 +572,20 @@ static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *calle
 static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
   struct cg_cuda_plan *c = p->cuda;
   uint64_t replay = cg_cuda_replay_number(p);
+  char mismatch[900];
+  int first = 0;
+  /* ranks on different sequences: their collectives may never pair up, so
+   * the replay ends here, with the communicators aborted */
+  if (!atomic_load(&c->fired) && cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch)) {
+    cg_status_t differ = cg_cuda_mismatch(&first, p, caller, replay, mismatch);
+    atomic_store(&c->running, 0);
+    *st = first ? cg_watchdog_notify_waiter(differ) : differ;
+    return 1;
+  }
   if (!atomic_load(&c->fired) && !cg_watchdog_expired(p, c->started_ns)) {
     cg_watchdog_answer(p, replay, &c->answered_ns);
     return 0;
   }
-  int first = 0;
   cg_status_t timeout = cg_cuda_time_out(&first, p, caller, replay, 1);
   atomic_store(&c->running, 0);
   *st = first ? cg_watchdog_notify_waiter(timeout) : timeout;

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "device_fingerprint.h"
 #include "plan_internal.h"
 
 struct cg_cuda_plan {
@@ -38,6 +39,8 @@ struct cg_cuda_plan {
   atomic_int fired;        /* a replay's timeout: CG_FIRED_CLAIMED by the first of the waiter and the
                               monitor to see it, CG_FIRED_REPORTED once its report is stored */
   uint64_t answered_ns;    /* when the waiter last answered roll calls (cg_watchdog_answer) */
+  cg_status_t fired_status; /* what fired: CG_ERR_TIMEOUT, or CG_ERR_MISMATCH (fingerprints) */
+  cg_device_prints_t *prints; /* the replay's fingerprint (plans with a timeout), or NULL */
   uint64_t progress_ns;    /* when the marks last moved */
   uint64_t marks_seen;     /* their sum then */
   char *timeout_report;    /* the monitor's report, for the next cg_plan_launch */
@@ -72,6 +75,10 @@ uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);
  * monitor's thread). The handler is the caller's to call
  * (cg_watchdog_notify*). */
 cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call);
+/* A replay's fingerprints differed (mismatch: the sentence naming the
+ * communicator and the ranks) while it ran: reported like a timeout, once,
+ * with the communicators aborted; CG_ERR_MISMATCH. */
+cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint64_t replay, const char *mismatch);
 /* A copy of the monitor's report of the plan's timed-out launch (free it);
  * NULL if none. */
 char *cg_cuda_timeout_report(const cg_plan_t *p);

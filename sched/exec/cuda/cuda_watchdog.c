@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "cuda_plan_state.h"
+#include "device_fingerprint.h"
 #include "error.h"
 #include "flight.h"
 #include "watchdog.h"
@@ -205,6 +206,26 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
   return st;
 }
 
+cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint64_t replay, const char *mismatch) {
+  struct cg_cuda_plan *c = p->cuda;
+  int none = CG_FIRED_NONE;
+  if (!(*first = atomic_compare_exchange_strong(&c->fired, &none, CG_FIRED_CLAIMED)))
+    return reported_elsewhere(p, caller);
+  c->fired_status = CG_ERR_MISMATCH;
+  const cg_comm_t *first_comm = p->n_comms ? p->comms[0].comm : NULL;
+  cg_status_t st = cg_fail(CG_ERR_MISMATCH, "%s: %s%s%s on rank %d of %d, replay %llu: %s; the plan's communicators "
+                           "are being aborted", caller, p->name ? "plan '" : "an unnamed plan", p->name ? p->name : "",
+                           p->name ? "'" : "", first_comm ? first_comm->rank : 0, first_comm ? first_comm->size : 1,
+                           (unsigned long long)replay, mismatch);
+  fprintf(stderr, "commgraph: %s\n", cg_error_last());
+  fflush(stderr);
+  p->timed_out = 1;
+  remember_report(p, cg_error_last());
+  atomic_store(&c->fired, CG_FIRED_REPORTED);
+  abort_comms(p);
+  return st;
+}
+
 /* ---- the monitor of launched and embedded replays */
 
 typedef struct watched {
@@ -216,13 +237,23 @@ static pthread_mutex_t monitor_lock = PTHREAD_MUTEX_INITIALIZER;
 static watched_t *watch_list;
 static int monitor_running;
 
+/* What the handler hears from the monitor: the status and its report. */
+typedef struct fired {
+  cg_status_t status;
+  char *report; /* malloc'd; NULL: nothing to tell */
+} fired_t;
+
 /* The monitor's verdict on a plan whose replay made no progress for the
- * timeout: 1 (it leaves the list), with the report in *fired (malloc'd)
- * for the handler unless the waiter reported it first. */
-static int fire(cg_plan_t *p, const char *caller, char **fired) {
+ * timeout, or whose ranks' fingerprints differed: 1 (it leaves the list),
+ * with the report in *fired for the handler unless the waiter reported it
+ * first. */
+static int fire(cg_plan_t *p, const char *caller, fired_t *fired) {
   int first = 0;
-  cg_cuda_time_out(&first, p, caller, cg_cuda_replay_number(p), 0);
-  if (first) *fired = cg_copy_text(cg_error_last(), 4096);
+  char mismatch[900];
+  cg_status_t st = cg_device_prints_mismatch(p->cuda->prints, mismatch, sizeof mismatch)
+                       ? cg_cuda_mismatch(&first, p, caller, cg_cuda_replay_number(p), mismatch)
+                       : cg_cuda_time_out(&first, p, caller, cg_cuda_replay_number(p), 0);
+  if (first) *fired = (fired_t){st, cg_copy_text(cg_error_last(), 4096)};
   return 1;
 }
 
@@ -231,9 +262,11 @@ static int fire(cg_plan_t *p, const char *caller, char **fired) {
  * (which takes no lock) is outstanding. A cg_plan_start replay is the
  * waiter's to report (the handler could destroy the plan under it): the
  * monitor waits meanwhile. */
-static int check_embedded(cg_plan_t *p, char **fired) {
+static int check_embedded(cg_plan_t *p, fired_t *fired) {
   struct cg_cuda_plan *c = p->cuda;
   volatile unsigned *m = c->marks;
+  if (!atomic_load(&c->running) && cg_device_prints_pending(c->prints))
+    return fire(p, "a replay of a CUDA graph that embeds the plan (watchdog)", fired);
   unsigned entered = m[CG_MARK_ENTERED(p->n_steps)], left = m[CG_MARK_LEFT(p->n_steps)];
   int in_flight = entered != left && !atomic_load(&c->running);
   if (!in_flight && c->launched && !atomic_load(&c->running)) {
@@ -253,10 +286,12 @@ static int check_embedded(cg_plan_t *p, char **fired) {
 /* One look at a plan, under monitor_lock: 1 when it leaves the list. A
  * timed-out plan leaves it with its report in *fired (malloc'd) for the
  * handler, which runs on its own thread and may destroy plans. */
-static int check_plan(cg_plan_t *p, char **fired) {
+static int check_plan(cg_plan_t *p, fired_t *fired) {
   struct cg_cuda_plan *c = p->cuda;
   if (atomic_load(&c->fired)) return 1; /* the waiter reported it */
   if (c->watch_embedded) return check_embedded(p, fired);
+  if (!atomic_load(&c->running) && cg_device_prints_pending(c->prints))
+    return fire(p, "cg_plan_launch (watchdog)", fired);
   cudaSetDevice(p->device);
   cudaError_t err = cudaEventQuery(c->launch_done);
   if (err != cudaErrorNotReady) return 1; /* done (or failed: the user's stream says so) */
@@ -271,26 +306,35 @@ static int check_plan(cg_plan_t *p, char **fired) {
 }
 
 static void *notify_main(void *arg) {
-  cg_watchdog_notify(arg);
-  free(arg);
+  fired_t *fired = arg;
+  cg_watchdog_notify_status(fired->status, fired->report);
+  free(fired->report);
+  free(fired);
   return NULL;
 }
 
 /* The handler on a thread of its own: it may destroy plans, which waits for
  * the device, and the monitor must go on watching the others meanwhile (a
  * second hung plan would otherwise never be reported). */
-static void notify_detached(char *report) {
-  if (!start_detached(notify_main, report)) notify_main(report);
+static void notify_detached(fired_t fired) {
+  fired_t *copy = malloc(sizeof *copy);
+  if (!copy) {
+    cg_watchdog_notify_status(fired.status, fired.report);
+    free(fired.report);
+    return;
+  }
+  *copy = fired;
+  if (!start_detached(notify_main, copy)) notify_main(copy);
 }
 
 static void *monitor_main(void *arg) {
   (void)arg;
   for (;;) {
-    char *fired = NULL;
+    fired_t fired = {CG_SUCCESS, NULL};
     pthread_mutex_lock(&monitor_lock);
     for (watched_t **at = &watch_list; *at;) {
       watched_t *w = *at;
-      if (!fired && check_plan(w->plan, &fired)) { /* one report per pass: each gets its handler call */
+      if (!fired.report && check_plan(w->plan, &fired)) { /* one report per pass: each gets its handler call */
         w->plan->cuda->watched = 0;
         *at = w->next;
         free(w);
@@ -299,7 +343,7 @@ static void *monitor_main(void *arg) {
       }
     }
     pthread_mutex_unlock(&monitor_lock);
-    if (fired) {
+    if (fired.report) {
       notify_detached(fired);
       continue;
     }
@@ -362,8 +406,10 @@ void cg_cuda_watch_forget(cg_plan_t *p) {
 cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller) {
   if (p->timed_out || atomic_load(&p->cuda->fired)) {
     char *report = cg_cuda_timeout_report(p);
-    cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: a replay of the plan timed out and its communicators were "
-                             "aborted (%s); destroy the plan", caller, report ? report : "see the log");
+    cg_status_t failed = p->cuda->fired_status ? p->cuda->fired_status : CG_ERR_TIMEOUT;
+    cg_status_t st = cg_fail(failed, "%s: a replay of the plan %s and its communicators were aborted (%s); destroy "
+                             "the plan", caller, failed == CG_ERR_MISMATCH ? "ran a sequence other ranks did not"
+                             : "timed out", report ? report : "see the log");
     free(report);
     return st;
   }

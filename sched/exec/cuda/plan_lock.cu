@@ -53,6 +53,29 @@ extern "C" cudaError_t cg_progress_mark_launch(unsigned *slot, cudaStream_t stre
   return cudaGetLastError();
 }
 
+/* The replay's fingerprint (device_fingerprint.c): `all` holds every rank's
+ * 16 bytes, gathered on the communicator before the replay's collectives.
+ * Where they differ, the ranks run different sequences: the gathered bytes
+ * go to `seen` and *flag to 1 (mapped host memory), which the waiter or the
+ * monitor reads. Written only then, so a later healthy replay keeps it. */
+__global__ void cg_fingerprint_check_kernel(const unsigned long long *all, int ranks, unsigned *flag,
+                                            unsigned long long *seen) {
+  int differ = 0;
+  for (int r = 1; r < ranks; r++) differ |= all[2 * r] != all[0] || all[2 * r + 1] != all[1];
+  if (!differ) return;
+  for (int i = 0; i < 2 * ranks; i++) ((volatile unsigned long long *)seen)[i] = all[i];
+  __threadfence_system();
+  *(volatile unsigned *)flag = 1u;
+  __threadfence_system();
+}
+
+extern "C" cudaError_t cg_fingerprint_check_launch(const void *all, int ranks, unsigned *flag, void *seen,
+                                                   cudaStream_t stream) {
+  cg_fingerprint_check_kernel<<<1, 1, 0, stream>>>((const unsigned long long *)all, ranks, flag,
+                                                   (unsigned long long *)seen);
+  return cudaGetLastError();
+}
+
 /* Profiling replays (cg_plan_tune): one thread writes the GPU's global
  * nanosecond clock into `slot` once the stream's earlier work is done. */
 __global__ void cg_time_stamp_kernel(unsigned long long *slot) {

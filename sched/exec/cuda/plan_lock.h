@@ -18,6 +18,10 @@ cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left, cudaStream_t s
 /* The watchdog's progress mark: one thread adds 1 to `slot` (mapped host
  * memory) once the stream's earlier work is done. */
 cudaError_t cg_progress_mark_launch(unsigned *slot, cudaStream_t stream);
+/* The replay's fingerprint: where the 16-byte entries of `all` (ranks of
+ * them, device memory) differ, one thread copies them to `seen` and sets
+ * *flag to 1 (both mapped host memory). */
+cudaError_t cg_fingerprint_check_launch(const void *all, int ranks, unsigned *flag, void *seen, cudaStream_t stream);
 /* Profiling: one thread writes the GPU's nanosecond clock (%globaltimer)
  * into `slot` once the stream's earlier work is done. */
 cudaError_t cg_time_stamp_launch(unsigned long long *slot, cudaStream_t stream);

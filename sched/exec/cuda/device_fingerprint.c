@@ -1,0 +1,137 @@
+#include "device_fingerprint.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_check.h"
+#include "error.h"
+#include "fingerprint.h"
+#include "plan_lock.h"
+
+typedef struct round {
+  const cg_comm_t *comm;
+  cg_print_t *mine, *all; /* device: this rank's 16 bytes, then every rank's */
+  cg_print_t *seen;       /* mapped: every rank's, written where they differ */
+  unsigned *flag;         /* mapped: 1 once a replay found them different */
+} round_t;
+
+struct cg_device_prints {
+  round_t *rounds;
+  uint32_t n;
+  cg_print_t *device;                /* one allocation for every round's mine and all */
+  unsigned char *mapped, *mapped_dev; /* every round's flag and seen, host and device addresses */
+};
+
+void cg_device_prints_free(cg_device_prints_t *prints) {
+  if (!prints) return;
+  if (prints->device) cudaFree(prints->device);
+  if (prints->mapped) cudaFreeHost(prints->mapped);
+  free(prints->rounds);
+  free(prints);
+}
+
+/* A flag's 16 bytes (kept aligned), then the ranks' prints. */
+static size_t mapped_bytes(int ranks) { return sizeof(cg_print_t) * (1 + (size_t)ranks); }
+
+cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *plan, const char *where) {
+  cg_status_t st = CG_SUCCESS;
+  cudaError_t err = cudaSuccess;
+  size_t device_entries = 0, mapped = 0;
+  cg_device_prints_t *prints = calloc(1, sizeof *prints);
+  cg_print_t *mine = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *mine);
+  if (prints) prints->rounds = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *prints->rounds);
+  *out = NULL;
+  if (!prints || !prints->rounds || !mine) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the replay's fingerprint", where);
+    goto out;
+  }
+  for (uint32_t c = 0; c < plan->n_comms; c++) {
+    const cg_comm_t *comm = plan->comms[c].comm;
+    const cg_backend_t *b = comm->ops->backend;
+    cg_print_t print = cg_print_of(plan, c);
+    if (!b || !b->device_allgather_enqueue || !print.collectives) continue;
+    mine[prints->n] = print;
+    prints->rounds[prints->n++].comm = comm;
+    device_entries += 1 + (size_t)comm->size;
+    mapped += mapped_bytes(comm->size);
+  }
+  if (!prints->n) goto out; /* nothing to exchange: no fingerprint */
+  if ((err = cudaMalloc((void **)&prints->device, device_entries * sizeof(cg_print_t))) != cudaSuccess) {
+    prints->device = NULL;
+    st = cg_fail_cuda(err, "cudaMalloc (the replay's fingerprint)", "%s", where);
+  } else if ((err = cudaHostAlloc((void **)&prints->mapped, mapped, cudaHostAllocMapped)) != cudaSuccess) {
+    prints->mapped = NULL;
+    st = cg_fail_cuda(err, "cudaHostAlloc (the replay's fingerprint)", "%s", where);
+  } else if ((err = cudaHostGetDevicePointer((void **)&prints->mapped_dev, prints->mapped, 0)) != cudaSuccess) {
+    st = cg_fail_cuda(err, "cudaHostGetDevicePointer (the replay's fingerprint)", "%s", where);
+  }
+  size_t at = 0, at_mapped = 0;
+  for (uint32_t i = 0; i < prints->n && st == CG_SUCCESS; i++) {
+    round_t *r = &prints->rounds[i];
+    r->mine = prints->device + at;
+    r->all = r->mine + 1;
+    at += 1 + (size_t)r->comm->size;
+    r->flag = (unsigned *)(prints->mapped + at_mapped);
+    r->seen = (cg_print_t *)(prints->mapped + at_mapped + sizeof(cg_print_t));
+    at_mapped += mapped_bytes(r->comm->size);
+    if ((err = cudaMemcpy(r->mine, &mine[i], sizeof mine[i], cudaMemcpyHostToDevice)) != cudaSuccess)
+      st = cg_fail_cuda(err, "cudaMemcpy (the replay's fingerprint)", "%s", where);
+  }
+  if (st == CG_SUCCESS) memset(prints->mapped, 0, mapped);
+out:
+  free(mine);
+  if (st == CG_SUCCESS && prints && prints->n) {
+    *out = prints;
+    prints = NULL;
+  }
+  cg_device_prints_free(prints);
+  return st;
+}
+
+/* The device address of a mapped pointer. */
+static void *on_device(const cg_device_prints_t *prints, const void *host) {
+  return prints->mapped_dev + ((const unsigned char *)host - prints->mapped);
+}
+
+cg_status_t cg_device_prints_enqueue(const cg_device_prints_t *prints, void *stream, int check, const char *where) {
+  for (uint32_t i = 0; prints && i < prints->n; i++) {
+    const round_t *r = &prints->rounds[i];
+    const cg_backend_t *b = r->comm->ops->backend;
+    cg_status_t st = b->device_allgather_enqueue(r->comm->impl, r->mine, r->all, sizeof(cg_print_t), stream);
+    if (st != CG_SUCCESS) {
+      char detail[600];
+      snprintf(detail, sizeof detail, "%s", cg_error_last());
+      return cg_fail(st, "%s: the replay's fingerprint: %s", where, detail);
+    }
+    cudaError_t err = check ? cg_fingerprint_check_launch(r->all, r->comm->size, on_device(prints, r->flag),
+                                                          on_device(prints, r->seen), (cudaStream_t)stream)
+                            : cudaSuccess;
+    if (err != cudaSuccess) return cg_fail_cuda(err, "the fingerprint's check kernel", "%s", where);
+  }
+  return CG_SUCCESS;
+}
+
+int cg_device_prints_pending(const cg_device_prints_t *prints) {
+  for (uint32_t i = 0; prints && i < prints->n; i++)
+    if (*(volatile unsigned *)prints->rounds[i].flag) return 1;
+  return 0;
+}
+
+int cg_device_prints_mismatch(cg_device_prints_t *prints, char *text, size_t size) {
+  for (uint32_t i = 0; prints && i < prints->n; i++) {
+    round_t *r = &prints->rounds[i];
+    if (!*(volatile unsigned *)r->flag) continue;
+    cg_print_t *all = malloc((size_t)r->comm->size * sizeof *all);
+    if (all) memcpy(all, (const void *)r->seen, (size_t)r->comm->size * sizeof *all);
+    if (all && !cg_prints_mismatch(text, size, r->comm, all, r->comm->size))
+      snprintf(text, size, "the ranks ran different sequences on a communicator (its fingerprints differ)");
+    if (!all) snprintf(text, size, "the ranks ran different sequences on a communicator (out of memory for more)");
+    *(volatile unsigned *)r->flag = 0;
+    free(all);
+    return 1;
+  }
+  return 0;
+}

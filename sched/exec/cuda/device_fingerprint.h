@@ -1,0 +1,36 @@
+/* A device plan's replay fingerprint (cg_compile_opts_t.fingerprint, with a
+ * timeout; docs/watchdog.md#fingerprint): inside the plan's CUDA graph,
+ * before its steps, each communicator whose backend can (NCCL) gathers every
+ * rank's 16 bytes (fingerprint.h), and a one-thread kernel compares them;
+ * where they differ it leaves the gathered bytes and a flag in mapped host
+ * memory, which the thread that waits for the replay or the watchdog's
+ * monitor reads. Ranks that run different sequences (graphs that differ,
+ * compiled without the cross-rank check; plans or embedded graphs replayed
+ * in different orders) then fail with CG_ERR_MISMATCH naming them instead of
+ * mixing their data silently or hanging until the timeout. */
+#ifndef CG_SCHED_DEVICE_FINGERPRINT_H
+#define CG_SCHED_DEVICE_FINGERPRINT_H
+
+#include <stddef.h>
+
+#include "plan_internal.h"
+
+typedef struct cg_device_prints cg_device_prints_t;
+
+/* The plan's rounds (*out NULL when no communicator of the plan has
+ * collectives and a backend that can gather on the device): device and
+ * mapped memory, this rank's fingerprints copied in. Local. */
+cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *plan, const char *where);
+/* Enqueues the rounds on `stream`: the gathers, and with `check` the
+ * comparisons (in the capture; without, outside it, as the gathers'
+ * warm-up: collective, on every rank alike). */
+cg_status_t cg_device_prints_enqueue(const cg_device_prints_t *prints, void *stream, int check, const char *where);
+/* 1 when a replay found the ranks' fingerprints differ: `text` gets the
+ * sentence naming the communicator and which ranks ran what; the flag is
+ * cleared. 0 otherwise (prints may be NULL). */
+int cg_device_prints_mismatch(cg_device_prints_t *prints, char *text, size_t size);
+/* Whether a flag is up, without clearing it (the monitor's look). */
+int cg_device_prints_pending(const cg_device_prints_t *prints);
+void cg_device_prints_free(cg_device_prints_t *prints);
+
+#endif
