@@ -26,24 +26,34 @@ __version__ = "0.1.0"
 
 
 def set_timeout_handler(fn):
-    """fn(status_name, report) on every replay timeout (None: none); see
-    cg_set_timeout_handler. For launched and embedded replays it runs on a
-    thread of the watchdog's; it must not raise."""
-    from . import _lib
+    """fn(status_name, report) on every replay timeout or, for device plans,
+    fingerprint mismatch (None: none); see cg_set_timeout_handler. For
+    launched and embedded replays it runs on a thread of the watchdog's;
+    what it raises is dropped (nothing may cross back into C)."""
+    from . import _lib, _registry
+    from .errors import check
     global _timeout_handler
     if fn is None:
+        check(_lib.lib.cg_set_timeout_handler(_lib.TIMEOUT_HANDLER(), None), "commgraph.set_timeout_handler")
         _timeout_handler = None
-        _lib.lib.cg_set_timeout_handler(_lib.TIMEOUT_HANDLER(), None)
         return
+    if not callable(fn):
+        raise TypeError(f"commgraph: set_timeout_handler needs a callable or None, not {type(fn).__name__}")
+
+    from .errors import status_name
 
     def trampoline(status, report, _arg):
         try:
-            fn(_lib.lib.cg_status_string(status).decode(), report.decode("utf-8", "replace") if report else "")
+            fn(status_name(status), report.decode("utf-8", "replace") if report else "")
         except BaseException:  # noqa: B902 -- nothing may cross back into C
             pass
 
-    _timeout_handler = _lib.TIMEOUT_HANDLER(trampoline)  # kept alive while set
-    _lib.lib.cg_set_timeout_handler(_timeout_handler, None)
+    handler = _lib.TIMEOUT_HANDLER(trampoline)
+    check(_lib.lib.cg_set_timeout_handler(handler, None), "commgraph.set_timeout_handler")
+    if _timeout_handler is None:
+        # before the callback is freed: the watchdog's threads outlive Python
+        _registry.at_exit(lambda: _lib.lib.cg_set_timeout_handler(_lib.TIMEOUT_HANDLER(), None))
+    _timeout_handler = handler  # kept alive while set
 
 
 def flight_dump():

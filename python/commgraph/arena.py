@@ -3,6 +3,7 @@ need no copies (docs/fusion.md). A host arena hands out NumPy arrays, a
 device arena PyTorch tensors (param.grad can live in one)."""
 import ctypes
 import sys
+from typing import Any, Tuple
 
 from . import _lib
 from .errors import check
@@ -43,10 +44,14 @@ class Arena:
     torch.device). empty(shape, dtype) hands out the next piece; pieces
     touch (each aligned to its element size, or to `alignment`)."""
 
-    def __init__(self, capacity_bytes, device=None, alignment=0):
+    def __init__(self, capacity_bytes: int, device: Any = None, alignment: int = 0) -> None:
         from . import _registry
         from .comm import _device_of
-        self.device = None if device is None else _device_of(device)
+        self._handle = None
+        if device == "local_rank":
+            raise ValueError("commgraph: an arena needs a device ordinal (comm.device), not 'local_rank'")
+        ordinal = _device_of(device)
+        self.device = None if ordinal == _lib.DEVICE_HOST else ordinal
         opts = _lib.ArenaOpts(ctypes.sizeof(_lib.ArenaOpts),
                               _lib.DEVICE_HOST if self.device is None else self.device, int(alignment))
         out = ctypes.c_void_p()
@@ -55,12 +60,13 @@ class Arena:
         _registry.track(self)
 
     @property
-    def handle(self):
+    def handle(self) -> ctypes.c_void_p:
+        """The C arena (cg_arena_t *); ValueError once closed."""
         if not self._handle:
             raise ValueError("commgraph: the arena is closed")
         return self._handle
 
-    def empty(self, shape, dtype="float32"):
+    def empty(self, shape: Any, dtype: Any = "float32") -> Any:
         """The next piece: a NumPy array (host arena) or a PyTorch tensor on
         the arena's device, uninitialized, of `shape` and `dtype`."""
         shape = (int(shape),) if isinstance(shape, int) else tuple(int(n) for n in shape)
@@ -68,41 +74,49 @@ class Arena:
         count = 1
         for n in shape:
             count *= n
+        torch = sys.modules.get("torch")
+        if self.device is None and name == "bfloat16":
+            raise TypeError("commgraph: NumPy has no bfloat16; use a device arena with PyTorch")
+        if self.device is not None and torch is None:
+            raise RuntimeError("commgraph: a device arena hands out PyTorch tensors: import torch first")
+        if self.device is None:
+            import numpy  # noqa: F401 -- before the piece is taken
         ptr = ctypes.c_void_p()
         check(_lib_.cg_arena_alloc(ctypes.byref(ptr), self.handle, count, _lib.DTYPES.index(name)),
               "commgraph.Arena.empty")
         address = ptr.value or 0
         if self.device is None:
             import numpy
-            if name == "bfloat16":
-                raise TypeError("commgraph: NumPy has no bfloat16; use a device arena with PyTorch")
             raw = (ctypes.c_byte * (count * _lib_.cg_dtype_size(_lib.DTYPES.index(name)))).from_address(address)
             array = numpy.frombuffer(raw, dtype=numpy.dtype(_TYPESTR[name])).reshape(shape)
             raw._arena = self  # numpy keeps `raw`, which keeps the arena
             return array
-        torch = sys.modules.get("torch")
-        if torch is None:
-            raise RuntimeError("commgraph: a device arena hands out PyTorch tensors: import torch first")
         piece = _DevicePiece(self, address, shape, _TYPESTR[name])
         tensor = torch.as_tensor(piece, device=torch.device("cuda", self.device))
         return tensor.view(torch.bfloat16) if name == "bfloat16" else tensor
 
     @property
-    def usage(self):
+    def usage(self) -> Tuple[int, int]:
         """(bytes handed out, capacity)."""
         used, capacity = ctypes.c_size_t(), ctypes.c_size_t()
         check(_lib_.cg_arena_usage(ctypes.byref(used), ctypes.byref(capacity), self.handle))
         return used.value, capacity.value
 
-    def reset(self):
+    def reset(self) -> None:
         """Forgets every piece (the memory is handed out again from the start)."""
         check(_lib_.cg_arena_reset(self.handle), "commgraph.Arena.reset")
 
-    def close(self):
+    def close(self) -> None:
         """Frees the memory: plans using it must be closed first."""
         if self._handle:
             _lib_.cg_arena_destroy(self._handle)
             self._handle = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()  # no piece is left: each keeps the arena
+        except Exception:  # noqa: BLE001 -- interpreter shutdown
+            pass
 
     def __enter__(self):
         return self

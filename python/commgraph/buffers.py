@@ -38,11 +38,12 @@ class Buffer:
             ptr, dtype, count, device, readonly, owner)
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
+        """count times the element size."""
         return self.count * _lib.lib.cg_dtype_size(_lib.DTYPES.index(self.dtype))
 
-    def __repr__(self):
-        where = "host" if self.device == HOST else f"cuda:{self.device}"
+    def __repr__(self) -> str:
+        where = "host" if self.device == HOST else f"cuda:{'?' if self.device is None else self.device}"
         return f"<commgraph buffer {self.count} x {self.dtype} at {self.ptr:#x} on {where}>"
 
 
@@ -102,8 +103,13 @@ def _from_interface(obj, interface, device):
     itemsize = int(interface["typestr"][2:])
     if not _contiguous(shape, interface.get("strides"), itemsize):
         raise ValueError(f"commgraph: the {type(obj).__name__} is not contiguous (C order)")
-    ptr, readonly = interface["data"]
-    return Buffer(int(ptr or 0), dtype, _product(shape), device, bool(readonly), obj)
+    data = interface.get("data")
+    if not isinstance(data, tuple) or len(data) != 2:
+        raise TypeError(f"commgraph: the {type(obj).__name__}'s array interface has no (address, readonly) data "
+                        "(buffer-protocol data is not supported: pass a NumPy array)")
+    ptr, readonly = data
+    offset = int(interface.get("offset", 0) or 0)
+    return Buffer(int(ptr or 0) + offset, dtype, _product(shape), device, bool(readonly), obj)
 
 
 def _from_numpy(a):
@@ -155,7 +161,7 @@ def _from_dlpack(obj):
                   (obj, capsule))
 
 
-def resolve(obj, what="buffer"):
+def resolve(obj: object, what: str = "buffer") -> Buffer:
     """The Buffer behind `obj`; TypeError for what is no buffer."""
     if isinstance(obj, Buffer):
         return obj

@@ -3,20 +3,23 @@ import ctypes
 import sys
 import threading
 
+from typing import Any, Optional
+
 from . import _lib
-from .errors import check, Error
+from .errors import InvalidArgumentError, UnsupportedError, check
 
 _lib_ = _lib.lib
 _mpi_lock = threading.Lock()
 _mpi_started = False
 
 
-def _need_mpi(what):
+def _need_mpi(what: str) -> None:
     if not _lib.has("cg_mpi_init"):
-        raise Error(f"{what}: this libcommgraph was built without MPI (or is older than the Python package)", 10)
+        raise UnsupportedError(f"{what}: this libcommgraph was built without MPI (or is older than the Python "
+                               "package)")
 
 
-def init_mpi():
+def init_mpi() -> int:
     """Initializes MPI with MPI_THREAD_MULTIPLE unless it is initialized (by
     mpi4py, say); returns the thread level MPI provides (MPI_THREAD_* value).
     MPI is then finalized at exit, after every object the package made."""
@@ -32,7 +35,7 @@ def init_mpi():
         return provided.value
 
 
-def mpi_library_version():
+def mpi_library_version() -> str:
     """The first line of the MPI library's version, as libcommgraph is linked."""
     _need_mpi("commgraph.mpi_library_version")
     buf = ctypes.create_string_buffer(1024)
@@ -47,7 +50,7 @@ def _vendor(text):
     return text.split()[0] if text else "?"
 
 
-def fortran_handle(mpi_comm):
+def fortran_handle(mpi_comm: Any) -> int:
     """The Fortran handle of `mpi_comm` (an mpi4py communicator, an int
     handle, or None: MPI's world, initializing MPI if needed)."""
     if mpi_comm is None:
@@ -60,9 +63,9 @@ def fortran_handle(mpi_comm):
         if mpi4py is not None:
             theirs, ours = mpi4py.Get_library_version(), mpi_library_version()
             if _vendor(theirs) != _vendor(ours):
-                raise Error(f"commgraph: mpi4py runs on {theirs.splitlines()[0]!r} but libcommgraph on {ours!r}: "
-                            "one process cannot use two MPI libraries; install an mpi4py built on the same MPI, "
-                            "or pass no communicator (MPI's world)", 1)
+                raise InvalidArgumentError(f"commgraph: mpi4py runs on {theirs.splitlines()[0]!r} but libcommgraph "
+                                           f"on {ours!r}: one process cannot use two MPI libraries; install an "
+                                           "mpi4py built on the same MPI, or pass no communicator (MPI's world)")
         return mpi_comm.py2f()
     raise TypeError(f"commgraph: mpi_comm is a {type(mpi_comm).__name__}; pass an mpi4py communicator, a Fortran "
                     "handle (int) or None for MPI's world")
@@ -105,11 +108,15 @@ class Comm:
     "hosttransfer". staging, chunk_bytes: MPI on device buffers
     (docs/staged.md); chunk_bytes None: the library's default, 0: never cut.
     timeout: seconds to wait for the other ranks (0: CG_TIMEOUT, else for
-    ever). Collective over the MPI communicator, as are close() and the
-    end of the program (which closes what is still open, newest first)."""
+    ever). chunk_bytes: None (the library's default, CG_CHUNK_BYTES),
+    "never" (messages are not cut), or a number of bytes. Collective over
+    the MPI communicator, as is close() once the last graph and plan using
+    the communicator are gone: close communicators in the same order on
+    every rank, or leave them to the end of the program, which closes what
+    is still open, newest first (a dropped Comm is not closed before)."""
 
-    def __init__(self, mpi_comm=None, *, backend="auto", device=None, staging="auto", chunk_bytes=None,
-                 timeout=0.0, _handle=None):
+    def __init__(self, mpi_comm: Any = None, *, backend: str = "auto", device: Any = None, staging: str = "auto",
+                 chunk_bytes: Any = None, timeout: float = 0.0, _handle: Optional[ctypes.c_void_p] = None) -> None:
         from . import _registry
         if _handle is not None:
             self._handle = _handle
@@ -125,7 +132,7 @@ class Comm:
         _registry.track(self)
 
     @classmethod
-    def offline(cls, rank, size):
+    def offline(cls, rank: int, size: int) -> "Comm":
         """A communicator of `size` ranks seen from `rank`, with no transport
         (graphs can be recorded and checked, not run)."""
         out = ctypes.c_void_p()
@@ -133,7 +140,8 @@ class Comm:
         return cls(_handle=out)
 
     @property
-    def handle(self):
+    def handle(self) -> ctypes.c_void_p:
+        """The C communicator (cg_comm_t *); ValueError once closed."""
         if not self._handle:
             raise ValueError("commgraph: the communicator is closed")
         return self._handle
@@ -144,27 +152,29 @@ class Comm:
         return out.value
 
     @property
-    def rank(self):
+    def rank(self) -> int:
+        """This rank in the communicator."""
         return self._int(_lib_.cg_comm_rank)
 
     @property
-    def size(self):
+    def size(self) -> int:
+        """How many ranks the communicator has."""
         return self._int(_lib_.cg_comm_size)
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         """"mpi", "nccl", "mpi-staged", "hosttransfer" or "offline"."""
         out = ctypes.c_char_p()
         check(_lib_.cg_comm_backend_name(ctypes.byref(out), self.handle))
         return out.value.decode()
 
     @property
-    def device(self):
+    def device(self) -> Optional[int]:
         """None for host buffers, else the CUDA ordinal."""
         device = self._int(_lib_.cg_comm_device)
         return None if device == _lib.DEVICE_HOST else device
 
-    def close(self):
+    def close(self) -> None:
         """Releases this reference (graphs and plans that use the
         communicator keep it alive). Collective once the last goes."""
         if self._handle:
@@ -183,11 +193,12 @@ class Comm:
         return f"<commgraph.Comm rank {self.rank} of {self.size}, {self.backend}>"
 
 
-def _chunk(chunk_bytes):
+def _chunk(chunk_bytes: Any) -> int:
     if chunk_bytes is None:
         return _lib.CHUNK_DEFAULT
-    if chunk_bytes == 0:
+    if chunk_bytes == "never":
         return _lib.CHUNK_NONE
-    if int(chunk_bytes) < 0:
-        raise ValueError("commgraph: chunk_bytes must be None, 0 (never cut) or positive")
-    return int(chunk_bytes)
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
+        raise ValueError(f"commgraph: chunk_bytes {chunk_bytes!r}: None (the default), 'never' or a positive number "
+                         "of bytes")
+    return chunk_bytes

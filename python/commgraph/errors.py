@@ -56,6 +56,11 @@ for _value, (_class_name, _c_name, _builtin) in _STATUSES.items():
 __all__ = ["Error"] + [entry[0] for entry in _STATUSES.values()]
 
 
+def status_name(status: int) -> str:
+    """"CG_ERR_TIMEOUT" for 15, ... ("CG_SUCCESS" for 0)."""
+    return "CG_SUCCESS" if status == 0 else _STATUSES.get(status, (None, f"status {status}", None))[1]
+
+
 def error_for(status, what=""):
     """The exception for a failed call: its class by status, the thread's detail."""
     detail = _lib.lib.cg_error_last()

@@ -69,7 +69,9 @@ with torch.cuda.stream(side):
 torch.cuda.current_stream().wait_stream(side)
 torch.cuda.synchronize()
 cuda_graph = torch.cuda.CUDAGraph()
-with torch.cuda.graph(cuda_graph):
+# thread_local: the watchdog's threads (relaxed) never disturb a capture,
+# and this keeps other threads' CUDA calls out of it too
+with torch.cuda.graph(cuda_graph, capture_error_mode="thread_local"):
     x.fill_(float(rank))
     x.add_(1.0)
     captured_plan.launch()

@@ -116,8 +116,8 @@ def test_dot_and_dump_name_the_nodes(world):
     graph.name(graph.allreduce(world, x), "layer1.grad")
     assert "layer1.grad" in graph.dot() and graph.dot().startswith("digraph")
     with graph.compile(timeout=60, name="drawn plan") as plan:
-        assert "digraph" in plan.dot()
-        assert "layer1.grad" in plan.dump() or "layer1.grad" in plan.dot()
+        assert plan.dot().startswith("digraph") and "layer1.grad" in plan.dot()
+        assert "layer1.grad" in plan.dump()
         assert plan.timeout == 60
 
 
@@ -127,7 +127,7 @@ def test_the_cross_rank_check_names_the_difference(world):
     graph.name(graph.allreduce(world, np.zeros(n, np.float32)), "odd one")
     with pytest.raises(cg.MismatchError) as caught:
         graph.compile(timeout=60)
-    assert "odd one" in caught.value.message or "#0" in caught.value.message
+    assert "#0 'odd one'" in caught.value.message, caught.value.message
     assert caught.value.status == 12 and caught.value.status_name == "CG_ERR_MISMATCH"
 
 
@@ -202,7 +202,7 @@ class _DLPackOnly:
         return self.a.__dlpack_device__()
 
 
-KINDS = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"]
+KINDS = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather", "scatter"]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -213,7 +213,10 @@ def test_random_graphs_match_a_numpy_reference(world, seed):
     rng = np.random.default_rng(seed)
     n_arrays, n = 4, 6 * world.size
     dtype = rng.choice(["int32", "int64", "float32", "float64"])
-    start = [[integers(rng_for(seed, r), n, dtype) for _ in range(n_arrays)] for r in range(world.size)]
+    start = []
+    for r in range(world.size):
+        values = rng_for(seed, r)  # one stream per rank: every array of it different
+        start.append([integers(values, n, dtype) for _ in range(n_arrays)])
     mine = [a.copy() for a in start[world.rank]]
     ref = [[a.copy() for a in arrays] for arrays in start]
     graph = cg.Graph(f"random {seed}")
@@ -234,6 +237,10 @@ def test_random_graphs_match_a_numpy_reference(world, seed):
             graph.allgather(world, a[:6], b)
         elif kind == "reduce_scatter":
             graph.reduce_scatter(world, a, b[:6], op=op)
+        elif kind == "gather":
+            graph.gather(world, a[:6], b if world.rank == root else None, root=root)
+        elif kind == "scatter":
+            graph.scatter(world, a if world.rank == root else None, b[:6], root=root)
         else:
             graph.alltoall(world, a, b)
     with graph.compile(timeout=60) as plan:
@@ -264,6 +271,11 @@ def _reference(ref, kind, op, i, j, root, size):
         total = fn(np.array(sends), axis=0).astype(sends[0].dtype)
         for r, arrays in enumerate(ref):
             arrays[j][:6] = total[r * 6:(r + 1) * 6]
+    elif kind == "gather":
+        ref[root][j][:] = np.concatenate([s[:6] for s in sends])
+    elif kind == "scatter":
+        for r, arrays in enumerate(ref):
+            arrays[j][:6] = sends[root][r * 6:(r + 1) * 6]
     else:
         per = len(sends[0]) // size
         for r, arrays in enumerate(ref):
@@ -277,7 +289,7 @@ def test_info_reports_the_build(world):
         assert "commgraph " in text and "backends:" in text and f"ranks: {world.size}" in text
     else:
         assert text == ""
-    assert "MPICH" in cg.mpi_library_version() or cg.mpi_library_version()
+    assert cg.mpi_library_version().startswith("MPICH"), cg.mpi_library_version()  # the build's MPI
 
 
 def test_pytorch_cpu_tensors_when_torch_is_there(world):
@@ -293,3 +305,138 @@ def test_pytorch_cpu_tensors_when_torch_is_there(world):
     assert (half.float() == world.size).all()
     with pytest.raises(ValueError):
         graph.allreduce(world, t.t())  # not contiguous
+
+
+def test_errors_of_the_graph_name_their_cause(world):
+    a = np.zeros(16, np.float32)
+    graph = cg.Graph("errors")
+    with pytest.raises(cg.AliasError):
+        graph.allreduce(world, a[0:8], a[4:12])  # partly overlapping: no in-place form
+    first, second = graph.allreduce(world, a[:8]), graph.allreduce(world, a[8:])
+    graph.depend(first, second)
+    with pytest.raises(cg.CycleError):
+        graph.depend(second, first)
+    other = cg.Graph("other")
+    with pytest.raises(cg.InvalidNodeError):
+        other.name(first, "not mine")
+    readonly = np.zeros(4, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError):
+        graph.allreduce(world, readonly)  # in place writes it
+    with pytest.raises(ValueError):
+        graph.broadcast(world, readonly, 0)
+    with pytest.raises(TypeError):
+        graph.allgather(world, a[:2], None)
+    with pytest.raises(TypeError):
+        graph.allgather("world", a[:2], a)
+    with pytest.raises(TypeError):
+        graph.gather(world, None, a, root=0)
+    with pytest.raises(TypeError):
+        graph.broadcast(world, a, 0.5)
+    graph.broadcast(world, a, np.int64(0))  # NumPy integers are ranks
+    assert issubclass(cg.TimeoutError, TimeoutError) and issubclass(cg.AliasError, ValueError)
+    other.close()
+    graph.close()
+
+
+def test_rebind_send_and_receive_nodes_and_read_only_targets(world):
+    right, left = (world.rank + 1) % world.size, (world.rank - 1) % world.size
+    out, back = np.full(3, world.rank, np.int32), np.full(3, -1, np.int32)
+    graph = cg.Graph("p2p")
+    send = graph.send(world, out, right)
+    recv = graph.recv(world, back, left)
+    reduce = graph.allreduce(world, np.zeros(3, np.int32))
+    with graph.compile(timeout=60) as plan:
+        out2, back2 = np.full(3, 10 + world.rank, np.int32), np.full(3, -1, np.int32)
+        plan.rebind({send: (out2, None), recv: (None, back2)})
+        plan.run()
+        assert (back2 == 10 + left).all() and (back == -1).all()
+        frozen = np.zeros(3, np.int32)
+        frozen.flags.writeable = False
+        with pytest.raises(ValueError):
+            plan.rebind({reduce: (frozen, None)})
+        for _ in range(50):  # rebinding again lets the previous buffers go
+            plan.rebind({recv: (None, np.full(3, -1, np.int32))})
+        assert len(plan._bound) == 2
+
+
+def test_tune_trace_and_tuning_files(world, tmp_path_factory):
+    tensors = [np.full(64, k, np.float32) for k in range(12)]
+    graph = cg.Graph("tuned")
+    for t in tensors:
+        graph.allreduce(world, t)
+    folder = tmp_path_factory.mktemp(f"tuning{world.rank}")
+    def fresh():
+        for k, t in enumerate(tensors):
+            t[:] = k
+
+    def summed():
+        return all((t == k * world.size).all() for k, t in enumerate(tensors))
+
+    with graph.compile(timeout=60) as plan:
+        with plan.tune(graph, replays=3) as tuned:  # profiling replays change the data: fresh after
+            fresh()
+            tuned.run()
+            assert summed()
+            tuned.save_tuning(str(folder / "plan.tuning"))
+            tuned.trace(str(folder / "trace.json"), replays=2)
+        assert (folder / "plan.tuning").stat().st_size > 0
+        assert (folder / "trace.json").read_text().lstrip().startswith(("{", "["))
+    with graph.compile(timeout=60, tuning_file=str(folder / "plan.tuning")) as loaded:
+        fresh()
+        loaded.run()
+        assert summed()
+
+
+def test_a_timeout_reaches_the_handler_and_names_the_node():
+    """Both ranks receive, nobody sends (the cross-rank check off): the
+    replay times out on every rank. A communicator of its own: the posted
+    receives stay with it."""
+    stuck = cg.Comm(timeout=30)
+    heard = []
+    cg.set_timeout_handler(lambda status, report: heard.append((status, report)))
+    graph = cg.Graph("stuck")
+    peer = (stuck.rank + 1) % stuck.size
+    graph.name(graph.recv(stuck, np.zeros(4, np.float32), peer), "lonely")
+    plan = graph.compile(timeout=0.5, check_ranks=False, fusion=False)
+    with pytest.raises(cg.TimeoutError) as caught:
+        plan.run()
+    cg.set_timeout_handler(None)
+    assert "'lonely'" in caught.value.message and f"rank {stuck.rank} of {stuck.size}" in caught.value.message
+    assert heard and heard[0][0] == "CG_ERR_TIMEOUT" and "'lonely'" in heard[0][1]
+    with pytest.raises(cg.TimeoutError):
+        plan.run()  # a timed-out plan refuses to run again
+
+
+def test_closed_objects_and_arguments_the_package_checks(world):
+    comm = cg.Comm.offline(0, 2)
+    comm.close()
+    graph = cg.Graph("closed")
+    with pytest.raises(ValueError):
+        graph.allreduce(comm, np.zeros(2, np.float32))
+    with pytest.raises(ValueError):
+        cg.Comm(chunk_bytes=0)
+    with pytest.raises(ValueError):
+        cg.Arena(1024, device="local_rank")
+    with cg.Arena(1024, device="host") as arena:
+        assert arena.device is None and arena.empty(4, "int32").shape == (4,)
+        with pytest.raises(TypeError):
+            arena.empty(4, "bfloat16")
+        assert arena.usage[0] == 16  # the refused piece took nothing
+
+
+def test_cuda_array_interface_is_read_without_cuda():
+    class Device:
+        __cuda_array_interface__ = {"data": (0x7000, False), "shape": (2, 3), "typestr": "<f2", "strides": None,
+                                    "version": 2}
+
+    b = cg.resolve(Device())
+    assert (b.ptr, b.dtype, b.count, b.device, b.readonly) == (0x7000, "float16", 6, None, False)
+    assert "cuda:?" in repr(b)
+
+    class Strided:
+        __cuda_array_interface__ = {"data": (0x7000, True), "shape": (2, 3), "typestr": "<f4", "strides": (16, 4),
+                                    "version": 2}
+
+    with pytest.raises(ValueError):
+        cg.resolve(Strided())

@@ -75,8 +75,19 @@ typedef struct abort_job {
   int device;
 } abort_job_t;
 
+/* The watchdog's threads make CUDA calls (cudaEventQuery, cudaSetDevice,
+ * the aborts) while the program may be capturing a graph in global mode
+ * (PyTorch's torch.cuda.graph default): in relaxed mode they are not the
+ * "potentially unsafe" calls from another thread that would invalidate that
+ * capture (pytorch/pytorch#104555). */
+static void relax_capture_mode(void) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+}
+
 static void *run_abort(void *arg) {
   abort_job_t *job = arg;
+  relax_capture_mode();
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(job->device);
@@ -329,6 +340,7 @@ static void notify_detached(fired_t fired) {
 
 static void *monitor_main(void *arg) {
   (void)arg;
+  relax_capture_mode();
   for (;;) {
     fired_t fired = {CG_SUCCESS, NULL};
     pthread_mutex_lock(&monitor_lock);
