@@ -289,10 +289,12 @@ static cg_status_t launch_and_wait(cg_plan_t *plan) {
 /* gpu-embed: one replay of the program's graph, polled as a training loop
  * would; after a timeout the handler has the plan, and this thread waits
  * for the job's end instead of replaying a graph on aborted communicators. */
+#if CG_HAVE_CUDA
 static void park(void) {
   atomic_store(&main_parked, 1);
   for (;;) nap(0.01); /* the handler ends the job */
 }
+#endif
 
 static cg_status_t replay_embedding(void) {
 #if CG_HAVE_CUDA
