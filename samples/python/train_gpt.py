@@ -1,0 +1,351 @@
+"""Data-parallel training of a small GPT with commgraph, against PyTorch's
+DistributedDataParallel, on one GPU per rank:
+
+    mpiexec -n 4 python3 samples/python/train_gpt.py [--steps 100] [--smoke]
+
+(COMMGRAPH_LIBRARY pointing at libcommgraph.so and python/ on PYTHONPATH,
+or the package installed.) Synthetic tokens, the same on every mode; the
+model starts from the same weights everywhere. Modes, one after another in
+one job:
+
+  compute    forward, backward and the optimizer step captured in one CUDA
+             graph, no gradient exchange: the bound of the iteration
+  commgraph  the same graph with the plan of gradient allreduces (averages)
+             captured after the backward pass, gradients in a commgraph
+             device arena (zero-copy buckets), the optimizer after it
+  ddp        DistributedDataParallel, eager (25 MB buckets, gradients as
+             bucket views)
+  ddp-graph  DistributedDataParallel captured in one CUDA graph, as PyTorch's
+             CUDA graph notes describe (built on a side stream, 11 eager
+             warm-up iterations)
+
+It prints the loss of every mode at a few steps, checks that commgraph and
+ddp-graph follow ddp's loss curve (relative difference at most 1e-4 over
+every step; "WRONG" and exit 1 otherwise), and times each mode: ms per
+iteration (median of the slowest rank over rounds), the exposed
+communication (iteration minus compute), and the ratio to ddp-graph.
+--smoke: a tiny model, 6 steps, 2 timed rounds (a test, scripts/gpu-test);
+without PyTorch or a GPU per rank it exits 77 (1 with CG_REQUIRE_GPU set).
+"""
+import argparse
+import copy
+import math
+import os
+import sys
+
+
+def skip(why):
+    print(f"SKIPPED: {why}", flush=True)
+    sys.exit(1 if os.environ.get("CG_REQUIRE_GPU", "0") not in ("", "0") else 77)
+
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    skip("no PyTorch in this python")
+
+import commgraph as cg  # noqa: E402
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, seq, dim, heads, layers):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, dim)
+        self.positions = nn.Parameter(torch.zeros(1, seq, dim))
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        x = self.tokens(idx) + self.positions[:, : idx.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def options():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=100, help="training steps whose losses are compared")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds per mode")
+    p.add_argument("--iters", type=int, default=20, help="iterations per timed round")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--dim", type=int, default=512)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8, help="sequences per rank")
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--modes", default="compute,commgraph,ddp,ddp-graph")
+    p.add_argument("--smoke", action="store_true", help="tiny and short: a test")
+    a = p.parse_args()
+    if a.smoke:
+        a.steps, a.rounds, a.iters, a.layers, a.dim, a.heads, a.seq, a.vocab = 6, 2, 3, 2, 64, 4, 32, 256
+    return a
+
+
+class Job:
+    """What every mode shares: the communicator, the device, the data, the
+    initial weights, torch.distributed for the DDP modes."""
+
+    def __init__(self, a):
+        self.a = a
+        self.comm = cg.Comm(backend="nccl", device="local_rank", timeout=120)
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.device = torch.device("cuda", self.comm.device)
+        torch.cuda.set_device(self.device)
+        torch.backends.cuda.matmul.allow_tf32 = False  # the modes compare losses closely
+        torch.backends.cudnn.allow_tf32 = False
+        torch.manual_seed(1234)  # the same weights on every rank
+        self.initial = GPT(a.vocab, a.seq, a.dim, a.heads, a.layers).to(self.device).state_dict()
+        total = a.steps + a.rounds * a.iters + 16
+        g = torch.Generator().manual_seed(99 + self.rank)  # each rank its own batches, every mode the same
+        self.data = torch.randint(a.vocab, (total, a.batch, a.seq + 1), generator=g).to(self.device)
+        self.step_index = 0
+        port = int(os.environ.get("CG_SAMPLE_PORT", "29517"))
+        if any(m.startswith("ddp") for m in a.modes.split(",")):
+            dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=self.rank,
+                                    world_size=self.size, device_id=self.device)
+
+    def model(self):
+        torch.manual_seed(1234)
+        m = GPT(self.a.vocab, self.a.seq, self.a.dim, self.a.heads, self.a.layers).to(self.device)
+        m.load_state_dict(self.initial)
+        return m
+
+    def batch(self, s):
+        chunk = self.data[s % self.data.shape[0]]
+        return chunk[:, :-1], chunk[:, 1:]
+
+    def slowest(self, seconds):
+        """The slowest rank's value: a commgraph allreduce (max) on the host."""
+        import numpy as np
+        value = np.array([seconds], np.float64)
+        if not hasattr(self, "_max_plan"):
+            self._max_buf = value
+            g = cg.Graph("slowest")
+            g.allreduce(self.host_comm(), self._max_buf, op="max")
+            self._max_plan = g.compile()
+        self._max_buf[0] = seconds
+        self._max_plan.run()
+        return float(self._max_buf[0])
+
+    def host_comm(self):
+        if not hasattr(self, "_host_comm"):
+            self._host_comm = cg.Comm()
+        return self._host_comm
+
+
+def restart(job, model, optimizer):
+    """Back to the initial weights and a fresh optimizer, in place (a
+    captured graph keeps the addresses): warm-up steps must not change the
+    loss curve the modes compare."""
+    with torch.no_grad():
+        (model.module if hasattr(model, "module") else model).load_state_dict(job.initial)
+        for state in optimizer.state.values():
+            for value in state.values():
+                if torch.is_tensor(value):
+                    value.zero_()
+
+
+class Captured:
+    """A mode whose iteration is one CUDA graph replay: static input and
+    target tensors, the step captured after warm-up on a side stream, then
+    the weights and the optimizer back to where every mode starts."""
+
+    def __init__(self, job, model, optimizer, step, warmup=3):
+        self.job, self.model = job, model
+        x, y = job.batch(0)
+        self.x, self.y = x.clone(), y.clone()
+        self.loss = torch.zeros((), device=job.device)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                self.loss.copy_(step(self.x, self.y))
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+            self.loss.copy_(step(self.x, self.y))
+        restart(job, model, optimizer)
+        torch.cuda.synchronize()
+
+    def iteration(self, s):
+        x, y = self.job.batch(s)
+        self.x.copy_(x)
+        self.y.copy_(y)
+        self.graph.replay()
+        return self.loss
+
+
+def plain_step(model, optimizer, exchange=None):
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=False)
+        loss = model(x, y)
+        loss.backward()
+        if exchange is not None:
+            exchange()
+        optimizer.step()
+        return loss.detach()
+    return step
+
+
+def adamw(model):
+    return torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.0, capturable=True)
+
+
+def make_compute(job):
+    model = job.model()
+    optimizer = adamw(model)
+    return Captured(job, model, optimizer, plain_step(model, optimizer)).iteration, []
+
+
+def make_commgraph(job):
+    model = job.model()
+    params = list(reversed(list(model.parameters())))  # the order backward produces them
+    arena = cg.Arena(sum(p.numel() * p.element_size() for p in params), device=job.comm.device)
+    for p in params:
+        p.grad = arena.empty(p.shape, p.dtype).zero_()
+    graph = cg.Graph("gradients")
+    for p in params:
+        graph.allreduce(job.comm, p.grad, op="avg")
+    plan = graph.compile(timeout=120)
+    optimizer = adamw(model)  # after the gradients exist, so its state matches theirs
+    captured = Captured(job, model, optimizer, plain_step(model, optimizer, lambda: plan.launch()))
+    return captured.iteration, [plan, arena, captured]
+
+
+def make_ddp(job):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=25, gradient_as_bucket_view=True)
+    step = plain_step(model, adamw(model))
+
+    def iteration(s):
+        x, y = job.batch(s)
+        return step(x, y)
+    return iteration, [model]
+
+
+def make_ddp_graph(job):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # PyTorch's notes: DDP built on a side stream
+        model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=25, gradient_as_bucket_view=True)
+    torch.cuda.current_stream().wait_stream(side)
+    optimizer = adamw(model)
+    captured = Captured(job, model, optimizer, plain_step(model, optimizer), warmup=11)
+    return captured.iteration, [model, captured]
+
+
+MAKERS = {"compute": make_compute, "commgraph": make_commgraph, "ddp": make_ddp, "ddp-graph": make_ddp_graph}
+
+
+def run_mode(job, name):
+    """The losses of the compared steps, then seconds per iteration per
+    round (the slowest rank's)."""
+    iteration, keep = MAKERS[name](job)
+    losses = []
+    for s in range(job.a.steps):
+        losses.append(iteration(s).clone())
+    losses = torch.stack(losses).cpu()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    s = job.a.steps
+    for _ in range(job.a.rounds):
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(job.a.iters):
+            iteration(s)
+            s += 1
+        stop.record()
+        stop.synchronize()
+        times.append(job.slowest(start.elapsed_time(stop) * 1e-3 / job.a.iters))
+    del keep
+    torch.cuda.synchronize()
+    return losses, times
+
+
+def median(values):
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+
+
+def main():
+    a = options()
+    if not torch.cuda.is_available():
+        skip("PyTorch sees no GPU")
+    job = Job(a)
+    modes = [m for m in a.modes.split(",") if m]
+    for m in modes:
+        if m not in MAKERS:
+            sys.exit(f"train_gpt: unknown mode {m!r} (one of {', '.join(MAKERS)})")
+    results = {m: run_mode(job, m) for m in modes}
+    wrong = False
+    if job.rank == 0:
+        n_params = sum(t.numel() for t in job.initial.values())
+        print(f"train_gpt: {job.size} ranks, {torch.cuda.get_device_name(job.device)}, torch {torch.__version__}, "
+              f"commgraph {cg.__version__}; GPT {a.layers} layers x {a.dim}, {n_params / 1e6:.1f} M parameters, "
+              f"{a.batch} x {a.seq} tokens per rank, fp32")
+        print(f"command: mpiexec -n {job.size} python3 {' '.join(sys.argv)}")
+        shown = sorted({0, a.steps // 2, a.steps - 1})
+        print("loss at step " + ", ".join(str(s) for s in shown))
+        for m in modes:
+            print(f"  {m:10s} " + "  ".join(f"{results[m][0][s].item():.6f}" for s in shown))
+        if "ddp" in results:
+            reference = results["ddp"][0]
+            for m in ("commgraph", "ddp-graph"):
+                if m not in results:
+                    continue
+                rel = ((results[m][0] - reference).abs() / reference.abs()).max().item()
+                ok = rel <= 1e-4 and not math.isnan(rel)
+                wrong |= not ok
+                print(f"  {m} against ddp over {a.steps} steps: largest relative loss difference {rel:.2e} "
+                      f"({'ok' if ok else 'WRONG: more than 1e-4'})")
+        base = median(results["compute"][1]) if "compute" in results else None
+        bound = median(results["ddp-graph"][1]) if "ddp-graph" in results else None
+        print(f"\n{'mode':10s} {'ms/iter':>9s} {'exposed ms':>11s} {'/ ddp-graph':>12s}   (median of {a.rounds} rounds "
+              f"of {a.iters}, slowest rank)")
+        for m in modes:
+            t = median(results[m][1])
+            exposed = f"{(t - base) * 1e3:11.3f}" if base is not None else f"{'-':>11s}"
+            ratio = f"{t / bound:12.3f}" if bound else f"{'-':>12s}"
+            print(f"{m:10s} {t * 1e3:9.3f} {exposed} {ratio}")
+        sys.stdout.flush()
+    flag = torch.tensor([int(wrong)], device=job.device)
+    if dist.is_initialized():
+        dist.all_reduce(flag)
+        dist.destroy_process_group()
+    sys.exit(1 if flag.item() else 0)
+
+
+if __name__ == "__main__":
+    main()
