@@ -146,11 +146,9 @@ class Job:
         return chunk[:, :-1], chunk[:, 1:]
 
     def slowest(self, seconds):
-        """The slowest rank's value: a commgraph allreduce (max) on the host."""
-        import numpy as np
-        value = np.array([seconds], np.float64)
+        """The slowest rank's value: a commgraph allreduce (max) of a CPU tensor."""
         if not hasattr(self, "_max_plan"):
-            self._max_buf = value
+            self._max_buf = torch.zeros(1, dtype=torch.float64)
             g = cg.Graph("slowest")
             g.allreduce(self.host_comm(), self._max_buf, op="max")
             self._max_plan = g.compile()
