@@ -31,9 +31,9 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 
 /* The same on every rank that runs the same collectives of the same plan:
  * point-to-point steps are left out (their peers differ by rank). */
-cg_print_t cg_print_of(const cg_plan_t *plan, uint32_t c) {
+cg_print_t cg_print_of(const cg_plan_t *plan, uint32_t c, uint64_t compile_index) {
   const cg_plan_comm_t *pc = &plan->comms[c];
-  print_t p = {0, mix(14695981039346656037ull, pc->compile_index)};
+  print_t p = {0, mix(14695981039346656037ull, compile_index)};
   for (uint32_t k = 0; k < pc->n_steps; k++) {
     const cg_step_t *s = &plan->steps[pc->steps[k]];
     if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_SEND || s->op_kind == CG_NODE_RECV) continue;
@@ -64,7 +64,7 @@ static cg_status_t prepare(cg_fingerprint_t **out, const cg_plan_t *plan, const 
   for (uint32_t c = 0; c < plan->n_comms; c++) {
     const cg_comm_t *comm = plan->comms[c].comm;
     const cg_backend_t *b = comm->ops->backend;
-    print_t mine = cg_print_of(plan, c);
+    print_t mine = cg_print_of(plan, c, plan->comms[c].compile_index);
     if (!b || !b->replay_allgather_start || !mine.collectives) continue;
     print_round_t *r = &fp->rounds[fp->n++];
     r->comm = comm;

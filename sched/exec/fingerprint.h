@@ -24,8 +24,9 @@ typedef struct cg_print {
   uint64_t collectives, hash;
 } cg_print_t;
 /* The plan's fingerprint on its communicator c (the same on every rank that
- * runs the same collectives of the same plan). */
-cg_print_t cg_print_of(const cg_plan_t *plan, uint32_t c);
+ * runs the same collectives of the same plan), as the compile_index-th plan
+ * compiled on it. */
+cg_print_t cg_print_of(const cg_plan_t *plan, uint32_t c, uint64_t compile_index);
 /* Whether the ranks' fingerprints (all, in rank order, n of them) differ,
  * and if so the sentence that says so on `comm`, into buf. */
 int cg_prints_mismatch(char *buf, size_t size, const cg_comm_t *comm, const cg_print_t *all, int n);

@@ -247,7 +247,7 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
   if (c->stamps && (err = cg_time_stamp_launch(&c->stamps[2 * (size_t)p->n_steps], c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "the profiling stamp", "%s", where);
   /* the fingerprint before every step: the other lanes start after it */
-  if (st == CG_SUCCESS && marking(c)) st = cg_device_prints_enqueue(c->prints, c->lanes[0], 1, where);
+  if (st == CG_SUCCESS && marking(c)) st = cg_device_prints_enqueue(c->prints, c->lanes[0], where);
   /* the other lanes join the capture from lane 0 and return to it at the end */
   if (st == CG_SUCCESS && (err = cudaEventRecord(joins[0], c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "cudaEventRecord", "%s", where);
@@ -401,15 +401,24 @@ static cg_status_t instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStr
 /* Warms up every communicator whose ranks all agreed to, in agreed-id order
  * (its peers are warming it up too, whatever failed elsewhere); returns the
  * first failure. */
-static cg_status_t warm_up(cg_plan_t *p, const cg_participants_t *pt, const uint8_t *go, const char *where) {
+static cg_status_t warm_up(cg_plan_t *p, const cg_participants_t *pt, const uint8_t *go, const uint8_t *differ,
+                           const char *where) {
   cg_status_t first = CG_SUCCESS;
   for (uint32_t i = 0; i < pt->n; i++) {
     uint32_t ci = UINT32_MAX;
     for (uint32_t k = 0; k < p->n_comms && ci == UINT32_MAX; k++)
       if (p->comms[k].comm == pt->comms[i]) ci = k;
-    if (!go[i] || ci == UINT32_MAX) continue; /* joined only: no steps, no peers of this rank's */
+    if (!go[i] || differ[i] || ci == UINT32_MAX) continue; /* joined only: no steps, no peers of this rank's */
     const cg_comm_t *comm = pt->comms[i];
-    cg_status_t st = comm->ops->backend->device_warmup(comm->impl, p, ci, p->cuda->lanes[ci]);
+    cudaStream_t lane = p->cuda->lanes[ci];
+    cg_status_t st = comm->ops->backend->device_warmup(comm->impl, p, ci, lane);
+    /* the fingerprint's gather once outside the capture, on this
+     * communicator alone: its peers agreed to warm it up too */
+    if (st == CG_SUCCESS && cg_device_prints_has(p->cuda->prints, comm)) {
+      st = cg_device_prints_warm_up(p->cuda->prints, comm, lane, where);
+      cudaError_t err = st == CG_SUCCESS ? cudaStreamSynchronize(lane) : cudaSuccess;
+      if (err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamSynchronize (the fingerprint's warm-up)", "%s", where);
+    }
     if (st != CG_SUCCESS && first == CG_SUCCESS) {
       char detail[512], label[64];
       snprintf(detail, sizeof detail, "%s", cg_error_last());
@@ -421,24 +430,53 @@ static cg_status_t warm_up(cg_plan_t *p, const cg_participants_t *pt, const uint
   return first;
 }
 
+/* The ranks of each communicator agree on whether its plans carry the
+ * replay's fingerprint (it depends on the ranks' own options: fingerprint,
+ * timeout_s or CG_TIMEOUT): a gather on some ranks only would hang. */
+typedef struct prints_agreement {
+  const cg_plan_t *plan;
+  const cg_participants_t *pt;
+  uint8_t *differ; /* per participant */
+} prints_agreement_t;
+
+static size_t prints_bytes(void *ctx, uint32_t i) {
+  (void)ctx, (void)i;
+  return 1;
+}
+
+static void prints_fill(void *ctx, uint32_t i, uint8_t *mine) {
+  const prints_agreement_t *a = ctx;
+  *mine = a->plan && a->plan->cuda && cg_device_prints_has(a->plan->cuda->prints, a->pt->comms[i]);
+}
+
+static void prints_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride, int size) {
+  prints_agreement_t *a = ctx;
+  for (int r = 1; r < size; r++) a->differ[i] |= all[(size_t)r * stride] != all[0];
+}
+
 static cg_status_t cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t mine, const char *where) {
   cg_status_t st = mine;
   cudaError_t err = cudaSuccess;
   int previous = 0;
-  uint8_t *go = malloc(pt->n ? pt->n : 1);
+  uint8_t *go = malloc(pt->n ? pt->n : 1), *differ = calloc(pt->n ? pt->n : 1, 1);
   cudaGetDevice(&previous);
-  if (st == CG_SUCCESS && !go) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
+  if (st == CG_SUCCESS && (!go || !differ)) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the CUDA plan", where);
   if (st == CG_SUCCESS) st = prepare(p, where);
   /* the warm-up is collective: each communicator's ranks first agree that all
-   * of them can take part */
-  cg_status_t agreed = cg_agree(go, pt, st, "prepare its CUDA graph", where);
-  if (st == CG_SUCCESS && go) st = warm_up(p, pt, go, where);
+   * of them can take part, and whether they gather a fingerprint on it */
+  prints_agreement_t pa = {st == CG_SUCCESS ? p : NULL, pt, differ};
+  cg_agree_payload_t payload = {prints_bytes, prints_fill, prints_use};
+  cg_status_t agreed = go && differ ? cg_agree_with(go, pt, st, &payload, &pa, "prepare its CUDA graph", where)
+                                    : cg_agree(NULL, pt, st, "prepare its CUDA graph", where);
+  if (st == CG_SUCCESS && go && differ) st = warm_up(p, pt, go, differ, where);
   if (st == CG_SUCCESS) st = agreed;
-  /* the fingerprint's gathers once outside the capture, as the warm-up does
-   * for the steps (collective: every rank's plan has them alike) */
-  if (st == CG_SUCCESS && p->cuda->prints) st = cg_device_prints_enqueue(p->cuda->prints, p->cuda->lanes[0], 0, where);
-  if (st == CG_SUCCESS && p->cuda->prints && (err = cudaStreamSynchronize(p->cuda->lanes[0])) != cudaSuccess)
-    st = cg_fail_cuda(err, "cudaStreamSynchronize (the fingerprint's warm-up)", "%s", where);
+  for (uint32_t i = 0; i < pt->n && st == CG_SUCCESS && differ; i++) {
+    char label[64];
+    if (differ[i])
+      st = cg_fail(CG_ERR_MISMATCH, "%s: the ranks of communicator %s differ in whether device plans carry the "
+                   "replay's fingerprint (cg_compile_opts_t.fingerprint and timeout_s, or CG_TIMEOUT, must be "
+                   "alike on every rank)", where, cg_comm_id_label(label, sizeof label, pt->comms[i]->id));
+  }
   if (st == CG_SUCCESS) st = capture(&p->cuda->graph, p, where);
   struct cg_cuda_plan *c = st == CG_SUCCESS ? p->cuda : NULL;
   if (st == CG_SUCCESS) st = instantiate(&c->exec, c->graph, c->lanes[0], where);
@@ -447,6 +485,7 @@ static cg_status_t cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_stat
     st = cg_fail_cuda(err, "cudaStreamSynchronize", "%s", where);
   cudaSetDevice(previous);
   free(go);
+  free(differ);
   /* p may be NULL only when mine failed: nothing above touched it */
   /* so none is left with a graph whose peers have none */
   return cg_agree(NULL, pt, st, "build its CUDA graph", where);
@@ -542,12 +581,16 @@ static cg_status_t cuda_start(cg_plan_t *p) {
   if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: the plan's previous run has not finished");
   cudaGraphExec_t exec = NULL;
   if ((st = launch_exec(&exec, p, "cg_plan_start")) != CG_SUCCESS) return st;
+  /* the waiter's from the start: the monitor leaves it alone */
+  atomic_store(&c->running, 1);
+  c->started_ns = cg_watchdog_now_ns();
   cudaError_t err = cudaGraphLaunch(exec, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
-  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaGraphLaunch", "cg_plan_start");
-  c->started_ns = cg_watchdog_now_ns();
+  if (err != cudaSuccess) {
+    atomic_store(&c->running, 0);
+    return cg_fail_cuda(err, "cudaGraphLaunch", "cg_plan_start");
+  }
   note_launch(p);
-  atomic_store(&c->running, 1);
   return CG_SUCCESS;
 }
 
@@ -555,13 +598,23 @@ static cg_status_t cuda_start(cg_plan_t *p) {
  * ranks' fingerprints may have differed even so (the same shapes in another
  * order): the data may be mixed, and the caller hears it. */
 static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *caller) {
-  atomic_store(&p->cuda->running, 0);
-  if (err != cudaSuccess) return cg_fail_cuda(err, "the replay", "%s", caller);
-  cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
+  struct cg_cuda_plan *c = p->cuda;
   char mismatch[900];
-  if (cg_device_prints_mismatch(p->cuda->prints, mismatch, sizeof mismatch))
-    return cg_fail(CG_ERR_MISMATCH, "%s: %s%s%s, replay %llu: %s", caller, p->name ? "plan '" : "an unnamed plan",
-                   p->name ? p->name : "", p->name ? "'" : "", (unsigned long long)cg_cuda_replay_number(p), mismatch);
+  /* read while the replay is still the waiter's: the monitor leaves it */
+  int differ = err == cudaSuccess && !atomic_load(&c->fired) &&
+               cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch);
+  cg_status_t st = CG_SUCCESS;
+  if (differ) {
+    /* as while it ran: every rank's plan ends alike (another rank may have
+     * seen it mid-replay and aborted the communicators) */
+    int first = 0;
+    st = cg_cuda_mismatch(&first, p, caller, cg_cuda_replay_number(p), mismatch);
+    if (first) st = cg_watchdog_notify_waiter(st);
+  }
+  atomic_store(&c->running, 0);
+  if (err != cudaSuccess) return cg_fail_cuda(err, "the replay", "%s", caller);
+  if (st != CG_SUCCESS) return st;
+  cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
   return CG_SUCCESS;
 }
 

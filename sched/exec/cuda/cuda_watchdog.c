@@ -80,14 +80,16 @@ typedef struct abort_job {
  * (PyTorch's torch.cuda.graph default): in relaxed mode they are not the
  * "potentially unsafe" calls from another thread that would invalidate that
  * capture (pytorch/pytorch#104555). */
-static void relax_capture_mode(void) {
+static enum cudaStreamCaptureMode relax_capture_mode(void) {
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode);
+  return mode; /* the thread's mode before */
 }
 
 static void *run_abort(void *arg) {
   abort_job_t *job = arg;
-  relax_capture_mode();
+  /* also when it runs inline on the program's thread: its mode comes back */
+  enum cudaStreamCaptureMode mode = relax_capture_mode();
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(job->device);
@@ -98,6 +100,7 @@ static void *run_abort(void *arg) {
   cudaSetDevice(previous);
   free(job->comms);
   free(job);
+  cudaThreadExchangeStreamCaptureMode(&mode);
   return NULL;
 }
 
@@ -159,14 +162,23 @@ char *cg_cuda_timeout_report(const cg_plan_t *p) {
  * communicators are aborted so the device stops waiting. */
 /* The report of the side that claimed the timeout, once it is stored: it
  * takes a roll call (at most 0.25 s) and a flight dump first. */
-static cg_status_t reported_elsewhere(cg_plan_t *p, const char *caller) {
+static void await_report(const cg_plan_t *p) {
   for (int waited_ms = 0; atomic_load(&p->cuda->fired) != CG_FIRED_REPORTED && waited_ms < 5000; waited_ms++) {
     struct timespec nap = {0, 1000000};
     nanosleep(&nap, NULL);
   }
+}
+
+/* What fired: a timeout, or ranks on different sequences. */
+static cg_status_t fired_status(const cg_plan_t *p) {
+  return p->cuda->fired_status ? p->cuda->fired_status : CG_ERR_TIMEOUT;
+}
+
+static cg_status_t reported_elsewhere(cg_plan_t *p, const char *caller) {
+  await_report(p);
   char *report = cg_cuda_timeout_report(p);
-  cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: %s", caller,
-                           report ? report : "a replay of the plan timed out (its report is late on another thread)");
+  cg_status_t st = cg_fail(fired_status(p), "%s: %s", caller,
+                           report ? report : "a replay of the plan failed (its report is late on another thread)");
   free(report);
   return st;
 }
@@ -222,7 +234,7 @@ cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint6
   int none = CG_FIRED_NONE;
   if (!(*first = atomic_compare_exchange_strong(&c->fired, &none, CG_FIRED_CLAIMED)))
     return reported_elsewhere(p, caller);
-  c->fired_status = CG_ERR_MISMATCH;
+  c->fired_status = CG_ERR_MISMATCH; /* read only once REPORTED is stored */
   const cg_comm_t *first_comm = p->n_comms ? p->comms[0].comm : NULL;
   cg_status_t st = cg_fail(CG_ERR_MISMATCH, "%s: %s%s%s on rank %d of %d, replay %llu: %s; the plan's communicators "
                            "are being aborted", caller, p->name ? "plan '" : "an unnamed plan", p->name ? p->name : "",
@@ -305,7 +317,13 @@ static int check_plan(cg_plan_t *p, fired_t *fired) {
     return fire(p, "cg_plan_launch (watchdog)", fired);
   cudaSetDevice(p->device);
   cudaError_t err = cudaEventQuery(c->launch_done);
-  if (err != cudaErrorNotReady) return 1; /* done (or failed: the user's stream says so) */
+  if (err != cudaErrorNotReady) {
+    /* done (or failed: the user's stream says so); its fingerprints may
+     * have differed since the look above */
+    if (!atomic_load(&c->running) && cg_device_prints_pending(c->prints))
+      return fire(p, "cg_plan_launch (watchdog)", fired);
+    return 1;
+  }
   uint64_t now = cg_watchdog_now_ns(), sum = marks_sum(p);
   if (sum != c->marks_seen) {
     c->marks_seen = sum;
@@ -318,6 +336,7 @@ static int check_plan(cg_plan_t *p, fired_t *fired) {
 
 static void *notify_main(void *arg) {
   fired_t *fired = arg;
+  relax_capture_mode(); /* a thread of ours: the handler's CUDA calls (a destroy) leave captures alone */
   cg_watchdog_notify_status(fired->status, fired->report);
   free(fired->report);
   free(fired);
@@ -417,8 +436,9 @@ void cg_cuda_watch_forget(cg_plan_t *p) {
 
 cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller) {
   if (p->timed_out || atomic_load(&p->cuda->fired)) {
+    if (atomic_load(&p->cuda->fired)) await_report(p);
     char *report = cg_cuda_timeout_report(p);
-    cg_status_t failed = p->cuda->fired_status ? p->cuda->fired_status : CG_ERR_TIMEOUT;
+    cg_status_t failed = fired_status(p);
     cg_status_t st = cg_fail(failed, "%s: a replay of the plan %s and its communicators were aborted (%s); destroy "
                              "the plan", caller, failed == CG_ERR_MISMATCH ? "ran a sequence other ranks did not"
                              : "timed out", report ? report : "see the log");
@@ -429,7 +449,8 @@ cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller) {
     const cg_comm_t *comm = p->comms[c].comm;
     if (atomic_load(&comm->aborted))
       return cg_fail(CG_ERR_TIMEOUT, "%s: %s communicator %016llx (rank %d of %d) was aborted after a replay on it "
-                     "timed out (in this plan or another); create a new communicator and compile again", caller,
+                     "timed out or its ranks ran different sequences (in this plan or another); create a new "
+                     "communicator and compile again", caller,
                      comm->ops->backend_name, (unsigned long long)comm->id, comm->rank, comm->size);
   }
   return CG_SUCCESS;

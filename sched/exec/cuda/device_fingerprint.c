@@ -1,6 +1,7 @@
 #include "device_fingerprint.h"
 
 #include <cuda_runtime_api.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,10 +52,19 @@ cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *
   for (uint32_t c = 0; c < plan->n_comms; c++) {
     const cg_comm_t *comm = plan->comms[c].comm;
     const cg_backend_t *b = comm->ops->backend;
-    cg_print_t print = cg_print_of(plan, c);
+    /* the index the compile gives the plan on this communicator once it
+     * succeeds (compile.c): the plans compiled on it so far */
+    cg_print_t print = cg_print_of(plan, c, atomic_load(&comm->compiled));
     if (!b || !b->device_allgather_enqueue || !print.collectives) continue;
-    mine[prints->n] = print;
-    prints->rounds[prints->n++].comm = comm;
+    /* by agreed id: the same order on every rank */
+    uint32_t at = prints->n++;
+    while (at > 0 && prints->rounds[at - 1].comm->id > comm->id) {
+      prints->rounds[at] = prints->rounds[at - 1];
+      mine[at] = mine[at - 1];
+      at--;
+    }
+    mine[at] = print;
+    prints->rounds[at] = (round_t){comm, NULL, NULL, NULL, NULL};
     device_entries += 1 + (size_t)comm->size;
     mapped += mapped_bytes(comm->size);
   }
@@ -96,22 +106,41 @@ static void *on_device(const cg_device_prints_t *prints, const void *host) {
   return prints->mapped_dev + ((const unsigned char *)host - prints->mapped);
 }
 
-cg_status_t cg_device_prints_enqueue(const cg_device_prints_t *prints, void *stream, int check, const char *where) {
+static cg_status_t gather(const round_t *r, void *stream, const char *where) {
+  const cg_backend_t *b = r->comm->ops->backend;
+  cg_status_t st = b->device_allgather_enqueue(r->comm->impl, r->mine, r->all, sizeof(cg_print_t), stream);
+  if (st == CG_SUCCESS) return CG_SUCCESS;
+  char detail[600];
+  snprintf(detail, sizeof detail, "%s", cg_error_last());
+  return cg_fail(st, "%s: the replay's fingerprint: %s", where, detail);
+}
+
+cg_status_t cg_device_prints_enqueue(const cg_device_prints_t *prints, void *stream, const char *where) {
   for (uint32_t i = 0; prints && i < prints->n; i++) {
     const round_t *r = &prints->rounds[i];
-    const cg_backend_t *b = r->comm->ops->backend;
-    cg_status_t st = b->device_allgather_enqueue(r->comm->impl, r->mine, r->all, sizeof(cg_print_t), stream);
-    if (st != CG_SUCCESS) {
-      char detail[600];
-      snprintf(detail, sizeof detail, "%s", cg_error_last());
-      return cg_fail(st, "%s: the replay's fingerprint: %s", where, detail);
-    }
-    cudaError_t err = check ? cg_fingerprint_check_launch(r->all, r->comm->size, on_device(prints, r->flag),
-                                                          on_device(prints, r->seen), (cudaStream_t)stream)
-                            : cudaSuccess;
+    cg_status_t st = gather(r, stream, where);
+    if (st != CG_SUCCESS) return st;
+    cudaError_t err = cg_fingerprint_check_launch(r->all, r->comm->size, on_device(prints, r->flag),
+                                                  on_device(prints, r->seen), (cudaStream_t)stream);
     if (err != cudaSuccess) return cg_fail_cuda(err, "the fingerprint's check kernel", "%s", where);
   }
   return CG_SUCCESS;
+}
+
+static const round_t *round_of(const cg_device_prints_t *prints, const cg_comm_t *comm) {
+  for (uint32_t i = 0; prints && i < prints->n; i++)
+    if (prints->rounds[i].comm == comm) return &prints->rounds[i];
+  return NULL;
+}
+
+int cg_device_prints_has(const cg_device_prints_t *prints, const cg_comm_t *comm) {
+  return round_of(prints, comm) != NULL;
+}
+
+cg_status_t cg_device_prints_warm_up(const cg_device_prints_t *prints, const cg_comm_t *comm, void *stream,
+                                     const char *where) {
+  const round_t *r = round_of(prints, comm);
+  return r ? gather(r, stream, where) : CG_SUCCESS;
 }
 
 int cg_device_prints_pending(const cg_device_prints_t *prints) {

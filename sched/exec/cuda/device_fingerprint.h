@@ -21,10 +21,16 @@ typedef struct cg_device_prints cg_device_prints_t;
  * collectives and a backend that can gather on the device): device and
  * mapped memory, this rank's fingerprints copied in. Local. */
 cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *plan, const char *where);
-/* Enqueues the rounds on `stream`: the gathers, and with `check` the
- * comparisons (in the capture; without, outside it, as the gathers'
- * warm-up: collective, on every rank alike). */
-cg_status_t cg_device_prints_enqueue(const cg_device_prints_t *prints, void *stream, int check, const char *where);
+/* Enqueues the rounds on `stream` in the capture: the gathers, one
+ * communicator after another by agreed id (the same order on every rank,
+ * so they cannot wait in a cycle), and the comparisons. */
+cg_status_t cg_device_prints_enqueue(const cg_device_prints_t *prints, void *stream, const char *where);
+/* Whether the plan has a round on `comm` (ranks must agree on it), and that
+ * round's gather alone, outside the capture, as its warm-up (collective
+ * over `comm`). */
+int cg_device_prints_has(const cg_device_prints_t *prints, const cg_comm_t *comm);
+cg_status_t cg_device_prints_warm_up(const cg_device_prints_t *prints, const cg_comm_t *comm, void *stream,
+                                     const char *where);
 /* 1 when a replay found the ranks' fingerprints differ: `text` gets the
  * sentence naming the communicator and which ranks ran what; the flag is
  * cleared. 0 otherwise (prints may be NULL). */
