@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "text.h"
 
 typedef struct param_info {
   const char *variable;
@@ -91,9 +92,9 @@ cg_status_t cg_param_seconds(double *out, int *is_set, cg_param_t param, const c
   /* decimal only: no sign, blank, hex, inf or nan (strtod takes them all) */
   if (!(isdigit((unsigned char)text[0]) || text[0] == '.') || text[strspn(text, "0123456789.eE+-")])
     return reject(is_set, param, text, where);
-  char *end = NULL;
+  const char *end = NULL;
   errno = 0;
-  double seconds = strtod(text, &end);
+  double seconds = cg_text_to_double(text, &end);
   if (errno || end == text || *end || !(seconds > 0) || seconds > 1e9) return reject(is_set, param, text, where);
   *out = seconds;
   return accept(is_set);

@@ -12,6 +12,7 @@
 
 #include "error.h"
 #include "graph_view.h"
+#include "text.h"
 #include "tuning.h"
 
 #define LINE_MAX_BYTES 4096
@@ -42,12 +43,18 @@ cg_status_t cg_tuning_file_write(FILE *f, const char *path, const cg_tuning_shap
     if (!shape->communicates[i]) continue;
     fprintf(f, "node %u ", i);
     put_name(f, shape->names ? shape->names[i] : NULL);
-    fprintf(f, " %.17g\n", v->ready_us[i]);
+    char ready[64];
+    cg_text_format_double(ready, sizeof ready, v->ready_us[i], 17, 0);
+    fprintf(f, " %s\n", ready);
   }
   fprintf(f, "comms %u\n", shape->n_comms);
-  for (uint32_t k = 0; k < shape->n_comms; k++)
-    fprintf(f, "comm %u size %d rank %d alpha_us %.17g bytes_per_us %.17g\n", k, shape->sizes[k], shape->ranks[k],
-            v->alpha_us[k], v->bytes_per_us[k]);
+  for (uint32_t k = 0; k < shape->n_comms; k++) {
+    char alpha[64], bandwidth[64];
+    cg_text_format_double(alpha, sizeof alpha, v->alpha_us[k], 17, 0);
+    cg_text_format_double(bandwidth, sizeof bandwidth, v->bytes_per_us[k], 17, 0);
+    fprintf(f, "comm %u size %d rank %d alpha_us %s bytes_per_us %s\n", k, shape->sizes[k], shape->ranks[k], alpha,
+            bandwidth);
+  }
   fprintf(f, "boundaries %s\nend\n", v->default_won ? "default" : "tuned");
   if (fflush(f) != 0 || ferror(f))
     return cg_fail(CG_ERR_IO, "%s: writing the tuning file %s: %s", where, path, strerror(errno));
@@ -133,8 +140,8 @@ static int number_u32(const char **p, uint32_t *out) {
 static int number_double(const char **p, double *out) {
   skip_spaces(p);
   if (!**p) return 0;
-  char *end;
-  double v = strtod(*p, &end);
+  const char *end;
+  double v = cg_text_to_double(*p, &end);
   if (end == *p || (*end && *end != ' ' && *end != '\t') || isnan(v)) return 0;
   *out = v;
   *p = end;

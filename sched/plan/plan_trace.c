@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "executor.h"
+#include "text.h"
 
 #define WHERE "cg_plan_trace"
 
@@ -74,7 +75,12 @@ static void put_string(FILE *f, const char *text) {
 }
 
 /* A time in us: finite, three decimals (ns). */
-static void put_us(FILE *f, double us) { fprintf(f, "%.3f", isfinite(us) ? us : 0.0); }
+/* JSON's '.', whatever the program's locale */
+static void put_us(FILE *f, double us) {
+  char text[400];
+  cg_text_format_double(text, sizeof text, isfinite(us) ? us : 0.0, 3, 1);
+  fputs(text, f);
+}
 
 /* ---- what the events say */
 

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* open_memstream, clock_gettime */
 #include "test_support.h"
 
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -146,6 +147,16 @@ int cg_test_gpu_main(Suite *suite, const char *name) {
 #endif
 
 int cg_test_main(Suite *suite) {
+  /* tests/unit/with-comma-locale: the whole suite under a locale whose
+   * decimal point is not '.', as a program that called setlocale has */
+  const char *numeric = getenv("CG_TEST_NUMERIC_LOCALE");
+  if (numeric && *numeric) {
+    if (!setlocale(LC_NUMERIC, numeric)) {
+      fprintf(stderr, "CG_TEST_NUMERIC_LOCALE=%s: setlocale(LC_NUMERIC) refused it\n", numeric);
+      return EXIT_FAILURE;
+    }
+    printf("LC_NUMERIC=%s (decimal point '%s')\n", numeric, localeconv()->decimal_point);
+  }
   printf("seed: CG_TEST_SEED=%llu\n", (unsigned long long)cg_test_seed());
   fflush(stdout);
   SRunner *runner = srunner_create(suite);

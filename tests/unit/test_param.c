@@ -21,6 +21,7 @@
 #include "param.h"
 #include "plan_internal.h"
 #include "test_support.h"
+#include "text.h"
 
 #define WHERE "cg_test"
 
@@ -458,7 +459,8 @@ static void random_good(char *text, size_t size, good_value_t *want, cg_param_t 
         uint64_t k = 1 + cg_test_below(1000000);
         int m = (int)cg_test_below(11);
         want->seconds = (double)k / (double)(1u << m);
-        snprintf(text, size, "%.10f", want->seconds);
+        /* as a user writes it: with '.', whatever this process's locale */
+        cg_text_format_double(text, size, want->seconds, 10, 1);
       } else { /* mantissa e exponent, up to 1e9 */
         uint64_t mant = 1 + cg_test_below(999);
         int e = (int)cg_test_below(7);
