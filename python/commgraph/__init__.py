@@ -18,11 +18,14 @@ from .arena import Arena
 from .buffers import Buffer, resolve
 from .comm import Comm, init_mpi, mpi_library_version
 from .errors import *  # noqa: F401,F403 -- the exception classes
+from . import errors as _errors
 from .errors import Error
 from .graph import Graph, Node
 from .plan import Plan, current_stream
 
 __version__ = "0.1.0"
+__all__ = ["Arena", "Buffer", "Comm", "Graph", "Node", "Plan", "current_stream", "flight_dump", "init_mpi",
+           "library_path", "mpi_library_version", "resolve", "set_timeout_handler"] + _errors.__all__
 
 
 def set_timeout_handler(fn):

@@ -6,6 +6,7 @@ import sys
 from typing import Any, Tuple
 
 from . import _lib
+from ._owned import Collected
 from .errors import check
 
 _lib_ = _lib.lib
@@ -38,16 +39,18 @@ class _DevicePiece:
                                          "strides": None, "version": 2}
 
 
-class Arena:
+class Arena(Collected):
     """Arena(capacity_bytes, device=None, alignment=0): `capacity_bytes` of
     host memory (device None) or of a CUDA device's memory (an ordinal or a
     torch.device). empty(shape, dtype) hands out the next piece; pieces
-    touch (each aligned to its element size, or to `alignment`)."""
+    touch (each aligned to its element size, or to `alignment`). Close it
+    only after the plans over it; it is freed when collected, which no piece
+    lets happen before it goes."""
+
+    _what, _destroy = "arena", "cg_arena_destroy"
 
     def __init__(self, capacity_bytes: int, device: Any = None, alignment: int = 0) -> None:
-        from . import _registry
         from .comm import _device_of
-        self._handle = None
         if device == "local_rank":
             raise ValueError("commgraph: an arena needs a device ordinal (comm.device), not 'local_rank'")
         ordinal = _device_of(device)
@@ -56,15 +59,7 @@ class Arena:
                               _lib.DEVICE_HOST if self.device is None else self.device, int(alignment))
         out = ctypes.c_void_p()
         check(_lib_.cg_arena_create(ctypes.byref(out), int(capacity_bytes), ctypes.byref(opts)), "commgraph.Arena")
-        self._handle = out
-        _registry.track(self)
-
-    @property
-    def handle(self) -> ctypes.c_void_p:
-        """The C arena (cg_arena_t *); ValueError once closed."""
-        if not self._handle:
-            raise ValueError("commgraph: the arena is closed")
-        return self._handle
+        self._own(out)
 
     def empty(self, shape: Any, dtype: Any = "float32") -> Any:
         """The next piece: a NumPy array (host arena) or a PyTorch tensor on
@@ -79,14 +74,12 @@ class Arena:
             raise TypeError("commgraph: NumPy has no bfloat16; use a device arena with PyTorch")
         if self.device is not None and torch is None:
             raise RuntimeError("commgraph: a device arena hands out PyTorch tensors: import torch first")
-        if self.device is None:
-            import numpy  # noqa: F401 -- before the piece is taken
+        numpy = __import__("numpy") if self.device is None else None  # ImportError before the piece is taken
         ptr = ctypes.c_void_p()
         check(_lib_.cg_arena_alloc(ctypes.byref(ptr), self.handle, count, _lib.DTYPES.index(name)),
               "commgraph.Arena.empty")
         address = ptr.value or 0
-        if self.device is None:
-            import numpy
+        if numpy is not None:
             raw = (ctypes.c_byte * (count * _lib_.cg_dtype_size(_lib.DTYPES.index(name)))).from_address(address)
             array = numpy.frombuffer(raw, dtype=numpy.dtype(_TYPESTR[name])).reshape(shape)
             raw._arena = self  # numpy keeps `raw`, which keeps the arena
@@ -105,21 +98,3 @@ class Arena:
     def reset(self) -> None:
         """Forgets every piece (the memory is handed out again from the start)."""
         check(_lib_.cg_arena_reset(self.handle), "commgraph.Arena.reset")
-
-    def close(self) -> None:
-        """Frees the memory: plans using it must be closed first."""
-        if self._handle:
-            _lib_.cg_arena_destroy(self._handle)
-            self._handle = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()  # no piece is left: each keeps the arena
-        except Exception:  # noqa: BLE001 -- interpreter shutdown
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

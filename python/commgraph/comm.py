@@ -6,6 +6,7 @@ import threading
 from typing import Any, Optional
 
 from . import _lib
+from ._owned import Owned
 from .errors import InvalidArgumentError, UnsupportedError, check
 
 _lib_ = _lib.lib
@@ -94,7 +95,7 @@ def _enum(value, names, what):
     return names.index(value)
 
 
-class Comm:
+class Comm(Owned):
     """A commgraph communicator.
 
     Comm(mpi_comm=None, *, backend="auto", device=None, staging="auto",
@@ -106,8 +107,7 @@ class Comm:
     buffers, a CUDA ordinal, "local_rank" (the GPU of this rank's local
     rank), or a torch.device. backend: "auto", "mpi", "nccl",
     "hosttransfer". staging, chunk_bytes: MPI on device buffers
-    (docs/staged.md); chunk_bytes None: the library's default, 0: never cut.
-    timeout: seconds to wait for the other ranks (0: CG_TIMEOUT, else for
+    (docs/staged.md). timeout: seconds to wait for the other ranks (0: CG_TIMEOUT, else for
     ever). chunk_bytes: None (the library's default, CG_CHUNK_BYTES),
     "never" (messages are not cut), or a number of bytes. Collective over
     the MPI communicator, as is close() once the last graph and plan using
@@ -115,12 +115,11 @@ class Comm:
     every rank, or leave them to the end of the program, which closes what
     is still open, newest first (a dropped Comm is not closed before)."""
 
+    _what, _destroy = "communicator", "cg_comm_destroy"
+
     def __init__(self, mpi_comm: Any = None, *, backend: str = "auto", device: Any = None, staging: str = "auto",
                  chunk_bytes: Any = None, timeout: float = 0.0, _handle: Optional[ctypes.c_void_p] = None) -> None:
-        from . import _registry
-        if _handle is not None:
-            self._handle = _handle
-        else:
+        if _handle is None:
             _need_mpi("commgraph.Comm")
             opts = _lib.CommOpts(ctypes.sizeof(_lib.CommOpts), _enum(backend, _lib.BACKENDS, "backend"),
                                  _device_of(device), _enum(staging, _lib.STAGINGS, "staging"),
@@ -128,8 +127,8 @@ class Comm:
             handle = fortran_handle(mpi_comm)
             out = ctypes.c_void_p()
             check(_lib_.cg_comm_create_fortran(ctypes.byref(out), handle, ctypes.byref(opts)), "commgraph.Comm")
-            self._handle = out
-        _registry.track(self)
+            _handle = out
+        self._own(_handle)
 
     @classmethod
     def offline(cls, rank: int, size: int) -> "Comm":
@@ -138,13 +137,6 @@ class Comm:
         out = ctypes.c_void_p()
         check(_lib_.cg_comm_create_offline(ctypes.byref(out), int(rank), int(size)), "commgraph.Comm.offline")
         return cls(_handle=out)
-
-    @property
-    def handle(self) -> ctypes.c_void_p:
-        """The C communicator (cg_comm_t *); ValueError once closed."""
-        if not self._handle:
-            raise ValueError("commgraph: the communicator is closed")
-        return self._handle
 
     def _int(self, fn):
         out = ctypes.c_int()
@@ -173,19 +165,6 @@ class Comm:
         """None for host buffers, else the CUDA ordinal."""
         device = self._int(_lib_.cg_comm_device)
         return None if device == _lib.DEVICE_HOST else device
-
-    def close(self) -> None:
-        """Releases this reference (graphs and plans that use the
-        communicator keep it alive). Collective once the last goes."""
-        if self._handle:
-            _lib_.cg_comm_destroy(self._handle)
-            self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         if not self._handle:

@@ -5,6 +5,7 @@ import operator
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import _lib
+from ._owned import Collected
 from .buffers import Buffer, resolve
 from .comm import Comm
 from .errors import check
@@ -51,7 +52,7 @@ def _ranges(buffers: List[Buffer]):
     return ranges
 
 
-class Graph:
+class Graph(Collected):
     """Graph(name=None): the operations of one iteration, recorded once.
 
     Every method records one node and returns it; buffers are NumPy arrays,
@@ -61,27 +62,19 @@ class Graph:
     the kind has an in-place form. Counts come from the buffers and are
     checked against each other and the communicator's size before the C
     call. The graph keeps every buffer, host function and communicator it
-    recorded alive; so do plans compiled from it. A graph is recorded from
-    one thread at a time."""
+    recorded alive; so do plans compiled from it (they stay valid after the
+    graph is closed). A graph is recorded from one thread at a time."""
+
+    _what, _destroy = "graph", "cg_graph_destroy"
 
     def __init__(self, name: Optional[str] = None) -> None:
-        from . import _registry
-        self._handle = None
         opts = _lib.GraphOpts(ctypes.sizeof(_lib.GraphOpts), name.encode() if name else None)
         out = ctypes.c_void_p()
         check(_lib_.cg_graph_create(ctypes.byref(out), ctypes.byref(opts)), "commgraph.Graph")
-        self._handle = out
         self.title = name
         self._keep: List[Any] = []  # buffers, host functions, communicators
         self._host_errors: List[BaseException] = []  # raised by host functions, for run/test/wait
-        _registry.track(self)
-
-    @property
-    def handle(self) -> ctypes.c_void_p:
-        """The C graph (cg_graph_t *); ValueError once closed."""
-        if not self._handle:
-            raise ValueError("commgraph: the graph is closed")
-        return self._handle
+        self._own(out)
 
     # ---- helpers
 
@@ -296,21 +289,3 @@ class Graph:
         """Compiles the graph into a Plan (collective; see commgraph.Plan for the options)."""
         from .plan import Plan
         return Plan(self, **opts)
-
-    def close(self) -> None:
-        """Frees the graph; plans compiled from it stay valid."""
-        if self._handle:
-            _lib_.cg_graph_destroy(self._handle)
-            self._handle = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()  # local: no other rank takes part
-        except Exception:  # noqa: BLE001 -- interpreter shutdown
-            pass
-
-    def __enter__(self) -> "Graph":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

@@ -4,6 +4,7 @@ import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _lib
+from ._owned import Collected
 from .buffers import Buffer, resolve
 from .errors import UnsupportedError, check
 
@@ -54,7 +55,7 @@ def _stream_handle(stream: Any) -> int:
 Bindings = Union[Mapping[Any, Tuple[Any, Any]], Iterable[Tuple[Any, Any, Any]]]
 
 
-class Plan:
+class Plan(Collected):
     """Plan(graph, *, check_ranks=True, name=None, fusion=True,
             bucket_bytes=0, timeout=0.0, tuning_file=None, fingerprint=True)
 
@@ -62,40 +63,31 @@ class Plan:
     a name, fusion into buckets of at most bucket_bytes (0: the backend's
     choice), the replay watchdog's timeout in seconds (0: CG_TIMEOUT, < 0:
     none), a tuning file, the replay's fingerprint. Collective: every rank
-    of every communicator the graph uses compiles, in the same order."""
+    of every communicator the graph uses compiles, in the same order. A
+    plan is freed when collected, except one launched into a capture."""
+
+    _what, _destroy = "plan", "cg_plan_destroy"
 
     def __init__(self, graph: "Graph", **opts: Any) -> None:  # noqa: F821 -- graph.Graph
-        from . import _registry
         from .graph import Graph
-        self._handle = None
         if not isinstance(graph, Graph):
             raise TypeError(f"commgraph: Plan compiles a commgraph.Graph, not {type(graph).__name__}")
         c_opts, keep = _compile_opts(**opts)
         out = ctypes.c_void_p()
         check(_lib_.cg_compile(ctypes.byref(out), graph.handle, ctypes.byref(c_opts)), "commgraph.compile")
         self._adopt_state(out, list(graph._keep) + keep, graph._host_errors)
-        _registry.track(self)
 
     def _adopt_state(self, handle: ctypes.c_void_p, keep: List[Any], errors: List[BaseException]) -> None:
-        self._handle = handle
         self._keep = keep
         self._errors = errors
         self._bound: Dict[int, Tuple[Any, ...]] = {}  # node index -> the owners a rebind put there
+        self._own(handle)
 
     @classmethod
     def _adopt(cls, handle: ctypes.c_void_p, keep: List[Any], errors: List[BaseException]) -> "Plan":
-        from . import _registry
         plan = cls.__new__(cls)
         plan._adopt_state(handle, keep, errors)
-        _registry.track(plan)
         return plan
-
-    @property
-    def handle(self) -> ctypes.c_void_p:
-        """The C plan (cg_plan_t *); ValueError once closed."""
-        if not self._handle:
-            raise ValueError("commgraph: the plan is closed")
-        return self._handle
 
     def _host_errors(self) -> None:
         if self._errors:
@@ -247,18 +239,4 @@ class Plan:
         """Frees the plan (a device plan waits for its replays); graphs that
         embed it must be gone first."""
         _embedded.discard(self)
-        if self._handle:
-            _lib_.cg_plan_destroy(self._handle)
-            self._handle = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()  # local; embedded plans are never collected (_embedded)
-        except Exception:  # noqa: BLE001 -- interpreter shutdown
-            pass
-
-    def __enter__(self) -> "Plan":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        super().close()

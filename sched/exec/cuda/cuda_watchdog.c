@@ -156,10 +156,6 @@ char *cg_cuda_timeout_report(const cg_plan_t *p) {
   return copy;
 }
 
-/* The replay ran past the timeout: the step waited for is the first in
- * capture order that is not done while everything it depends on is; the
- * flight recorder learns which collectives completed; the plan's
- * communicators are aborted so the device stops waiting. */
 /* The report of the side that claimed the timeout, once it is stored: it
  * takes a roll call (at most 0.25 s) and a flight dump first. */
 static void await_report(const cg_plan_t *p) {
@@ -183,11 +179,28 @@ static cg_status_t reported_elsewhere(cg_plan_t *p, const char *caller) {
   return st;
 }
 
+/* The first of the waiter and the monitor to see a failed replay claims
+ * it (1); the other gets 0 and the first's report (reported_elsewhere). */
+static int claim(cg_plan_t *p) {
+  int none = CG_FIRED_NONE;
+  return atomic_compare_exchange_strong(&p->cuda->fired, &none, CG_FIRED_CLAIMED);
+}
+
+/* The claimed failure is reported (cg_error_last()): stored for later
+ * calls, then the communicators are aborted so the device stops waiting. */
+static cg_status_t settle(cg_plan_t *p, cg_status_t st) {
+  remember_report(p, cg_error_last());
+  atomic_store(&p->cuda->fired, CG_FIRED_REPORTED);
+  abort_comms(p);
+  return st;
+}
+
+/* The replay ran past the timeout: the step waited for is the first in
+ * capture order that is not done while everything it depends on is; the
+ * flight recorder learns which collectives completed. */
 cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call) {
   struct cg_cuda_plan *c = p->cuda;
-  int none = CG_FIRED_NONE;
-  if (!(*first = atomic_compare_exchange_strong(&c->fired, &none, CG_FIRED_CLAIMED)))
-    return reported_elsewhere(p, caller);
+  if (!(*first = claim(p))) return reported_elsewhere(p, caller);
   cg_watchdog_where_t w = {CG_NO_STEP, CG_NO_STEP, 0, NULL};
   char extra[1600] = "";
   uint64_t in = c->marks ? marks_replay(p) : 0;
@@ -222,19 +235,12 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
   if (extra[0]) w.extra = extra;
   /* the report first: aborting may take long, and the report is the point
    * (the abort runs on its own thread anyway) */
-  cg_status_t st = cg_watchdog_report(p, caller, replay, &w);
-  remember_report(p, cg_error_last());
-  atomic_store(&c->fired, CG_FIRED_REPORTED);
-  abort_comms(p);
-  return st;
+  return settle(p, cg_watchdog_report(p, caller, replay, &w));
 }
 
 cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint64_t replay, const char *mismatch) {
-  struct cg_cuda_plan *c = p->cuda;
-  int none = CG_FIRED_NONE;
-  if (!(*first = atomic_compare_exchange_strong(&c->fired, &none, CG_FIRED_CLAIMED)))
-    return reported_elsewhere(p, caller);
-  c->fired_status = CG_ERR_MISMATCH; /* read only once REPORTED is stored */
+  if (!(*first = claim(p))) return reported_elsewhere(p, caller);
+  p->cuda->fired_status = CG_ERR_MISMATCH; /* read only once REPORTED is stored */
   const cg_comm_t *first_comm = p->n_comms ? p->comms[0].comm : NULL;
   cg_status_t st = cg_fail(CG_ERR_MISMATCH, "%s: %s%s%s on rank %d of %d, replay %llu: %s; the plan's communicators "
                            "are being aborted", caller, p->name ? "plan '" : "an unnamed plan", p->name ? p->name : "",
@@ -243,10 +249,7 @@ cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint6
   fprintf(stderr, "commgraph: %s\n", cg_error_last());
   fflush(stderr);
   p->timed_out = 1;
-  remember_report(p, cg_error_last());
-  atomic_store(&c->fired, CG_FIRED_REPORTED);
-  abort_comms(p);
-  return st;
+  return settle(p, st);
 }
 
 /* ---- the monitor of launched and embedded replays */
@@ -288,11 +291,12 @@ static int fire(cg_plan_t *p, const char *caller, fired_t *fired) {
 static int check_embedded(cg_plan_t *p, fired_t *fired) {
   struct cg_cuda_plan *c = p->cuda;
   volatile unsigned *m = c->marks;
-  if (!atomic_load(&c->running) && cg_device_prints_pending(c->prints))
+  int waiters = atomic_load(&c->running);
+  if (!waiters && cg_device_prints_pending(c->prints))
     return fire(p, "a replay of a CUDA graph that embeds the plan (watchdog)", fired);
   unsigned entered = m[CG_MARK_ENTERED(p->n_steps)], left = m[CG_MARK_LEFT(p->n_steps)];
-  int in_flight = entered != left && !atomic_load(&c->running);
-  if (!in_flight && c->launched && !atomic_load(&c->running)) {
+  int in_flight = !waiters && entered != left;
+  if (!in_flight && !waiters && c->launched) {
     cudaSetDevice(p->device);
     in_flight = cudaEventQuery(c->launch_done) == cudaErrorNotReady;
   }
