@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #include <unistd.h>
 
 static int world_rank, world_size;
@@ -87,25 +88,34 @@ void cg_mpi_test_value(void *dst, cg_dtype_t dtype, int64_t v) { cg_ref_store(ds
 
 static int is_unsigned(cg_dtype_t d) { return d == CG_UINT8 || d == CG_UINT32 || d == CG_UINT64; }
 
+/* The inclusive range of test values for a type and reduction. */
+static void small_range(cg_dtype_t dtype, cg_redop_t op, int64_t *lo, int64_t *hi) {
+  if (op == CG_PROD) {
+    *lo = is_unsigned(dtype) ? 0 : -2;
+    *hi = is_unsigned(dtype) ? 3 : 2;
+  } else if (op == CG_MIN || op == CG_MAX) {
+    /* unsigned values past the signed range: MPICH 4.0.2 compares them as signed */
+    *lo = is_unsigned(dtype) ? 0 : -100;
+    *hi = dtype == CG_UINT8 ? 255 : dtype == CG_UINT32 ? 4000000000ll : dtype == CG_UINT64 ? (1ll << 52) : 100;
+  } else { /* sums over up to 8 ranks stay inside int8 */
+    *lo = is_unsigned(dtype) ? 0 : -15;
+    *hi = 15;
+  }
+}
+
 int64_t cg_mpi_test_small_value(cg_dtype_t dtype, cg_redop_t op, int ranks, uint64_t random) {
   (void)ranks;
   int64_t lo, hi;
-  if (op == CG_PROD) {
-    lo = is_unsigned(dtype) ? 0 : -2;
-    hi = is_unsigned(dtype) ? 3 : 2;
-  } else if (op == CG_MIN || op == CG_MAX) {
-    /* unsigned values past the signed range: MPICH 4.0.2 compares them as signed */
-    lo = is_unsigned(dtype) ? 0 : -100;
-    hi = dtype == CG_UINT8 ? 255 : dtype == CG_UINT32 ? 4000000000ll : dtype == CG_UINT64 ? (1ll << 52) : 100;
-  } else { /* sums over up to 8 ranks stay inside int8 */
-    lo = is_unsigned(dtype) ? 0 : -15;
-    hi = 15;
-  }
+  small_range(dtype, op, &lo, &hi);
   return lo + (int64_t)(random % (uint64_t)(hi - lo + 1));
 }
 
 void cg_mpi_test_fill(void *buf, size_t n, cg_dtype_t dtype, cg_redop_t op, int ranks, uint64_t seed,
                       uint64_t salt) {
+  (void)ranks;
+  int64_t lo, hi;
+  small_range(dtype, op, &lo, &hi); /* once, not per element: fills of millions of elements are most of a GPU suite */
+  uint64_t span = (uint64_t)(hi - lo + 1);
   uint64_t x = seed ^ (salt * 0x9E3779B97F4A7C15ull) ^ 0xD1B54A32D192ED03ull;
   if (!x) x = 1;
   for (size_t i = 0; i < n; i++) {
@@ -113,7 +123,7 @@ void cg_mpi_test_fill(void *buf, size_t n, cg_dtype_t dtype, cg_redop_t op, int 
     x ^= x << 25;
     x ^= x >> 27;
     uint64_t r = x * 0x2545F4914F6CDD1Dull;
-    cg_ref_store(buf, i, dtype, (double)cg_mpi_test_small_value(dtype, op, ranks, r >> 11));
+    cg_ref_store(buf, i, dtype, (double)(lo + (int64_t)((r >> 11) % span)));
   }
 }
 
@@ -159,11 +169,55 @@ static double decode(uint16_t h, int mantissa_bits, int exponent_bits) {
   return s * ldexp(1.0 + ldexp((double)m, -mantissa_bits), (int)exponent - bias);
 }
 
-double cg_ref_half_to_double(uint16_t h) { return decode(h, 10, 5); }
-uint16_t cg_ref_double_to_half(double v) { return encode(round_to_format(v, 10, -14, 65504.0), 10, 5); }
-double cg_ref_bf16_to_double(uint16_t b) { return decode(b, 7, 8); }
+/* Tables of the conversions above, filled once by the same code: decoding
+ * every 16-bit pattern, and encoding the integers in [-SMALL, SMALL] (the
+ * values tests reduce). They only make the reference fast; every other value
+ * still takes the slow path. */
+enum { SMALL = 4096 };
+static struct {
+  double half[1 << 16], bf16[1 << 16];
+  uint16_t small_half[2 * SMALL + 1], small_bf16[2 * SMALL + 1];
+} tables;
+static once_flag tables_once = ONCE_FLAG_INIT;
+
+static uint16_t half_slow(double v) { return encode(round_to_format(v, 10, -14, 65504.0), 10, 5); }
+static uint16_t bf16_slow(double v) { return encode(round_to_format(v, 7, -126, 3.3895313892515355e38), 7, 8); }
+
+static void fill_tables(void) {
+  for (unsigned h = 0; h < 1u << 16; h++) {
+    tables.half[h] = decode((uint16_t)h, 10, 5);
+    tables.bf16[h] = decode((uint16_t)h, 7, 8);
+  }
+  for (int v = -SMALL; v <= SMALL; v++) {
+    tables.small_half[v + SMALL] = half_slow(v);
+    tables.small_bf16[v + SMALL] = bf16_slow(v);
+  }
+}
+
+/* The index of v in the small tables, or -1 when v is not a small integer
+ * (negative zero included: its sign must survive). */
+static int small_index(double v) {
+  if (!(v >= -SMALL && v <= SMALL) || v != (double)(int)v || (v == 0 && signbit(v))) return -1;
+  return (int)v + SMALL;
+}
+
+double cg_ref_half_to_double(uint16_t h) {
+  call_once(&tables_once, fill_tables);
+  return tables.half[h];
+}
+uint16_t cg_ref_double_to_half(double v) {
+  call_once(&tables_once, fill_tables);
+  int i = small_index(v);
+  return i >= 0 ? tables.small_half[i] : half_slow(v);
+}
+double cg_ref_bf16_to_double(uint16_t b) {
+  call_once(&tables_once, fill_tables);
+  return tables.bf16[b];
+}
 uint16_t cg_ref_double_to_bf16(double v) {
-  return encode(round_to_format(v, 7, -126, 3.3895313892515355e38), 7, 8);
+  call_once(&tables_once, fill_tables);
+  int i = small_index(v);
+  return i >= 0 ? tables.small_bf16[i] : bf16_slow(v);
 }
 
 double cg_ref_load(const void *buf, size_t i, cg_dtype_t d) {
