@@ -5,6 +5,7 @@
 
 #include "comm_internal.h"
 #include "error.h"
+#include "text.h"
 
 static atomic_uint_fast64_t next_comm_serial = 1;
 
@@ -72,9 +73,15 @@ cg_comm_t *cg_comm_lookup(uint64_t id) {
 
 double cg_comm_abort_wait_s = 10.0;
 
+/* The struct and what it owns, the backend's side aside. */
+static void free_struct(cg_comm_t *comm) {
+  free(atomic_load(&comm->abort_report));
+  free(comm);
+}
+
 static void free_comm(cg_comm_t *comm) {
   if (comm->ops && comm->ops->destroy_impl) comm->ops->destroy_impl(comm->impl);
-  free(comm);
+  free_struct(comm);
 }
 
 /* Hands a communicator whose abort is running to the abort's end. 1 when
@@ -147,7 +154,26 @@ void cg_comm_abort_end(cg_comm_t *comm) {
   if (comm->ops && comm->ops->detach_host)
     free_comm(comm);
   else
-    free(comm);
+    free_struct(comm);
+}
+
+int cg_comm_mark_aborted(cg_comm_t *comm, cg_status_t status, const char *report) {
+  int none = 0;
+  if (!atomic_compare_exchange_strong(&comm->aborted, &none, status != CG_SUCCESS ? (int)status : CG_ERR_TIMEOUT))
+    return 0;
+  if (report) atomic_store(&comm->abort_report, cg_copy_text(report, 4096)); /* NULL without memory: left out */
+  return 1;
+}
+
+cg_status_t cg_comm_refuse_if_aborted(const cg_comm_t *comm, const char *caller) {
+  cg_status_t why = (cg_status_t)atomic_load(&comm->aborted);
+  if (why == CG_SUCCESS) return CG_SUCCESS;
+  const char *report = atomic_load(&comm->abort_report);
+  return cg_fail(why, "%s: %s communicator %016llx (rank %d of %d) was aborted after %s (in this plan or another); "
+                 "create a new communicator and compile again%s%s", caller,
+                 comm->ops ? comm->ops->backend_name : "a", (unsigned long long)comm->id, comm->rank, comm->size,
+                 why == CG_ERR_MISMATCH ? "its ranks ran different sequences" : "a replay on it timed out",
+                 report ? "; the replay that aborted it: " : "", report ? report : "");
 }
 
 void cg_comm_destroy(cg_comm_t *comm) { cg_comm_release(comm); }

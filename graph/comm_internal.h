@@ -40,9 +40,11 @@ struct cg_comm {
   atomic_uint_least64_t issued;
   /* plans compiled on it, in order (cg_plan_comm_t.compile_index) */
   atomic_uint_least64_t compiled;
-  /* a timed-out replay aborted it (sched/exec/cuda/cuda_watchdog.c): its backend ran
-   * its abort once, and no plan starts on it any more */
+  /* 0, or the status of the failed replay that aborted it (CG_ERR_TIMEOUT or
+   * CG_ERR_MISMATCH; sched/exec/cuda/cuda_watchdog.c): its backend ran its
+   * abort once, and no plan starts on it any more. See cg_comm_mark_aborted. */
   atomic_int aborted;
+  _Atomic(char *) abort_report; /* that replay's report, once the marker stored it */
   /* CG_COMM_ABORT_*: whether an abort thread (sched/exec/cuda/cuda_watchdog.c) still
    * works on it; see cg_comm_abort_begin */
   atomic_int aborting;
@@ -61,6 +63,16 @@ cg_comm_t *cg_comm_lookup(uint64_t id);
 /* Drops a reference; the last one frees the communicator, after any abort
  * in flight on it has ended (see cg_comm_abort_begin). */
 void cg_comm_release(cg_comm_t *comm);
+
+/* Marks the communicator aborted by a replay that failed with `status`,
+ * keeping a copy of its report for later callers; 1 for the first marker
+ * (which runs the backend's abort), 0 if it was marked already. */
+int cg_comm_mark_aborted(cg_comm_t *comm, cg_status_t status, const char *report);
+/* CG_SUCCESS, or the status that aborted the communicator, with a message
+ * for `caller` that names the communicator and repeats the first report:
+ * a plan on a communicator another plan's replay aborted fails as that
+ * replay did, not with a bare timeout. */
+cg_status_t cg_comm_refuse_if_aborted(const cg_comm_t *comm, const char *caller);
 
 enum { CG_COMM_ABORT_NONE, CG_COMM_ABORT_RUNNING, CG_COMM_ABORT_ORPHANED };
 /* An abort thread holds no reference to the communicators it aborts, so that

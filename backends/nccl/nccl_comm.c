@@ -395,10 +395,12 @@ cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm) {
   cg_nccl_comm_t *n = comm->impl;
   int state = CG_NCCL_USER_UNTOUCHED;
   if (!atomic_compare_exchange_strong(&n->user_state, &state, CG_NCCL_USER_HANDED_OUT) &&
-      state == CG_NCCL_USER_ABORTED)
-    return cg_fail(CG_ERR_TIMEOUT,
-                   "cg_comm_nccl: communicator %016llx (rank %d of %d) was aborted after a replay on it timed out",
-                   (unsigned long long)comm->id, comm->rank, comm->size);
+      state == CG_NCCL_USER_ABORTED) {
+    cg_status_t st = cg_comm_refuse_if_aborted(comm, "cg_comm_nccl");
+    /* aborted by the backend alone (no replay marked it): a timeout all the same */
+    return st != CG_SUCCESS ? st : cg_fail(CG_ERR_TIMEOUT, "cg_comm_nccl: communicator %016llx (rank %d of %d) was "
+                                           "aborted", (unsigned long long)comm->id, comm->rank, comm->size);
+  }
   *out = n->user_nccl;
   return CG_SUCCESS;
 }

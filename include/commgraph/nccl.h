@@ -61,9 +61,10 @@ CG_API cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm 
 
 /* The program's NCCL communicator of a communicator of the NCCL backend: the
  * blocking one cg_comm_create made (owned by commgraph; do not destroy it), or
- * the wrapped one. CG_ERR_UNSUPPORTED for other backends; CG_ERR_TIMEOUT when
- * a replay timed out and the communicator was aborted before this call first
- * handed it out. A timeout leaves a communicator already handed out as it
+ * the wrapped one. CG_ERR_UNSUPPORTED for other backends; CG_ERR_TIMEOUT (or
+ * CG_ERR_MISMATCH) when a replay timed out (or its ranks ran different
+ * sequences) and the communicator was aborted before this call first handed
+ * it out. A timeout leaves a communicator already handed out as it
  * is: its peers may be gone; cg_comm_destroy then aborts it instead of
  * finalizing it. */
 CG_API cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm);

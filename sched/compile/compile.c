@@ -53,10 +53,8 @@ static cg_status_t check_placement(int *device, const cg_graph_t *g, const char 
   const cg_comm_t *host = NULL, *dev = NULL;
   for (uint32_t i = 0; i < g->n_comms; i++) {
     const cg_comm_t *c = g->comms[i].comm;
-    if (atomic_load(&c->aborted))
-      return cg_fail(CG_ERR_TIMEOUT, "%s: %s communicator %016llx (rank %d of %d) was aborted after a replay on it "
-                     "timed out; create a new communicator", where, c->ops->backend_name, (unsigned long long)c->id,
-                     c->rank, c->size);
+    cg_status_t st = cg_comm_refuse_if_aborted(c, where);
+    if (st != CG_SUCCESS) return st;
     if (c->device == CG_DEVICE_HOST) {
       if (!host) host = c;
       continue;

@@ -222,11 +222,13 @@ static void fail(cg_status_t st, double timeout_s) {
  * (handler_called). */
 static double handler_timeout_s;
 /* gpu-embed: the main thread launches the program's graph only while no
- * timeout was heard (under replay_lock), and parks once one was; the
- * handler tears the graph, the plan and the communicator down only after it
- * parked, so no launch meets a destroyed or aborted plan */
+ * timeout was heard (under replay_lock), so once the handler set
+ * handler_called no launch follows, and it may drain and tear the graph,
+ * the plan and the communicator down wherever the main thread waits: in a
+ * replay's poll (it parks), in the replays' barrier (it stays there), or in
+ * the second plan's run of swapped-plans (which fails). */
 static pthread_mutex_t replay_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int handler_called, main_parked;
+static atomic_int handler_called;
 static void on_timeout(cg_status_t st, const char *report, void *arg) {
   (void)arg;
   double began = wall_s();
@@ -237,8 +239,7 @@ static void on_timeout(cg_status_t st, const char *report, void *arg) {
   atomic_store(&handler_called, 1);
   pthread_mutex_unlock(&replay_lock);
   fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), report);
-  while (embedded && !atomic_load(&main_parked) && wall_s() - began < 0.02 * handler_timeout_s) nap(1e-4);
-  if (embedded && atomic_load(&main_parked) && wait_drained(0.05 * handler_timeout_s - (wall_s() - began)))
+  if (embedded && wait_drained(0.05 * handler_timeout_s - (wall_s() - began)))
     destroy_after_drain();
   nap(0.05 * handler_timeout_s - (wall_s() - began));
   MPI_Abort(MPI_COMM_WORLD, 3);
@@ -291,7 +292,6 @@ static cg_status_t launch_and_wait(cg_plan_t *plan) {
  * for the job's end instead of replaying a graph on aborted communicators. */
 #if CG_HAVE_CUDA
 static void park(void) {
-  atomic_store(&main_parked, 1);
   for (;;) nap(0.01); /* the handler ends the job */
 }
 #endif

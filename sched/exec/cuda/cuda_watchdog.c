@@ -104,7 +104,9 @@ static void *run_abort(void *arg) {
   return NULL;
 }
 
-/* The communicators' abort hooks, each communicator's once. Hooks that
+/* The communicators' abort hooks, each communicator's once, the first
+ * marking it with the failure's status and report for later plans
+ * (cg_comm_mark_aborted). Hooks that
  * never block (the MPI progress engine's) run here, so the communicator is
  * aborted before the caller hears of the timeout; the others (NCCL) on a
  * thread of their own: ncclCommAbort whose kernels still spin did not
@@ -114,14 +116,14 @@ static void *run_abort(void *arg) {
  * communicators right after the timeout waits in the last release until
  * the abort has ended (and the destroy then skips what the abort freed), so
  * the communicator and its MPI duplicates are freed on the caller's thread. */
-static void abort_comms(cg_plan_t *p) {
+static void abort_comms(cg_plan_t *p, cg_status_t status, const char *report) {
   abort_job_t *job = calloc(1, sizeof *job);
   if (job) job->comms = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->comms);
   if (job) job->device = p->device;
   for (uint32_t c = 0; c < p->n_comms; c++) {
     cg_comm_t *comm = p->comms[c].comm;
     const cg_backend_t *b = comm->ops->backend;
-    if (!b || !b->abort || atomic_exchange(&comm->aborted, 1)) continue;
+    if (!b || !b->abort || !cg_comm_mark_aborted(comm, status, report)) continue;
     if (b->abort_never_blocks || !job || !job->comms) {
       b->abort(comm->impl); /* inline also when no thread can be had */
       continue;
@@ -191,7 +193,7 @@ static int claim(cg_plan_t *p) {
 static cg_status_t settle(cg_plan_t *p, cg_status_t st) {
   remember_report(p, cg_error_last());
   atomic_store(&p->cuda->fired, CG_FIRED_REPORTED);
-  abort_comms(p);
+  abort_comms(p, st, cg_error_last());
   return st;
 }
 
@@ -450,12 +452,8 @@ cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller) {
     return st;
   }
   for (uint32_t c = 0; c < p->n_comms; c++) {
-    const cg_comm_t *comm = p->comms[c].comm;
-    if (atomic_load(&comm->aborted))
-      return cg_fail(CG_ERR_TIMEOUT, "%s: %s communicator %016llx (rank %d of %d) was aborted after a replay on it "
-                     "timed out or its ranks ran different sequences (in this plan or another); create a new "
-                     "communicator and compile again", caller,
-                     comm->ops->backend_name, (unsigned long long)comm->id, comm->rank, comm->size);
+    cg_status_t st = cg_comm_refuse_if_aborted(p->comms[c].comm, caller);
+    if (st != CG_SUCCESS) return st;
   }
   return CG_SUCCESS;
 }
