@@ -19,8 +19,10 @@
  *    allreduce nodes, launched once); per-op time and eager/replayed. Then one
  *    4-byte allreduce: the cost of replaying an almost empty plan.
  * c) The watchdog's cost: 8 allreduces of 1 KB and one of 4 bytes, the plan
- *    compiled without a timeout and with one (60 s: progress marks, and the
- *    monitor thread following the replays), launched with cg_plan_launch and
+ *    compiled without a timeout, with one (60 s: progress marks, and the
+ *    monitor thread following the replays) and fingerprint 0, and with one
+ *    and the default fingerprint (an allgather of 16 bytes and a check kernel
+ *    before the steps), launched with cg_plan_launch and
  *    embedded in a CUDA graph of the benchmark's (captured around
  *    cg_plan_launch, replayed with cudaGraphLaunch: the plan's lock, and with
  *    the timeout the lock's counts the monitor reads); per-replay time of
@@ -60,9 +62,12 @@ static int smoke_iters; /* --smoke: iterations per batch; 0: each part's own */
 
 /* ---- what one batch does */
 
-enum { DIRECT, GROUPED, PLAN, PLAN_WATCHED, EMBEDDED, EMBEDDED_WATCHED, N_MODES };
-static const char *const mode_names[] = {"direct NCCL", "NCCL group",       "plan",
-                                         "plan, watched", "embedded plan", "embedded plan, watched"};
+/* _MARKS: compiled with a timeout and fingerprint 0 (the watchdog's progress
+ * marks alone); _WATCHED: with a timeout and the default fingerprint */
+enum { DIRECT, GROUPED, PLAN, PLAN_MARKS, PLAN_WATCHED, EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED, N_MODES };
+static const char *const mode_names[] = {"direct NCCL",   "NCCL group",    "plan",
+                                         "plan, marks",   "plan, watched", "embedded plan",
+                                         "embedded plan, marks", "embedded plan, watched"};
 
 typedef struct work {
   int mode;
@@ -71,8 +76,8 @@ typedef struct work {
   size_t count;
   ncclComm_t nccl;
   cg_plan_t *plan; /* holds the same `ops` allreduces */
-  cg_plan_t *watched; /* PLAN_WATCHED: the same, compiled with a timeout */
-  cudaGraphExec_t embedding[2]; /* EMBEDDED, EMBEDDED_WATCHED: graphs that hold such plans */
+  cg_plan_t *watched[2]; /* PLAN_MARKS, PLAN_WATCHED: the same, compiled with a timeout */
+  cudaGraphExec_t embedding[3]; /* EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED: graphs that hold such plans */
 } work_t;
 
 static void one_iteration(const work_t *w, cudaStream_t stream) {
@@ -87,12 +92,14 @@ static void one_iteration(const work_t *w, cudaStream_t stream) {
         NCCL_CHECK(ncclAllReduce(w->send[k], w->recv[k], w->count, ncclFloat32, ncclSum, w->nccl, stream));
       NCCL_CHECK_ON(w->nccl, ncclGroupEnd());
       break;
+    case PLAN_MARKS:
     case PLAN_WATCHED:
-      CG_CHECK(cg_plan_launch(w->watched, stream));
+      CG_CHECK(cg_plan_launch(w->watched[w->mode == PLAN_WATCHED], stream));
       break;
     case EMBEDDED:
+    case EMBEDDED_MARKS:
     case EMBEDDED_WATCHED:
-      CUDA_CHECK(cudaGraphLaunch(w->embedding[w->mode == EMBEDDED_WATCHED], stream));
+      CUDA_CHECK(cudaGraphLaunch(w->embedding[w->mode - EMBEDDED], stream));
       break;
     default:
       CG_CHECK(cg_plan_launch(w->plan, stream));
@@ -176,15 +183,17 @@ static void run_for_check(work_t *w, int mode, cudaStream_t stream) {
 }
 
 /* A plan of `ops` independent float32 sum allreduces of `count` elements,
- * with the replay watchdog's timeout `timeout_s` (0: none). */
+ * with the replay watchdog's timeout `timeout_s` (0: none) and, with one,
+ * the replay's fingerprint or not. */
 static cg_plan_t *compile_watched(cg_comm_t *comm, float **send, float **recv, int ops, size_t count, double timeout_s,
-                                  size_t *steps) {
+                                  int fingerprint, size_t *steps) {
   cg_graph_t *g;
   cg_plan_t *plan;
   CG_CHECK(cg_graph_create(&g, NULL));
   for (int k = 0; k < ops; k++) CG_CHECK(cg_allreduce(NULL, g, comm, send[k], recv[k], count, CG_FLOAT32, CG_SUM));
   cg_compile_opts_t co = CG_COMPILE_OPTS_INIT;
   co.timeout_s = timeout_s;
+  co.fingerprint = fingerprint;
   CG_CHECK(cg_compile(&plan, g, &co));
   cg_graph_destroy(g);
   cg_plan_stats_t ps;
@@ -195,7 +204,7 @@ static cg_plan_t *compile_watched(cg_comm_t *comm, float **send, float **recv, i
 
 static cg_plan_t *compile_allreduces(cg_comm_t *comm, float **send, float **recv, int ops, size_t count,
                                      size_t *steps) {
-  return compile_watched(comm, send, recv, ops, count, 0, steps);
+  return compile_watched(comm, send, recv, ops, count, 0, 0, steps);
 }
 
 /* ---- a) one large allreduce */
@@ -332,22 +341,25 @@ static void bench_watchdog(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStr
     CUDA_CHECK(cudaMalloc((void **)&w.recv[k], SMALL_COUNT * sizeof(float)));
   }
   if (rank == 0) {
-    printf("\nc) the replay watchdog's cost: the same plan without a timeout and with one (%g s), launched and "
-           "embedded in a graph of the benchmark's; time per replay (bound: watched/unwatched = 1.00)\n", timeout_s);
-    printf("%6s %6s %12s %14s %9s %14s %16s %9s %12s\n", "bytes", "k", "launched", "+ watchdog", "ratio",
-           "embedded", "+ watchdog", "ratio", "eager NCCL");
+    printf("\nc) the replay watchdog's cost: the same plan without a timeout, with one (%g s) and fingerprint 0 "
+           "(+ marks), and with one and the default fingerprint (+ fprint), launched and embedded in a graph of the "
+           "benchmark's; time per replay and its ratio to the unwatched plan's (bound: 1.00)\n", timeout_s);
+    printf("%6s %3s %10s %10s %6s %10s %6s %10s %10s %6s %10s %6s %10s\n", "bytes", "k", "launched", "+ marks",
+           "ratio", "+ fprint", "ratio", "embedded", "+ marks", "ratio", "+ fprint", "ratio", "eager NCCL");
   }
   const int ks[] = {8, 1};
   for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
     w.ops = ks[i];
     w.count = w.ops == 1 ? 1 : SMALL_COUNT;
     size_t steps;
-    w.plan = compile_watched(comm, w.send, w.recv, w.ops, w.count, 0, &steps);
-    w.watched = compile_watched(comm, w.send, w.recv, w.ops, w.count, timeout_s, &steps);
-    cg_plan_t *embedded[2] = {compile_watched(comm, w.send, w.recv, w.ops, w.count, 0, &steps),
-                              compile_watched(comm, w.send, w.recv, w.ops, w.count, timeout_s, &steps)};
-    for (int e = 0; e < 2; e++) w.embedding[e] = embedding_of(embedded[e], stream);
-    const int modes[] = {PLAN, PLAN_WATCHED, EMBEDDED, EMBEDDED_WATCHED, DIRECT};
+    w.plan = compile_watched(comm, w.send, w.recv, w.ops, w.count, 0, 0, &steps);
+    for (int f = 0; f < 2; f++) w.watched[f] = compile_watched(comm, w.send, w.recv, w.ops, w.count, timeout_s, f, &steps);
+    cg_plan_t *embedded[3];
+    for (int e = 0; e < 3; e++) {
+      embedded[e] = compile_watched(comm, w.send, w.recv, w.ops, w.count, e ? timeout_s : 0, e == 2, &steps);
+      w.embedding[e] = embedding_of(embedded[e], stream);
+    }
+    const int modes[] = {PLAN, PLAN_MARKS, PLAN_WATCHED, EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED, DIRECT};
     const int n_modes = sizeof modes / sizeof *modes;
     for (int k = 0; k < w.ops; k++) fill(w.send[k], w.count, (size_t)k, host);
     for (int m = 0; m < n_modes; m++) {
@@ -356,7 +368,7 @@ static void bench_watchdog(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStr
       all_checked("watchdog allreduces", modes[m], "before timing");
     }
     int iters = smoke_iters ? smoke_iters : 2000 / w.ops;
-    double med[5];
+    double med[sizeof modes / sizeof *modes];
     time_modes(&w, modes, n_modes, iters, rounds, stream, start, stop, med);
     /* every mode writes the same buffers: each is checked once more on its own */
     for (int m = 0; m < n_modes; m++) {
@@ -365,14 +377,16 @@ static void bench_watchdog(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStr
       all_checked("watchdog allreduces", modes[m], "after timing");
     }
     if (rank == 0) {
-      printf("%6zu %6d %9.2f us %11.2f us %9.3f %11.2f us %13.2f us %9.3f %9.2f us\n", w.count * sizeof(float), w.ops,
-             med[0] * 1e6, med[1] * 1e6, med[1] / med[0], med[2] * 1e6, med[3] * 1e6, med[3] / med[2], med[4] * 1e6);
+      printf("%6zu %3d %7.2f us %7.2f us %6.3f %7.2f us %6.3f %7.2f us %7.2f us %6.3f %7.2f us %6.3f %7.2f us\n",
+             w.count * sizeof(float), w.ops, med[0] * 1e6, med[1] * 1e6, med[1] / med[0], med[2] * 1e6,
+             med[2] / med[0], med[3] * 1e6, med[4] * 1e6, med[4] / med[3], med[5] * 1e6, med[5] / med[3],
+             med[6] * 1e6);
       fflush(stdout);
     }
-    for (int e = 0; e < 2; e++) CUDA_CHECK(cudaGraphExecDestroy(w.embedding[e])); /* before the plans they hold */
-    for (int e = 0; e < 2; e++) cg_plan_destroy(embedded[e]);
+    for (int e = 0; e < 3; e++) CUDA_CHECK(cudaGraphExecDestroy(w.embedding[e])); /* before the plans they hold */
+    for (int e = 0; e < 3; e++) cg_plan_destroy(embedded[e]);
     cg_plan_destroy(w.plan);
-    cg_plan_destroy(w.watched);
+    for (int f = 0; f < 2; f++) cg_plan_destroy(w.watched[f]);
   }
   for (int k = 0; k < 8; k++) {
     CUDA_CHECK(cudaFree(w.send[k]));
