@@ -8,13 +8,19 @@ from . import _lib, _registry
 
 
 class Owned:
+    """Closed by the program, or at exit: its destroy is collective, so an
+    object the program drops unclosed is kept open until then (closed in
+    the same order on every rank) instead of being freed by Python's
+    garbage collection, whose order differs between ranks."""
+
     _what = "object"  # for the closed-handle error
     _destroy = ""  # the C function that frees the handle
     _handle: Optional[ctypes.c_void_p] = None
+    _key: Optional[int] = None
 
     def _own(self, handle: ctypes.c_void_p) -> None:
         self._handle = handle
-        _registry.track(self)
+        self._key = _registry.track(self, keep=not isinstance(self, Collected))
 
     @property
     def handle(self) -> ctypes.c_void_p:
@@ -28,6 +34,8 @@ class Owned:
         if self._handle:
             getattr(_lib.lib, self._destroy)(self._handle)
             self._handle = None
+            if self._key is not None:
+                _registry.untrack(self._key)
 
     def __enter__(self) -> Any:
         return self

@@ -7,17 +7,31 @@ import itertools
 import threading
 import weakref
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a collection inside track() may close (untrack) another object
 _serial = itertools.count()
 _open = {}  # serial -> weak reference
 _finally = []
 
 
-def track(obj):
-    """Remembers `obj` (with a close() method) until it is collected."""
+def track(obj, keep=False):
+    """Remembers `obj` (with a close() method) until it is collected, or
+    with keep=True until untrack(): an object whose destroy is collective
+    (a communicator) cannot follow garbage collection, which differs between
+    ranks, so one the program drops unclosed stays open until exit. Returns
+    the key for untrack()."""
     with _lock:
         key = next(_serial)
-        _open[key] = weakref.ref(obj, lambda _ref, key=key: _open.pop(key, None))
+        if keep:
+            _open[key] = lambda obj=obj: obj
+        else:
+            _open[key] = weakref.ref(obj, lambda _ref, key=key: _open.pop(key, None))
+    return key
+
+
+def untrack(key):
+    """Forgets a closed object."""
+    with _lock:
+        _open.pop(key, None)
 
 
 def at_exit(fn):

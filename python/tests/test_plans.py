@@ -440,3 +440,30 @@ def test_cuda_array_interface_is_read_without_cuda():
 
     with pytest.raises(ValueError):
         cg.resolve(Strided())
+
+
+def test_a_dropped_communicator_stays_open_until_exit_and_a_closed_one_is_forgotten(world):
+    import gc
+    import weakref
+
+    from commgraph import _registry
+
+    # destroying a communicator is collective: garbage collection, whose
+    # order differs between ranks, must not do it (a dropped one used to be
+    # lost unclosed, and MPI reported its handles leaked at finalize)
+    dropped = cg.Comm()
+    seen = weakref.ref(dropped)
+    del dropped
+    gc.collect()
+    kept = seen()
+    assert kept is not None and kept._handle, "an unclosed communicator was collected"
+    kept.close()  # as exit would, the same on every rank
+    del kept
+    gc.collect()
+    assert seen() is None, "a closed communicator stayed tracked"
+    # graphs and plans are destroyed locally: collected as usual
+    graph = cg.Graph("collected")
+    graph_seen = weakref.ref(graph)
+    del graph
+    gc.collect()
+    assert graph_seen() is None
