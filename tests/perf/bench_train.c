@@ -39,6 +39,10 @@
  *      replays on the same stream) and compiled again with bucket boundaries
  *      from the measured ready times and collective costs (the fastest of
  *      the default and the model's boundaries at a few alpha scales);
+ *   5w. commgraph, tuned and watched: mode 5t's buckets (from its tuning
+ *      file) compiled with a replay timeout (60 s) and the default
+ *      fingerprint: the replay watchdog's marks and the fingerprint's
+ *      allgather in the iteration (docs/watchdog.md);
  *   6. commgraph at each --bucket-mb size (default 1, 4, 25 MiB) and in one
  *      bucket (the whole workload): the same graph, bucket_bytes set;
  *   7. the lower bound of the exposed time, computed: from the ready times of
@@ -384,7 +388,7 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaStreamSynchronize(c.s));
 
   /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5 and 6 */
-  int nb_per_b = 5 + a.n_bucket + 1, nb = 3 + a.n_backward * nb_per_b;
+  int nb_per_b = 6 + a.n_bucket + 1, nb = 3 + a.n_backward * nb_per_b;
   bt_bench_t *b = cgb_xcalloc((size_t)nb, sizeof *b);
   unsigned long long **stamps = cgb_xcalloc((size_t)nb, sizeof *stamps), *ns = cgb_xcalloc((size_t)n, sizeof *ns);
   size_t stamp_bytes = 2 * (size_t)n * TRAIN_BLOCKS * sizeof **stamps;
@@ -447,13 +451,17 @@ int main(int argc, char **argv) {
       write_trace(a.trace_dir, name, a.backward_ms[bi], "default", m[3].plan, c.s);
       write_trace(a.trace_dir, name, a.backward_ms[bi], "tuned", m[4].plan, c.s);
     }
+    /* watched: the tuned plan's buckets (its tuning file) with the replay
+     * watchdog on: what the watchdog costs an iteration */
+    m[5].plan = bt_compile_watched(graph, m[4].plan, BT_WATCH_TIMEOUT_S, &m[5].stats);
+    snprintf(m[5].label, sizeof m[5].label, "5w. commgraph, tuned, watched (%g s timeout)", BT_WATCH_TIMEOUT_S);
     for (int z = 0; z <= a.n_bucket; z++) {
       size_t cap = z < a.n_bucket ? (size_t)(a.bucket_mb[z] * CGB_MIB) : total * sizeof(float);
-      m[5 + z].plan = bt_compile(graph, cap, &m[5 + z].stats);
+      m[6 + z].plan = bt_compile(graph, cap, &m[6 + z].stats);
       if (z < a.n_bucket)
-        snprintf(m[5 + z].label, sizeof m[5 + z].label, "6. commgraph, %g MiB buckets", a.bucket_mb[z]);
+        snprintf(m[6 + z].label, sizeof m[6 + z].label, "6. commgraph, %g MiB buckets", a.bucket_mb[z]);
       else
-        snprintf(m[5 + z].label, sizeof m[5 + z].label, "6. commgraph, one bucket (%.1f MiB)",
+        snprintf(m[6 + z].label, sizeof m[6 + z].label, "6. commgraph, one bucket (%.1f MiB)",
                  (double)cap / CGB_MIB);
     }
     cg_graph_destroy(graph);

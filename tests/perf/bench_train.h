@@ -91,6 +91,10 @@ cudaGraphExec_t bt_capture_ddp(const bt_ctx_t *c, const bt_tensors_t *g, float *
 cg_graph_t *bt_record_graph(const bt_ctx_t *c, const bt_tensors_t *g, const unsigned long long *ns,
                             unsigned long long *stamps);
 cg_plan_t *bt_compile(cg_graph_t *graph, size_t bucket_bytes, cg_plan_stats_t *stats);
+/* `graph` compiled with `tuned`'s tuning (through a tuning file) and a
+ * replay timeout of `timeout_s`. */
+cg_plan_t *bt_compile_watched(cg_graph_t *graph, const cg_plan_t *tuned, double timeout_s, cg_plan_stats_t *stats);
+#define BT_WATCH_TIMEOUT_S 60.0
 
 void bt_launch(const bt_ctx_t *c, const bt_bench_t *b);
 /* One iteration on known values, every gradient compared on the device, on

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* getpid: a tuning file per process */
 
 #include "bench_train.h"
 #include "cgbench_workload.h"
@@ -155,6 +156,25 @@ cg_plan_t *bt_compile(cg_graph_t *graph, size_t bucket_bytes, cg_plan_stats_t *s
   cg_plan_t *plan = NULL;
   CG_CHECK(cg_compile(&plan, graph, &opts));
   CG_CHECK(cg_plan_stats(stats, plan));
+  return plan;
+}
+
+cg_plan_t *bt_compile_watched(cg_graph_t *graph, const cg_plan_t *tuned, double timeout_s, cg_plan_stats_t *stats) {
+  char path[256];
+  const char *dir = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/bench_train.%ld.%%r.tuning", dir && *dir ? dir : "/tmp", (long)getpid());
+  CG_CHECK(cg_plan_save_tuning(tuned, path));
+  cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
+  opts.tuning_file = path;
+  opts.timeout_s = timeout_s;
+  cg_plan_t *plan = NULL;
+  CG_CHECK(cg_compile(&plan, graph, &opts));
+  CG_CHECK(cg_plan_stats(stats, plan));
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char written[300];
+  snprintf(written, sizeof written, "%s/bench_train.%ld.%d.tuning", dir && *dir ? dir : "/tmp", (long)getpid(), rank);
+  remove(written);
   return plan;
 }
 
