@@ -73,9 +73,13 @@ cg_comm_t *cg_comm_lookup(uint64_t id) {
 
 double cg_comm_abort_wait_s = 10.0;
 
+/* The abort report of a communicator marked when no copy could be made. */
+static char no_report[] = "";
+
 /* The struct and what it owns, the backend's side aside. */
 static void free_struct(cg_comm_t *comm) {
-  free(atomic_load(&comm->abort_report));
+  char *report = atomic_load(&comm->abort_report);
+  if (report != no_report) free(report);
   free(comm);
 }
 
@@ -158,10 +162,15 @@ void cg_comm_abort_end(cg_comm_t *comm) {
 }
 
 int cg_comm_mark_aborted(cg_comm_t *comm, cg_status_t status, const char *report) {
-  int none = 0;
-  if (!atomic_compare_exchange_strong(&comm->aborted, &none, status != CG_SUCCESS ? (int)status : CG_ERR_TIMEOUT))
+  /* the report goes first and decides who marks: a reader that sees
+   * `aborted` finds the report already there */
+  char *copy = report ? cg_copy_text(report, 4096) : NULL, *expected = NULL;
+  if (!copy) copy = no_report;
+  if (!atomic_compare_exchange_strong(&comm->abort_report, &expected, copy)) {
+    if (copy != no_report) free(copy);
     return 0;
-  if (report) atomic_store(&comm->abort_report, cg_copy_text(report, 4096)); /* NULL without memory: left out */
+  }
+  atomic_store(&comm->aborted, status != CG_SUCCESS ? (int)status : CG_ERR_TIMEOUT);
   return 1;
 }
 
@@ -169,6 +178,7 @@ cg_status_t cg_comm_refuse_if_aborted(const cg_comm_t *comm, const char *caller)
   cg_status_t why = (cg_status_t)atomic_load(&comm->aborted);
   if (why == CG_SUCCESS) return CG_SUCCESS;
   const char *report = atomic_load(&comm->abort_report);
+  if (report && !*report) report = NULL; /* marked without a copy */
   return cg_fail(why, "%s: %s communicator %016llx (rank %d of %d) was aborted after %s (in this plan or another); "
                  "create a new communicator and compile again%s%s", caller,
                  comm->ops ? comm->ops->backend_name : "a", (unsigned long long)comm->id, comm->rank, comm->size,

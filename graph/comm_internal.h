@@ -44,7 +44,7 @@ struct cg_comm {
    * CG_ERR_MISMATCH; sched/exec/cuda/cuda_watchdog.c): its backend ran its
    * abort once, and no plan starts on it any more. See cg_comm_mark_aborted. */
   atomic_int aborted;
-  _Atomic(char *) abort_report; /* that replay's report, once the marker stored it */
+  _Atomic(char *) abort_report; /* that replay's report: set before `aborted`, by the one marker */
   /* CG_COMM_ABORT_*: whether an abort thread (sched/exec/cuda/cuda_watchdog.c) still
    * works on it; see cg_comm_abort_begin */
   atomic_int aborting;

@@ -42,9 +42,10 @@ def at_exit(fn):
 @atexit.register
 def _close_all():
     with _lock:
-        refs = [_open[key] for key in sorted(_open, reverse=True)]
+        # .get: a collection on another thread may drop an entry meanwhile
+        refs = [_open.get(key) for key in sorted(_open, reverse=True)]
     for ref in refs:
-        obj = ref()
+        obj = ref() if ref is not None else None
         if obj is not None:
             obj.close()
     for fn in reversed(_finally):

@@ -181,7 +181,9 @@ static cg_comm_t *comm_in_use;
 #if CG_HAVE_CUDA
 static cudaGraphExec_t embedding_in_use; /* gpu-embed: the program's graph that holds the plan */
 #endif
+static atomic_int torn_down; /* gpu-embed: the handler and fail() may both get here */
 static void destroy_after_drain(void) {
+  if (atomic_exchange(&torn_down, 1)) return;
   double began = wall_s();
 #if CG_HAVE_CUDA
   if (embedding_in_use) cudaGraphExecDestroy(embedding_in_use); /* before the plan it holds */
@@ -197,7 +199,21 @@ static void destroy_after_drain(void) {
              plan_done - began, ended - plan_done);
 }
 
+/* gpu-embed: where the main thread waits once the handler runs */
+static void park(void) {
+  for (;;) nap(0.01); /* the handler ends the job */
+}
+
+static atomic_int handler_called;
 static void fail(cg_status_t st, double timeout_s) {
+  /* gpu-embed: once the watchdog's handler runs it reports, drains, tears
+   * down and ends the job; a failure the main thread meets meanwhile (the
+   * second plan of swapped-plans on the aborted communicator) is reported
+   * and leaves the rest to it */
+  if (embedded && atomic_load(&handler_called)) {
+    fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
+    park();
+  }
   double began = wall_s();
   fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
   /* after a compile's or creation's timeout nothing ran on the GPU and the
@@ -228,7 +244,6 @@ static double handler_timeout_s;
  * replay's poll (it parks), in the replays' barrier (it stays there), or in
  * the second plan's run of swapped-plans (which fails). */
 static pthread_mutex_t replay_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int handler_called;
 static void on_timeout(cg_status_t st, const char *report, void *arg) {
   (void)arg;
   double began = wall_s();
@@ -289,12 +304,8 @@ static cg_status_t launch_and_wait(cg_plan_t *plan) {
 
 /* gpu-embed: one replay of the program's graph, polled as a training loop
  * would; after a timeout the handler has the plan, and this thread waits
- * for the job's end instead of replaying a graph on aborted communicators. */
-#if CG_HAVE_CUDA
-static void park(void) {
-  for (;;) nap(0.01); /* the handler ends the job */
-}
-#endif
+ * for the job's end (park) instead of replaying a graph on aborted
+ * communicators. */
 
 static cg_status_t replay_embedding(void) {
 #if CG_HAVE_CUDA

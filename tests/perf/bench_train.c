@@ -387,7 +387,7 @@ int main(int argc, char **argv) {
   NCCL_CHECK_ON(c.nccl, ncclAllReduce(large.base, large.base, large_count, ncclFloat32, ncclSum, c.nccl, c.s));
   CUDA_CHECK(cudaStreamSynchronize(c.s));
 
-  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5 and 6 */
+  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5w and 6 */
   int nb_per_b = 6 + a.n_bucket + 1, nb = 3 + a.n_backward * nb_per_b;
   bt_bench_t *b = cgb_xcalloc((size_t)nb, sizeof *b);
   unsigned long long **stamps = cgb_xcalloc((size_t)nb, sizeof *stamps), *ns = cgb_xcalloc((size_t)n, sizeof *ns);
