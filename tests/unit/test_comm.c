@@ -5,6 +5,8 @@
  * when an abort outlasts the wait, its end frees the struct only). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "comm_internal.h"
@@ -218,6 +220,70 @@ START_TEST(comm__a_detachable_communicator_whose_abort_ended_is_freed_by_the_rel
 }
 END_TEST
 
+/* The first marker wins and runs the abort; later plans are refused with
+ * its status and report, whatever a later marker says. */
+START_TEST(comm__a_marked_communicator_refuses_with_the_first_status_and_report) {
+  cg_comm_t *comm = recording_comm();
+  ck_assert_cg_ok(cg_comm_refuse_if_aborted(comm, "first"));
+  char report[80];
+  snprintf(report, sizeof report, "plan 'p%u' ran a sequence the others did not", (unsigned)cg_test_below(1000));
+  ck_assert_int_eq(cg_comm_mark_aborted(comm, CG_ERR_MISMATCH, report), 1);
+  ck_assert_int_eq(cg_comm_mark_aborted(comm, CG_ERR_TIMEOUT, "a later timeout"), 0);
+  ck_assert_int_eq(cg_comm_refuse_if_aborted(comm, "cg_plan_run"), CG_ERR_MISMATCH);
+  const char *said = cg_error_last();
+  ck_assert_msg(strstr(said, "cg_plan_run:") && strstr(said, "recording communicator") &&
+                    strstr(said, "its ranks ran different sequences") && strstr(said, report) &&
+                    !strstr(said, "a later timeout"),
+                "%s", said);
+  cg_comm_destroy(comm); /* frees the report: ASan sees a leak or a second free */
+}
+END_TEST
+
+/* A marker without a report (or without memory for its copy) still marks:
+ * the refusal names the cause and no report. */
+START_TEST(comm__a_mark_without_a_report_still_refuses) {
+  cg_comm_t *comm = recording_comm();
+  ck_assert_int_eq(cg_comm_mark_aborted(comm, CG_SUCCESS, NULL), 1);
+  ck_assert_int_eq(cg_comm_refuse_if_aborted(comm, "cg_compile"), CG_ERR_TIMEOUT);
+  const char *said = cg_error_last();
+  ck_assert_msg(strstr(said, "a replay on it timed out") && !strstr(said, "the replay that aborted it"), "%s", said);
+  ck_assert_int_eq(cg_comm_mark_aborted(comm, CG_ERR_MISMATCH, "late"), 0);
+  ck_assert_int_eq(cg_comm_refuse_if_aborted(comm, "cg_compile"), CG_ERR_TIMEOUT);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+/* Markers racing on threads: exactly one wins, and every refusal seen
+ * after the status carries the winner's report. */
+enum { RACERS = 8 };
+static cg_comm_t *raced;
+static atomic_int wins, torn;
+static void *race_mark(void *arg) {
+  char report[40];
+  snprintf(report, sizeof report, "report of marker %d", (int)(intptr_t)arg);
+  atomic_fetch_add(&wins, cg_comm_mark_aborted(raced, CG_ERR_MISMATCH, report));
+  for (int k = 0; k < 100; k++)
+    if (cg_comm_refuse_if_aborted(raced, "racer") != CG_SUCCESS && !strstr(cg_error_last(), "report of marker"))
+      atomic_fetch_add(&torn, 1);
+  return NULL;
+}
+
+START_TEST(comm__racing_markers_mark_once_and_refusals_always_carry_the_report) {
+  for (int round = 0; round < 20; round++) {
+    raced = recording_comm();
+    atomic_store(&wins, 0);
+    atomic_store(&torn, 0);
+    pthread_t threads[RACERS];
+    for (int t = 0; t < RACERS; t++)
+      ck_assert_int_eq(pthread_create(&threads[t], NULL, race_mark, (void *)(intptr_t)t), 0);
+    for (int t = 0; t < RACERS; t++) pthread_join(threads[t], NULL);
+    ck_assert_int_eq(atomic_load(&wins), 1);
+    ck_assert_int_eq(atomic_load(&torn), 0);
+    cg_comm_destroy(raced);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("comm");
   TCase *tc = tcase_create("comm");
@@ -230,6 +296,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, comm__a_release_with_no_abort_in_flight_does_not_wait);
   tcase_add_test(tc, comm__a_detachable_communicator_is_released_at_once_and_its_abort_ends_the_rest);
   tcase_add_test(tc, comm__a_detachable_communicator_whose_abort_ended_is_freed_by_the_release);
+  tcase_add_test(tc, comm__a_marked_communicator_refuses_with_the_first_status_and_report);
+  tcase_add_test(tc, comm__a_mark_without_a_report_still_refuses);
+  tcase_add_test(tc, comm__racing_markers_mark_once_and_refusals_always_carry_the_report);
   suite_add_tcase(s, tc);
   return s;
 }
