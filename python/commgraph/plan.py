@@ -42,6 +42,18 @@ def current_stream() -> int:
     return 0
 
 
+def _capturing(stream: Any) -> bool:
+    """Whether PyTorch captures `stream` (None: its current stream) into a
+    CUDA graph; False without PyTorch."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return False
+    if isinstance(stream, torch.cuda.Stream):
+        with torch.cuda.stream(stream):
+            return bool(torch.cuda.is_current_stream_capturing())
+    return bool(torch.cuda.is_current_stream_capturing())
+
+
 def _stream_handle(stream: Any) -> int:
     handle = getattr(stream, "cuda_stream", stream)
     if handle is None:
@@ -143,8 +155,7 @@ class Plan(Collected):
             raise UnsupportedError("commgraph.Plan.launch: this libcommgraph was built without CUDA")
         handle = current_stream() if stream is None else _stream_handle(stream)
         check(_lib_.cg_plan_launch(self.handle, ctypes.c_void_p(handle)), "commgraph.Plan.launch")
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        if _capturing(stream):
             _embedded.add(self)
 
     def rebind(self, bindings: Bindings) -> None:

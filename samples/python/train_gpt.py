@@ -13,6 +13,12 @@ one job:
   commgraph  the same graph with the plan of gradient allreduces (averages)
              captured after the backward pass, gradients in a commgraph
              device arena (zero-copy buckets), the optimizer after it
+  commgraph-overlap
+             the same gradients in DDP's buckets (backward order; the first
+             closes at 1 MiB, later ones at 25 MiB), a plan per bucket, each
+             launched on a communication stream from a gradient hook once
+             its last gradient is accumulated, so buckets overlap the rest
+             of the backward pass as DDP's do; captured in the same graph
   ddp        DistributedDataParallel, eager (25 MB buckets, gradients as
              bucket views)
   ddp-graph  DistributedDataParallel captured in one CUDA graph, as PyTorch's
@@ -104,7 +110,7 @@ def options():
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--batch", type=int, default=8, help="sequences per rank")
     p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--modes", default="compute,commgraph,ddp,ddp-graph")
+    p.add_argument("--modes", default="compute,commgraph,commgraph-overlap,ddp,ddp-graph")
     p.add_argument("--smoke", action="store_true", help="tiny and short: a test")
     a = p.parse_args()
     if a.smoke:
@@ -242,6 +248,68 @@ def make_commgraph(job):
     return captured.iteration, [plan, arena, captured]
 
 
+def ddp_buckets(params, first=1 << 20, later=25 << 20):
+    """PyTorch DDP's bucket rule over params in backward order."""
+    buckets, current, size, cap = [], [], 0, first
+    for p in params:
+        current.append(p)
+        size += p.numel() * p.element_size()
+        if size >= cap:
+            buckets.append(current)
+            current, size, cap = [], 0, later
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def make_commgraph_overlap(job):
+    model = job.model()
+    params = list(reversed(list(model.parameters())))  # about the order backward produces them
+    arena = cg.Arena(sum(p.numel() * p.element_size() for p in params), device=job.comm.device)
+    for p in params:
+        p.grad = arena.empty(p.shape, p.dtype).zero_()
+    buckets = ddp_buckets(params)
+    plans = []
+    for i, bucket in enumerate(buckets):  # compiled in the same order on every rank (collective)
+        graph = cg.Graph(f"bucket {i}")
+        for p in bucket:
+            graph.allreduce(job.comm, p.grad, op="avg")
+        plans.append(graph.compile(timeout=120))
+        graph.close()
+    side = torch.cuda.Stream()
+    # a bucket goes once all its gradients are accumulated, whatever order
+    # backward really takes; buckets launch in order, the same on every rank
+    # (their plans share one communicator)
+    waiting = [len(b) for b in buckets]
+    state = {"next": 0}
+
+    def launch_ready():
+        while state["next"] < len(plans) and waiting[state["next"]] == 0:
+            side.wait_stream(torch.cuda.current_stream())
+            plans[state["next"]].launch(side)
+            state["next"] += 1
+
+    def hook_for(i):
+        def hook(_param):
+            waiting[i] -= 1
+            launch_ready()
+        return hook
+
+    handles = [p.register_post_accumulate_grad_hook(hook_for(i)) for i, b in enumerate(buckets) for p in b]
+
+    def exchange():
+        launch_ready()
+        if state["next"] != len(plans):
+            raise RuntimeError(f"train_gpt: {len(plans) - state['next']} buckets never got all their gradients")
+        torch.cuda.current_stream().wait_stream(side)  # the optimizer reads the averages
+        waiting[:] = [len(b) for b in buckets]
+        state["next"] = 0
+
+    optimizer = adamw(model)
+    captured = Captured(job, model, optimizer, plain_step(model, optimizer, exchange))
+    return captured.iteration, [*plans, arena, captured, handles]
+
+
 def make_ddp(job):
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=25, gradient_as_bucket_view=True)
@@ -264,7 +332,8 @@ def make_ddp_graph(job):
     return captured.iteration, [model, captured]
 
 
-MAKERS = {"compute": make_compute, "commgraph": make_commgraph, "ddp": make_ddp, "ddp-graph": make_ddp_graph}
+MAKERS = {"compute": make_compute, "commgraph": make_commgraph, "commgraph-overlap": make_commgraph_overlap,
+          "ddp": make_ddp, "ddp-graph": make_ddp_graph}
 
 
 def run_mode(job, name):
@@ -317,10 +386,10 @@ def main():
         shown = sorted({0, a.steps // 2, a.steps - 1})
         print("loss at step " + ", ".join(str(s) for s in shown))
         for m in modes:
-            print(f"  {m:10s} " + "  ".join(f"{results[m][0][s].item():.6f}" for s in shown))
+            print(f"  {m:17s} " + "  ".join(f"{results[m][0][s].item():.6f}" for s in shown))
         if "ddp" in results:
             reference = results["ddp"][0]
-            for m in ("commgraph", "ddp-graph"):
+            for m in ("commgraph", "commgraph-overlap", "ddp-graph"):
                 if m not in results:
                     continue
                 rel = ((results[m][0] - reference).abs() / reference.abs()).max().item()
@@ -330,13 +399,13 @@ def main():
                       f"({'ok' if ok else 'WRONG: more than 1e-4'})")
         base = median(results["compute"][1]) if "compute" in results else None
         bound = median(results["ddp-graph"][1]) if "ddp-graph" in results else None
-        print(f"\n{'mode':10s} {'ms/iter':>9s} {'exposed ms':>11s} {'/ ddp-graph':>12s}   (median of {a.rounds} rounds "
+        print(f"\n{'mode':17s} {'ms/iter':>9s} {'exposed ms':>11s} {'/ ddp-graph':>12s}   (median of {a.rounds} rounds "
               f"of {a.iters}, slowest rank)")
         for m in modes:
             t = median(results[m][1])
             exposed = f"{(t - base) * 1e3:11.3f}" if base is not None else f"{'-':>11s}"
             ratio = f"{t / bound:12.3f}" if bound else f"{'-':>12s}"
-            print(f"{m:10s} {t * 1e3:9.3f} {exposed} {ratio}")
+            print(f"{m:17s} {t * 1e3:9.3f} {exposed} {ratio}")
         sys.stdout.flush()
     flag = torch.tensor([int(wrong)], device=job.device)
     if dist.is_initialized():
