@@ -151,6 +151,9 @@ _DECLS = {
     "cg_info_write_fortran": ([c_void_p, c_int], c_status),
     # with CUDA
     "cg_plan_launch": ([c_void_p, c_void_p], c_status),
+    "cg_child_graph": ([_NODE_OUT, c_void_p, c_void_p, _P(Access)], c_status),
+    "cg_event_wait": ([_NODE_OUT, c_void_p, c_void_p, _P(Access)], c_status),
+    "cg_event_record": ([_NODE_OUT, c_void_p, c_void_p, _P(Access)], c_status),
 }
 
 

@@ -8,7 +8,7 @@ from . import _lib
 from ._owned import Collected
 from .buffers import Buffer, resolve
 from .comm import Comm
-from .errors import check
+from .errors import UnsupportedError, check
 
 _lib_ = _lib.lib
 
@@ -241,16 +241,76 @@ class Graph(Collected):
                 errors.append(e)
 
         c_fn = _lib.HOST_FN(trampoline)
-        access = _lib.Access(ctypes.sizeof(_lib.Access), 1, None, 0, None, 0)
-        if reads is not None or writes is not None:
-            rs = [resolve(b, "host_func's read buffer") for b in (reads or [])]
-            ws = [resolve(b, "host_func's write buffer") for b in (writes or [])]
-            self._keep.extend(b.owner for b in rs + ws)
-            r_ranges, w_ranges = _ranges(rs), _ranges(ws)
-            self._keep.extend((r_ranges, w_ranges))
-            access = _lib.Access(ctypes.sizeof(_lib.Access), 0, r_ranges, len(rs), w_ranges, len(ws))
+        access = self._access("host_func", reads, writes)
         self._keep.append(c_fn)
         return self._record("host_func", _lib_.cg_host_func, None, (c_fn, None, ctypes.byref(access)))
+
+    def _access(self, what: str, reads: Optional[Iterable[Any]], writes: Optional[Iterable[Any]]) -> Any:
+        """The cg_access_t of a node that declares the buffers it touches;
+        both None: a fence (it may touch anything)."""
+        if reads is None and writes is None:
+            return _lib.Access(ctypes.sizeof(_lib.Access), 1, None, 0, None, 0)
+        rs = [resolve(b, f"{what}'s read buffer") for b in (reads or [])]
+        ws = [resolve(b, f"{what}'s write buffer") for b in (writes or [])]
+        self._keep.extend(b.owner for b in rs + ws)
+        r_ranges, w_ranges = _ranges(rs), _ranges(ws)
+        self._keep.extend((r_ranges, w_ranges))
+        return _lib.Access(ctypes.sizeof(_lib.Access), 0, r_ranges, len(rs), w_ranges, len(ws))
+
+    # ---- CUDA graphs and events (device plans)
+
+    def _cuda(self, name: str) -> Any:
+        if not _lib.has(name):
+            raise UnsupportedError(f"commgraph.Graph: this libcommgraph was built without CUDA ({name})")
+        return getattr(_lib_, name)
+
+    @staticmethod
+    def _handle_of(obj: Any, attribute: str, what: str) -> int:
+        handle = getattr(obj, attribute, obj)
+        handle = handle() if callable(handle) else handle
+        if isinstance(handle, ctypes.c_void_p):
+            handle = handle.value or 0
+        if isinstance(handle, bool) or not isinstance(handle, int):
+            raise TypeError(f"commgraph: {what} must be an int handle or have .{attribute}, not {type(obj).__name__}")
+        if handle == 0:
+            raise ValueError(f"commgraph: {what} is NULL (a torch.cuda.Event has its CUDA event once recorded; a "
+                             f"torch.cuda.CUDAGraph its graph with keep_graph=True after the capture)")
+        return handle
+
+    def child_graph(self, cuda_graph: Any, reads: Optional[Iterable[Any]] = None,
+                    writes: Optional[Iterable[Any]] = None) -> Node:
+        """A CUDA graph of the user's as a node (cg_child_graph): a
+        cudaGraph_t as an int, or a torch.cuda.CUDAGraph captured with
+        keep_graph=True (its raw_cuda_graph()). It is cloned now, so the
+        original may change or go. reads, writes: the buffers its kernels
+        touch (both None: a fence). Device plans only."""
+        fn = self._cuda("cg_child_graph")
+        handle = self._handle_of(cuda_graph, "raw_cuda_graph", "child_graph's graph")
+        access = self._access("child_graph", reads, writes)
+        return self._record("child_graph", fn, None, (ctypes.c_void_p(handle), ctypes.byref(access)))
+
+    def event_wait(self, event: Any, reads: Optional[Iterable[Any]] = None,
+                   writes: Optional[Iterable[Any]] = None) -> Node:
+        """Waits for `event` (cg_event_wait), recorded by work outside the
+        plan: a cudaEvent_t as an int or a torch.cuda.Event (its cuda_event,
+        so record it once first). The graph and its plans keep the Python
+        object alive; the event itself must outlive them. Device plans only."""
+        fn = self._cuda("cg_event_wait")
+        handle = self._handle_of(event, "cuda_event", "event_wait's event")
+        access = self._access("event_wait", reads, writes)
+        self._keep.append(event)
+        return self._record("event_wait", fn, None, (ctypes.c_void_p(handle), ctypes.byref(access)))
+
+    def event_record(self, event: Any, reads: Optional[Iterable[Any]] = None,
+                     writes: Optional[Iterable[Any]] = None) -> Node:
+        """Records `event` (cg_event_record) once the work ordered before this
+        node is done, for work outside the plan to wait on. Same event forms
+        as event_wait. Device plans only."""
+        fn = self._cuda("cg_event_record")
+        handle = self._handle_of(event, "cuda_event", "event_record's event")
+        access = self._access("event_record", reads, writes)
+        self._keep.append(event)
+        return self._record("event_record", fn, None, (ctypes.c_void_p(handle), ctypes.byref(access)))
 
     # ---- structure
 

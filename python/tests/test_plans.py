@@ -467,3 +467,33 @@ def test_a_dropped_communicator_stays_open_until_exit_and_a_closed_one_is_forgot
     del graph
     gc.collect()
     assert graph_seen() is None
+
+
+def test_event_nodes_are_recorded_with_their_accesses_and_null_handles_refused(world):
+    if not cg._lib.has("cg_event_wait"):
+        pytest.skip("this libcommgraph was built without CUDA")
+    rng = np.random.default_rng(world.rank)
+    grad = np.zeros(int(rng.integers(4, 64)), np.float32)
+
+    class FakeEvent:  # stands in for torch.cuda.Event: recording calls no CUDA
+        cuda_event = 0x1000 + int(rng.integers(1, 1 << 20)) * 16
+
+    graph = cg.Graph("events")
+    ready = graph.event_wait(FakeEvent(), writes=[grad])
+    reduced = graph.allreduce(world, grad)
+    done = graph.event_record(0x2000, reads=[grad])
+    stats = graph.stats
+    assert stats["nodes_by_kind"] == {"event_wait": 1, "allreduce": 1, "event_record": 1}
+    assert stats["edges"] >= 2  # wait -> allreduce -> record, through the gradient's bytes
+    dot = graph.dot()
+    assert "event" in dot
+    assert ready.kind == "event_wait" and reduced.kind == "allreduce" and done.kind == "event_record"
+    with pytest.raises(ValueError):
+        graph.event_wait(0)  # a torch.cuda.Event before its first record
+    with pytest.raises(TypeError):
+        graph.event_record("event")
+    with pytest.raises(TypeError):
+        graph.child_graph(3.5)
+    with pytest.raises(ValueError):
+        graph.child_graph(0)
+    graph.close()
