@@ -206,16 +206,12 @@ static void park(void) {
 
 static atomic_int handler_called;
 static void fail(cg_status_t st, double timeout_s) {
-  /* gpu-embed: once the watchdog's handler runs it reports, drains, tears
-   * down and ends the job; a failure the main thread meets meanwhile (the
-   * second plan of swapped-plans on the aborted communicator) is reported
-   * and leaves the rest to it */
-  if (embedded && atomic_load(&handler_called)) {
-    fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
-    park();
-  }
   double began = wall_s();
   fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
+  /* gpu-embed: once the watchdog's handler runs it drains, tears down and
+   * ends the job; a failure the main thread meets meanwhile (the second
+   * plan of swapped-plans on the aborted communicator) leaves that to it */
+  if (embedded && atomic_load(&handler_called)) park();
   /* after a compile's or creation's timeout nothing ran on the GPU and the
    * job is to end: an ordinary NCCL teardown (about 0.25 s per communicator)
    * would only delay the abort */
