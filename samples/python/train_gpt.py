@@ -30,6 +30,8 @@ ddp-graph follow ddp's loss curve (relative difference at most 1e-4 over
 every step; "WRONG" and exit 1 otherwise), and times each mode: ms per
 iteration (median of the slowest rank over rounds), the exposed
 communication (iteration minus compute), and the ratio to ddp-graph.
+--bucket-mb and --first-bucket-mb set the buckets (DDP's and commgraph-overlap's),
+--timeout and --no-fingerprint the commgraph plans' watchdog.
 --smoke: a tiny model, 6 steps, 2 timed rounds (a test, scripts/gpu-test);
 without PyTorch or a GPU per rank it exits 77 (1 with CG_REQUIRE_GPU set).
 """
@@ -111,6 +113,14 @@ def options():
     p.add_argument("--batch", type=int, default=8, help="sequences per rank")
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--modes", default="compute,commgraph,commgraph-overlap,ddp,ddp-graph")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="DDP's bucket_cap_mb, and commgraph-overlap's buckets after the first")
+    p.add_argument("--first-bucket-mb", type=float, default=1.0,
+                   help="the first bucket's cap in commgraph-overlap (DDP's is 1 MiB, fixed)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="the commgraph plans' watchdog in seconds (0: none)")
+    p.add_argument("--no-fingerprint", action="store_true",
+                   help="compile the commgraph plans without the replay fingerprint (issue 23's check)")
     p.add_argument("--smoke", action="store_true", help="tiny and short: a test")
     a = p.parse_args()
     if a.smoke:
@@ -140,6 +150,9 @@ class Job:
         if any(m.startswith("ddp") for m in a.modes.split(",")):
             dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=self.rank,
                                     world_size=self.size, device_id=self.device)
+
+    def plan_options(self):
+        return {"timeout": self.a.timeout, "fingerprint": not self.a.no_fingerprint}
 
     def model(self):
         torch.manual_seed(1234)
@@ -242,7 +255,7 @@ def make_commgraph(job):
     graph = cg.Graph("gradients")
     for p in params:
         graph.allreduce(job.comm, p.grad, op="avg")
-    plan = graph.compile(timeout=120)
+    plan = graph.compile(**job.plan_options())
     optimizer = adamw(model)  # after the gradients exist, so its state matches theirs
     captured = Captured(job, model, optimizer, plain_step(model, optimizer, lambda: plan.launch()))
     return captured.iteration, [plan, arena, captured]
@@ -268,13 +281,13 @@ def make_commgraph_overlap(job):
     arena = cg.Arena(sum(p.numel() * p.element_size() for p in params), device=job.comm.device)
     for p in params:
         p.grad = arena.empty(p.shape, p.dtype).zero_()
-    buckets = ddp_buckets(params)
+    buckets = ddp_buckets(params, int(job.a.first_bucket_mb * (1 << 20)), int(job.a.bucket_mb * (1 << 20)))
     plans = []
     for i, bucket in enumerate(buckets):  # compiled in the same order on every rank (collective)
         graph = cg.Graph(f"bucket {i}")
         for p in bucket:
             graph.allreduce(job.comm, p.grad, op="avg")
-        plans.append(graph.compile(timeout=120))
+        plans.append(graph.compile(**job.plan_options()))
         graph.close()
     side = torch.cuda.Stream()
     # a bucket goes once all its gradients are accumulated, whatever order
@@ -312,7 +325,8 @@ def make_commgraph_overlap(job):
 
 def make_ddp(job):
     from torch.nn.parallel import DistributedDataParallel as DDP
-    model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=25, gradient_as_bucket_view=True)
+    model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=job.a.bucket_mb,
+                    gradient_as_bucket_view=True)
     step = plain_step(model, adamw(model))
 
     def iteration(s):
@@ -325,7 +339,8 @@ def make_ddp_graph(job):
     from torch.nn.parallel import DistributedDataParallel as DDP
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):  # PyTorch's notes: DDP built on a side stream
-        model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=25, gradient_as_bucket_view=True)
+        model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=job.a.bucket_mb,
+                    gradient_as_bucket_view=True)
     torch.cuda.current_stream().wait_stream(side)
     optimizer = adamw(model)
     captured = Captured(job, model, optimizer, plain_step(model, optimizer), warmup=11)
