@@ -31,7 +31,6 @@
 #include "plan_lock.h"
 #include "watchdog.h"
 
-static cg_status_t cuda_test(int *done, cg_plan_t *p);
 
 static void cuda_release(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
@@ -277,7 +276,7 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
 /* Captures the plan's steps into *out (compiling, and again on rebinding).
  * Events used during capture only become edges of the graph, so they live
  * only as long as this call. */
-static cg_status_t capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
+cg_status_t cg_cuda_capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
   cudaEvent_t *events = calloc(p->n_steps ? p->n_steps : 1, sizeof *events);
   cudaEvent_t *joins = calloc(2 * (size_t)p->n_lanes + 1, sizeof *joins);
   cudaEvent_t *unit_done = calloc(p->n_units ? p->n_units : 1, sizeof *unit_done);
@@ -388,7 +387,7 @@ static cg_status_t build_embed_graph(cudaGraph_t *out, cg_plan_t *p, cudaGraph_t
 
 /* Instantiates `graph` into *exec and moves it to the device, so the first
  * launch does not pay for it. */
-static cg_status_t instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStream_t stream, const char *where) {
+cg_status_t cg_cuda_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStream_t stream, const char *where) {
   cudaError_t err = cudaGraphInstantiateWithFlags(exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   if (err != cudaSuccess) {
     *exec = NULL;
@@ -477,9 +476,9 @@ static cg_status_t cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_stat
                    "replay's fingerprint (cg_compile_opts_t.fingerprint and timeout_s, or CG_TIMEOUT, must be "
                    "alike on every rank)", where, cg_comm_id_label(label, sizeof label, pt->comms[i]->id));
   }
-  if (st == CG_SUCCESS) st = capture(&p->cuda->graph, p, where);
+  if (st == CG_SUCCESS) st = cg_cuda_capture(&p->cuda->graph, p, where);
   struct cg_cuda_plan *c = st == CG_SUCCESS ? p->cuda : NULL;
-  if (st == CG_SUCCESS) st = instantiate(&c->exec, c->graph, c->lanes[0], where);
+  if (st == CG_SUCCESS) st = cg_cuda_instantiate(&c->exec, c->graph, c->lanes[0], where);
   if (st == CG_SUCCESS) st = build_embed_graph(&c->embed_graph, p, c->graph, where);
   if (st == CG_SUCCESS && (err = cudaStreamSynchronize(c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "cudaStreamSynchronize", "%s", where);
@@ -502,7 +501,7 @@ static cg_status_t launch_exec(cudaGraphExec_t *out, cg_plan_t *p, const char *w
     int previous = 0;
     cudaGetDevice(&previous);
     cudaSetDevice(p->device);
-    cg_status_t st = instantiate(&c->embed_exec, c->embed_graph, c->lanes[0], where);
+    cg_status_t st = cg_cuda_instantiate(&c->embed_exec, c->embed_graph, c->lanes[0], where);
     cudaSetDevice(previous);
     if (st != CG_SUCCESS) return st;
   }
@@ -576,7 +575,7 @@ static cg_status_t cuda_start(cg_plan_t *p) {
   int done = 1;
   cg_status_t st = cg_cuda_check_runnable(p, "cg_plan_start");
   if (st != CG_SUCCESS) return st;
-  st = cuda_test(&done, p);
+  st = cg_cuda_test(&done, p);
   if (st != CG_SUCCESS) return st;
   if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: the plan's previous run has not finished");
   cudaGraphExec_t exec = NULL;
@@ -645,7 +644,7 @@ static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
   return 1;
 }
 
-static cg_status_t cuda_test(int *done, cg_plan_t *p) {
+cg_status_t cg_cuda_test(int *done, cg_plan_t *p) {
   cg_status_t st = CG_SUCCESS;
   *done = 1;
   if (!atomic_load(&p->cuda->running)) return CG_SUCCESS;
@@ -677,7 +676,7 @@ static cg_status_t cuda_wait(cg_plan_t *p) {
 static cg_status_t cuda_quiesce(cg_plan_t *p, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   int done = 1;
-  cg_status_t st = cuda_test(&done, p);
+  cg_status_t st = cg_cuda_test(&done, p);
   if (st != CG_SUCCESS) return st;
   if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "%s: the plan's cg_plan_start replay is running: wait for it first", where);
   /* launches on users' streams record nothing the plan could wait for */
@@ -699,7 +698,7 @@ static cg_status_t update_exec(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStr
   if (cudaGraphExecUpdate(*exec, graph, &info) == cudaSuccess) return CG_SUCCESS;
   cudaGetLastError();
   cudaGraphExec_t fresh = NULL;
-  cg_status_t st = instantiate(&fresh, graph, stream, where);
+  cg_status_t st = cg_cuda_instantiate(&fresh, graph, stream, where);
   if (st != CG_SUCCESS) return st;
   cudaGraphExecDestroy(*exec);
   *exec = fresh;
@@ -712,7 +711,7 @@ static cg_status_t cuda_rebuild(cg_plan_t *p, const char *where) {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(p->device);
-  cg_status_t st = capture(&graph, p, where);
+  cg_status_t st = cg_cuda_capture(&graph, p, where);
   if (st == CG_SUCCESS) st = build_embed_graph(&embed, p, graph, where);
   /* the executable graphs change only once everything new exists */
   if (st == CG_SUCCESS) st = update_exec(&c->exec, graph, c->lanes[0], where);
@@ -738,120 +737,17 @@ cg_status_t cg_executor_current_device(int *device, const char *where) {
   return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "cudaGetDevice", "%s", where);
 }
 
-/* ---- profiling (cg_plan_tune): the steps captured again with a time stamp
- * before and after each one (and one at the start), replayed, read back, and
- * the stamps' own cost taken out (cg_profile_remove_stamps) */
-
-/* What one profiling stamp adds to a chain of dependent work inside a
- * replayed graph: a captured chain of stamps, replayed, the median gap. */
-#define STAMP_CHAIN 33
-static cg_status_t stamp_cost(double *us, cudaStream_t s, const char *where) {
-  unsigned long long *dev = NULL, host[STAMP_CHAIN];
-  double gaps[5];
-  cudaGraph_t graph = NULL;
-  cudaGraphExec_t exec = NULL;
-  cg_status_t st = CG_SUCCESS;
-  cudaError_t err = cudaMalloc((void **)&dev, sizeof host);
-  *us = 0;
-  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaMalloc (profiling stamps)", "%s", where);
-  cudaStream_t chain = NULL;
-  if ((err = cudaStreamCreateWithFlags(&chain, cudaStreamNonBlocking)) != cudaSuccess) {
-    chain = NULL;
-    st = cg_fail_cuda(err, "cudaStreamCreateWithFlags", "%s", where);
-  }
-  if (st == CG_SUCCESS && (err = cudaStreamBeginCapture(chain, cudaStreamCaptureModeThreadLocal)) != cudaSuccess)
-    st = cg_fail_cuda(err, "cudaStreamBeginCapture", "%s", where);
-  for (int k = 0; k < STAMP_CHAIN && st == CG_SUCCESS; k++)
-    if ((err = cg_time_stamp_launch(&dev[k], chain)) != cudaSuccess)
-      st = cg_fail_cuda(err, "the profiling stamp", "%s", where);
-  if (chain && (err = cudaStreamEndCapture(chain, &graph)) != cudaSuccess && st == CG_SUCCESS)
-    st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);
-  if (st == CG_SUCCESS) st = instantiate(&exec, graph, s, where);
-  for (int r = -1; r < 5 && st == CG_SUCCESS; r++) {
-    if ((err = cudaGraphLaunch(exec, s)) != cudaSuccess || (err = cudaStreamSynchronize(s)) != cudaSuccess ||
-        (err = cudaMemcpy(host, dev, sizeof host, cudaMemcpyDeviceToHost)) != cudaSuccess)
-      st = cg_fail_cuda(err, "timing the profiling stamps", "%s", where);
-    else if (r >= 0)
-      gaps[r] = (double)(host[STAMP_CHAIN - 1] - host[0]) / 1e3 / (STAMP_CHAIN - 1);
-  }
-  if (st == CG_SUCCESS) {
-    for (int i = 1; i < 5; i++)
-      for (int j = i; j > 0 && gaps[j - 1] > gaps[j]; j--) {
-        double t = gaps[j];
-        gaps[j] = gaps[j - 1], gaps[j - 1] = t;
-      }
-    *us = gaps[2];
-  }
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  if (chain) cudaStreamDestroy(chain);
-  cudaFree(dev);
-  return st;
-}
-
-static cg_status_t cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, void *stream, const char *where) {
-  struct cg_cuda_plan *c = p->cuda;
-  size_t slots = 2 * (size_t)p->n_steps + 1;
-  int done = 1, previous = 0;
-  *out = (cg_profile_t){0};
-  cg_status_t st = cg_cuda_check_runnable(p, where);
-  if (st == CG_SUCCESS) st = cuda_test(&done, p);
-  if (st != CG_SUCCESS) return st;
-  if (!done)
-    return cg_fail(CG_ERR_IN_PROGRESS, "%s: the plan's cg_plan_start replay is running: wait for it first", where);
-  unsigned long long *dev = NULL;
-  uint64_t *all = calloc(slots * (size_t)replays, sizeof *all);
-  if (!all) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating profiling stamps", where);
-  cudaGetDevice(&previous);
-  cudaSetDevice(p->device);
-  cudaGraph_t graph = NULL;
-  cudaGraphExec_t exec = NULL;
-  cudaStream_t s = stream ? (cudaStream_t)stream : c->lanes[0];
-  cudaError_t err = cudaSuccess;
-  if (st == CG_SUCCESS && (err = cudaMalloc((void **)&dev, slots * sizeof *dev)) != cudaSuccess) {
-    dev = NULL;
-    st = cg_fail_cuda(err, "cudaMalloc (profiling stamps)", "%s", where);
-  }
-  if (st == CG_SUCCESS) {
-    /* the watchdog's marks count the plan's own replays: not these
-     * (marking() leaves them out while stamps are set) */
-    c->stamps = dev;
-    st = capture(&graph, p, where);
-    c->stamps = NULL;
-  }
-  if (st == CG_SUCCESS) st = instantiate(&exec, graph, s, where);
-  /* one warm-up replay, then the profiled ones, each waited for */
-  for (int k = -1; k < replays && st == CG_SUCCESS; k++) {
-    if ((err = cudaGraphLaunch(exec, s)) != cudaSuccess || (err = cudaStreamSynchronize(s)) != cudaSuccess)
-      st = cg_fail_cuda(err, "a profiling replay", "%s", where);
-    else if (k >= 0 && (err = cudaMemcpy(all + (size_t)k * slots, dev, slots * sizeof *dev,
-                                         cudaMemcpyDeviceToHost)) != cudaSuccess)
-      st = cg_fail_cuda(err, "cudaMemcpy (profiling stamps)", "%s", where);
-  }
-  if (st == CG_SUCCESS) st = cg_profile_from_stamps(out, all, p->n_steps, replays, where);
-  /* without the stamps' cost the profile still holds, only longer */
-  double stamp_us = 0;
-  if (st == CG_SUCCESS && stamp_cost(&stamp_us, s, where) != CG_SUCCESS) stamp_us = 0;
-  if (st == CG_SUCCESS) cg_profile_remove_stamps(out, p, stamp_us);
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  if (dev) cudaFree(dev);
-  cudaSetDevice(previous);
-  free(all);
-  return st;
-}
-
 static const cg_executor_t cuda_executor = {
     .name = "cuda",
     .build = cuda_build,
     .prepare_buckets = cg_cuda_bucket_tables,
     .release = cuda_release,
     .start = cuda_start,
-    .test = cuda_test,
+    .test = cg_cuda_test,
     .wait = cuda_wait,
     .quiesce = cuda_quiesce,
     .rebuild = cuda_rebuild,
-    .profile = cuda_profile,
+    .profile = cg_cuda_profile,
 };
 
 const cg_executor_t *cg_device_executor(void) { return &cuda_executor; }

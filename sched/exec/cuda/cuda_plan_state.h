@@ -1,5 +1,6 @@
-/* A device plan's CUDA state, shared by the CUDA realizer (cuda_plan.c) and
- * the device side of the replay watchdog (cuda_watchdog.c). */
+/* A device plan's CUDA state, shared by the CUDA realizer (cuda_plan.c), the
+ * device side of the replay watchdog (cuda_watchdog.c) and profiling
+ * (cuda_profile.c). */
 #ifndef CG_SCHED_CUDA_PLAN_STATE_H
 #define CG_SCHED_CUDA_PLAN_STATE_H
 
@@ -9,6 +10,7 @@
 
 #include "device_fingerprint.h"
 #include "plan_internal.h"
+#include "plan_measure.h"
 
 struct cg_cuda_plan {
   cudaStream_t *lanes;
@@ -95,5 +97,19 @@ cg_status_t cg_cuda_watch_launch(cg_plan_t *p);
  * timeout. */
 cg_status_t cg_cuda_watch_embedded(cg_plan_t *p, const char *caller);
 void cg_cuda_watch_forget(cg_plan_t *p);
+
+/* ---- the realizer's pieces profiling uses (cuda_plan.c) */
+
+/* Captures the plan's steps into *out: with the progress marks of a plan
+ * with a timeout, or with the profiling stamps instead while p->cuda->stamps
+ * is set. */
+cg_status_t cg_cuda_capture(cudaGraph_t *out, cg_plan_t *p, const char *where);
+/* Instantiates `graph` into *exec and uploads it on `stream`. */
+cg_status_t cg_cuda_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStream_t stream, const char *where);
+/* Whether the plan's cg_plan_start replay is done (*done), and how it ended. */
+cg_status_t cg_cuda_test(int *done, cg_plan_t *p);
+/* cg_plan_tune's profile of a device plan (cuda_profile.c): `replays`
+ * replays with time stamps around every step, on `stream` (NULL: lane 0). */
+cg_status_t cg_cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, void *stream, const char *where);
 
 #endif
