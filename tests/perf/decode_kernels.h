@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define DECODE_HD __host__ __device__
@@ -23,22 +24,19 @@
  * and bfloat16 holds every integer up to 256. */
 #define DECODE_MAX_RANKS 85
 
-/* bfloat16 bits of a small integer (exact), and back. */
+/* bfloat16 bits of a small integer (exact: the float's low half is zero),
+ * and back. */
 static inline DECODE_HD uint16_t decode_bf16_of(int v) {
-  union {
-    float f;
-    uint32_t u;
-  } x;
-  x.f = (float)v;
-  return (uint16_t)(x.u >> 16);
+  float f = (float)v;
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return (uint16_t)(u >> 16);
 }
 static inline DECODE_HD int decode_int_of(uint16_t bits) {
-  union {
-    float f;
-    uint32_t u;
-  } x;
-  x.u = (uint32_t)bits << 16;
-  return (int)x.f;
+  uint32_t u = (uint32_t)bits << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return (int)f;
 }
 
 /* Element j of the step's input on `rank`. */
