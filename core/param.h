@@ -30,7 +30,7 @@
   X(CG_PARAM_MPI_CUDA_AWARE, "CG_MPI_CUDA_AWARE", CG_PARAM_SWITCH, "0 or 1", "1",                          \
     "overrides what MPI says of its CUDA support (mpi-staged backend)")                                    \
   X(CG_PARAM_FLIGHT_DIR, "CG_FLIGHT_DIR", CG_PARAM_PATH, "a directory", "/tmp",                             \
-    "where timeouts and cg_flight_dump write the flight recorder")                                          \
+    "where a timeout writes the flight recorder (cg_flight_dump writes to the FILE it is given)")                                          \
   X(CG_PARAM_NCCL_P2P_DISABLE, "NCCL_P2P_DISABLE", CG_PARAM_ORDINAL, "an integer >= 0", "1",               \
     "NCCL's own; read, not set: not 0 makes NCCL communicators take the bucket size for ranks without peer " \
     "links")

@@ -69,8 +69,9 @@ typedef struct cg_compile_opts {
  * communicator that other ranks' graphs use joins its check with an empty
  * sequence (it learns of it from their summaries on a communicator they share),
  * so they fail instead of waiting; a rank that shares no communicator with them,
- * or no longer holds the communicator, cannot, and they wait (the replay
- * watchdog bounds replays, not compiles). The check is one small allgather per communicator, a second where
+ * or no longer holds the communicator, cannot, and they wait, for ever unless the
+ * compile has a timeout (timeout_s or CG_TIMEOUT: CG_ERR_TIMEOUT naming the ranks
+ * that did not come). The check is one small allgather per communicator, a second where
  * the summaries differ or point-to-point operations must be paired, and a third
  * only to name the nodes of a mismatch: once per compile, nothing per run.
  *

@@ -32,7 +32,7 @@
 #include "watchdog.h"
 
 
-static void cuda_release(cg_plan_t *p) {
+void cg_cuda_release(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   if (!c) return;
   /* the plan's device, whichever thread destroys it (a timeout handler's
@@ -453,7 +453,7 @@ static void prints_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride,
   for (int r = 1; r < size; r++) a->differ[i] |= all[(size_t)r * stride] != all[0];
 }
 
-static cg_status_t cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t mine, const char *where) {
+cg_status_t cg_cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t mine, const char *where) {
   cg_status_t st = mine;
   cudaError_t err = cudaSuccess;
   int previous = 0;
@@ -570,7 +570,7 @@ cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
   return cg_cuda_watch_embedded(plan, "cg_plan_cuda_graph");
 }
 
-static cg_status_t cuda_start(cg_plan_t *p) {
+cg_status_t cg_cuda_start(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   int done = 1;
   cg_status_t st = cg_cuda_check_runnable(p, "cg_plan_start");
@@ -655,7 +655,7 @@ cg_status_t cg_cuda_test(int *done, cg_plan_t *p) {
   return CG_SUCCESS;
 }
 
-static cg_status_t cuda_wait(cg_plan_t *p) {
+cg_status_t cg_cuda_wait(cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   cg_status_t st = CG_SUCCESS;
   if (!atomic_load(&c->running)) return CG_SUCCESS;
@@ -673,7 +673,7 @@ static cg_status_t cuda_wait(cg_plan_t *p) {
 
 /* ---- rebinding (rebind.c decides; this captures again) */
 
-static cg_status_t cuda_quiesce(cg_plan_t *p, const char *where) {
+cg_status_t cg_cuda_quiesce(cg_plan_t *p, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   int done = 1;
   cg_status_t st = cg_cuda_test(&done, p);
@@ -705,7 +705,7 @@ static cg_status_t update_exec(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStr
   return CG_SUCCESS;
 }
 
-static cg_status_t cuda_rebuild(cg_plan_t *p, const char *where) {
+cg_status_t cg_cuda_rebuild(cg_plan_t *p, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   cudaGraph_t graph = NULL, embed = NULL;
   int previous = 0;
@@ -736,18 +736,3 @@ cg_status_t cg_executor_current_device(int *device, const char *where) {
   cudaError_t err = cudaGetDevice(device);
   return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "cudaGetDevice", "%s", where);
 }
-
-static const cg_executor_t cuda_executor = {
-    .name = "cuda",
-    .build = cuda_build,
-    .prepare_buckets = cg_cuda_bucket_tables,
-    .release = cuda_release,
-    .start = cuda_start,
-    .test = cg_cuda_test,
-    .wait = cuda_wait,
-    .quiesce = cuda_quiesce,
-    .rebuild = cuda_rebuild,
-    .profile = cg_cuda_profile,
-};
-
-const cg_executor_t *cg_device_executor(void) { return &cuda_executor; }

@@ -1,6 +1,6 @@
 /* A device plan's CUDA state, shared by the CUDA realizer (cuda_plan.c), the
- * device side of the replay watchdog (cuda_watchdog.c) and profiling
- * (cuda_profile.c). */
+ * device side of the replay watchdog (cuda_watchdog.c), profiling
+ * (cuda_profile.c) and the executor's table (cuda_executor.c). */
 #ifndef CG_SCHED_CUDA_PLAN_STATE_H
 #define CG_SCHED_CUDA_PLAN_STATE_H
 
@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "agreement.h"
 #include "device_fingerprint.h"
 #include "plan_internal.h"
 #include "plan_measure.h"
@@ -98,7 +99,15 @@ cg_status_t cg_cuda_watch_launch(cg_plan_t *p);
 cg_status_t cg_cuda_watch_embedded(cg_plan_t *p, const char *caller);
 void cg_cuda_watch_forget(cg_plan_t *p);
 
-/* ---- the realizer's pieces profiling uses (cuda_plan.c) */
+/* ---- the realizer (cuda_plan.c): the device executor's entries
+ * (cuda_executor.c) and what profiling uses */
+
+cg_status_t cg_cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t mine, const char *where);
+void cg_cuda_release(cg_plan_t *p);
+cg_status_t cg_cuda_start(cg_plan_t *p);
+cg_status_t cg_cuda_wait(cg_plan_t *p);
+cg_status_t cg_cuda_quiesce(cg_plan_t *p, const char *where);
+cg_status_t cg_cuda_rebuild(cg_plan_t *p, const char *where);
 
 /* Captures the plan's steps into *out: with the progress marks of a plan
  * with a timeout, or with the profiling stamps instead while p->cuda->stamps
