@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena_internal.h"
 #include "commgraph/arena.h"
 #include "device_memory.h"
 #include "error.h"
@@ -18,6 +19,8 @@ struct cg_arena {
   size_t used;
   int device;
   size_t alignment;
+  cg_arena_release_fn release; /* NULL: the arena allocated base itself */
+  void *release_ctx;
 };
 
 cg_status_t cg_arena_create(cg_arena_t **out, size_t capacity, const cg_arena_opts_t *opts) {
@@ -38,7 +41,7 @@ cg_status_t cg_arena_create(cg_arena_t **out, size_t capacity, const cg_arena_op
     return cg_fail(CG_ERR_OVERFLOW, "cg_arena_create: capacity %zu is too large", capacity);
   cg_arena_t *a = calloc(1, sizeof *a);
   if (!a) return cg_fail(CG_ERR_NO_MEMORY, "cg_arena_create: out of memory");
-  *a = (cg_arena_t){NULL, capacity, 0, opts->device, opts->alignment};
+  *a = (cg_arena_t){NULL, capacity, 0, opts->device, opts->alignment, NULL, NULL};
   size_t bytes = (padded + ARENA_BASE_ALIGN - 1) / ARENA_BASE_ALIGN * ARENA_BASE_ALIGN;
   if (!bytes) bytes = ARENA_BASE_ALIGN;
   if (opts->device == CG_DEVICE_HOST) {
@@ -55,6 +58,19 @@ cg_status_t cg_arena_create(cg_arena_t **out, size_t capacity, const cg_arena_op
     free(a);
     return st;
   }
+  *out = a;
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_arena_adopt(cg_arena_t **out, void *base, size_t capacity, int device, size_t alignment,
+                           cg_arena_release_fn release, void *ctx, const char *where) {
+  if (!out || !base || !release) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL arena memory", where);
+  if (alignment & (alignment - 1))
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: alignment %zu is not a power of two", where, alignment);
+  if (device < 0) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: device %d is not a CUDA device", where, device);
+  cg_arena_t *a = calloc(1, sizeof *a);
+  if (!a) return cg_fail(CG_ERR_NO_MEMORY, "%s: out of memory", where);
+  *a = (cg_arena_t){base, capacity, 0, device, alignment, release, ctx};
   *out = a;
   return CG_SUCCESS;
 }
@@ -91,7 +107,9 @@ cg_status_t cg_arena_reset(cg_arena_t *arena) {
 
 void cg_arena_destroy(cg_arena_t *arena) {
   if (!arena) return;
-  if (arena->device == CG_DEVICE_HOST) {
+  if (arena->release) {
+    arena->release(arena->release_ctx, arena->base);
+  } else if (arena->device == CG_DEVICE_HOST) {
     free(arena->base);
   } else {
     cg_device_free(arena->base, arena->device);

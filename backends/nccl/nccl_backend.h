@@ -49,6 +49,8 @@ extern const cg_backend_t cg_nccl_backend;
 
 /* cg_comm_create's NCCL path: opts already checked; collective over `mpi`. */
 cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level);
+/* The NCCL state of a communicator of this backend; NULL for other backends. */
+cg_nccl_comm_t *cg_nccl_comm_of(const cg_comm_t *comm);
 /* The control part of an NCCL communicator; NULL for other backends. */
 const cg_mpi_comm_t *cg_nccl_comm_control(const cg_comm_t *comm);
 

@@ -405,6 +405,8 @@ cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm) {
   return CG_SUCCESS;
 }
 
+cg_nccl_comm_t *cg_nccl_comm_of(const cg_comm_t *comm) { return comm->ops == &nccl_ops ? comm->impl : NULL; }
+
 const cg_mpi_comm_t *cg_nccl_comm_control(const cg_comm_t *comm) {
   return comm->ops == &nccl_ops ? ((const cg_nccl_comm_t *)comm->impl)->control : NULL;
 }

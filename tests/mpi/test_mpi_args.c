@@ -964,6 +964,24 @@ static void row_comm_nccl(fx_t *fx) {
 #endif
 }
 
+static void row_nccl_arena_create(fx_t *fx) {
+#if CG_HAVE_NCCL
+  const char *fn = "cg_nccl_arena_create";
+  cg_arena_t *sentinel = (cg_arena_t *)fx, *out = sentinel;
+  cg_arena_opts_t o = CG_ARENA_OPTS_INIT;
+  EXPECT(fx, fn, cg_nccl_arena_create(NULL, fx->world, 64, NULL), IA);
+  EXPECT(fx, fn, cg_nccl_arena_create(&out, NULL, 64, NULL), IA);
+  o.size = 0;
+  EXPECT(fx, fn, cg_nccl_arena_create(&out, fx->world, 64, &o), IA);
+  /* symmetric memory is NCCL's: MPI and offline communicators have none */
+  EXPECT(fx, fn, cg_nccl_arena_create(&out, fx->world, 64, NULL), CG_ERR_UNSUPPORTED);
+  EXPECT(fx, fn, cg_nccl_arena_create(&out, fx->off, 64, NULL), CG_ERR_UNSUPPORTED);
+  CHECK(fx, out == sentinel, "a failed cg_nccl_arena_create wrote %p to out", (void *)out);
+#else
+  note(fx, "skipped (built without NCCL)");
+#endif
+}
+
 /* ---- rows: names and status (static text; unknown values are not errors) */
 
 static void row_dtype_size(fx_t *fx) {
@@ -1472,6 +1490,7 @@ static const row_t rows[] = {
     /* nccl.h (NCCL builds) */
     {"cg_comm_from_nccl", row_comm_from_nccl},
     {"cg_comm_nccl", row_comm_nccl},
+    {"cg_nccl_arena_create", row_nccl_arena_create},
     /* graph.h */
     {"cg_graph_create", row_graph_create},
     {"cg_graph_destroy", row_graph_destroy},
@@ -1541,7 +1560,7 @@ END_TEST
 START_TEST(args__table_has_no_duplicates) {
   for (int i = 0; i < N_ROWS; i++)
     for (int j = i + 1; j < N_ROWS; j++) ck_assert_msg(strcmp(rows[i].name, rows[j].name) != 0, "row %s twice", rows[i].name);
-  ck_assert_int_eq(N_ROWS, 68);
+  ck_assert_int_eq(N_ROWS, 69);
 }
 END_TEST
 
