@@ -17,6 +17,10 @@
  *                      reads and writes) and L allreduces, cg_plan_launch
  *   commgraph watched  the same compiled with a 60 s timeout (the replay
  *                      watchdog's marks and fingerprint)
+ *   commgraph symmetric arena
+ *                      the unwatched plan over buffers from
+ *                      cg_nccl_arena_create (a symmetric window on the
+ *                      plan's own NCCL communicator)
  *
  * Printed per batch: µs per step (median over rounds of the slowest rank's
  * cudaEvent time per batch of steps), the communication per layer (step
@@ -50,9 +54,10 @@
 #define MAX_ROUNDS 101
 #define MAX_BATCHES 8
 
-enum { COMPUTE, EAGER, CAPTURED, SYMMETRIC, PLAN, PLAN_WATCHED, N_MODES };
-static const char *const mode_names[] = {"compute only (bound)", "eager NCCL", "NCCL captured",
-                                         "NCCL symmetric captured", "commgraph", "commgraph watched"};
+enum { COMPUTE, EAGER, CAPTURED, SYMMETRIC, PLAN, PLAN_WATCHED, PLAN_SYMMETRIC, N_MODES };
+static const char *const mode_names[] = {"compute only (bound)", "eager NCCL",        "NCCL captured",
+                                         "NCCL symmetric captured", "commgraph",       "commgraph watched",
+                                         "commgraph symmetric arena"};
 _Static_assert(sizeof mode_names / sizeof *mode_names == N_MODES, "a name per mode");
 
 static int rank, ranks;
@@ -64,9 +69,10 @@ typedef struct decode {
   unsigned long long layer_ns;
   uint16_t *x;     /* (layers + 1) × count bfloat16 (cudaMalloc): x[0] the input, x[l + 1] layer l's */
   uint16_t *x_sym; /* the same in a symmetric window; NULL where NCCL has none */
+  uint16_t *x_arena; /* the same in an arena from cg_nccl_arena_create (the plan's own window) */
   ncclComm_t nccl;
   cudaGraphExec_t compute, captured, symmetric;
-  cg_plan_t *plan, *watched;
+  cg_plan_t *plan, *watched, *in_arena;
 } decode_t;
 
 static uint16_t *layer_buf(const decode_t *d, uint16_t *base, int l) { return base + (size_t)l * d->count; }
@@ -95,12 +101,13 @@ static cudaGraphExec_t capture_step(const decode_t *d, uint16_t *base, int compu
 
 /* The same step as a commgraph plan: a child graph per layer (it reads the
  * layer before and writes its own), an allreduce of what it wrote. */
-static cg_plan_t *compile_step(const decode_t *d, cg_comm_t *comm, double timeout_s, cudaStream_t stream) {
+static cg_plan_t *compile_step(const decode_t *d, uint16_t *base, cg_comm_t *comm, double timeout_s,
+                               cudaStream_t stream) {
   cg_graph_t *graph;
   CG_CHECK(cg_graph_create(&graph, NULL));
   size_t bytes = d->count * sizeof(uint16_t);
   for (int l = 0; l < d->layers; l++) {
-    uint16_t *in = layer_buf(d, d->x, l), *out = layer_buf(d, d->x, l + 1);
+    uint16_t *in = layer_buf(d, base, l), *out = layer_buf(d, base, l + 1);
     cudaGraph_t child;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     CUDA_CHECK(decode_layer_launch(in, out, d->count, rank, l, d->layer_ns, stream));
@@ -137,7 +144,8 @@ static void one_step(const decode_t *d, cudaStream_t stream) {
     case CAPTURED: CUDA_CHECK(cudaGraphLaunch(d->captured, stream)); break;
     case SYMMETRIC: CUDA_CHECK(cudaGraphLaunch(d->symmetric, stream)); break;
     case PLAN: CG_CHECK(cg_plan_launch(d->plan, stream)); break;
-    default: CG_CHECK(cg_plan_launch(d->watched, stream)); break;
+    case PLAN_WATCHED: CG_CHECK(cg_plan_launch(d->watched, stream)); break;
+    default: CG_CHECK(cg_plan_launch(d->in_arena, stream)); break;
   }
 }
 
@@ -178,8 +186,12 @@ static void reference(const decode_t *d, int reduced, int *ref) {
 /* Poisons x[1..layers] of the mode's buffers (NaN), runs one step, and
  * returns how many values differ from ref on this rank (the first few
  * printed). */
+static uint16_t *mode_base(const decode_t *d, int mode) {
+  return mode == SYMMETRIC ? d->x_sym : mode == PLAN_SYMMETRIC ? d->x_arena : d->x;
+}
+
 static long long check_mode(decode_t *d, int mode, const int *ref, uint16_t *host, cudaStream_t stream) {
-  uint16_t *base = mode == SYMMETRIC ? d->x_sym : d->x;
+  uint16_t *base = mode_base(d, mode);
   size_t n = (size_t)d->layers * d->count;
   CUDA_CHECK(cudaMemset(layer_buf(d, base, 1), 0xff, n * sizeof *base));
   CUDA_CHECK(cudaDeviceSynchronize()); /* the memset (legacy stream) before the step on `stream` */
@@ -257,12 +269,17 @@ static void bench_batch(cg_comm_t *comm, ncclComm_t nccl, int layers, int hidden
   void *window = NULL;
   d.x_sym = symmetric_buffers(nccl, bytes, &window);
   if (d.x_sym) CUDA_CHECK(cudaMemcpy(d.x_sym, host, d.count * sizeof *host, cudaMemcpyHostToDevice));
+  cg_arena_t *arena = NULL;
+  CG_CHECK(cg_nccl_arena_create(&arena, comm, bytes, NULL));
+  CG_CHECK(cg_arena_alloc((void **)&d.x_arena, arena, values, CG_BFLOAT16));
+  CUDA_CHECK(cudaMemcpy(d.x_arena, host, d.count * sizeof *host, cudaMemcpyHostToDevice));
 
   d.compute = capture_step(&d, d.x, 1, stream);
   d.captured = capture_step(&d, d.x, 0, stream);
   if (d.x_sym) d.symmetric = capture_step(&d, d.x_sym, 0, stream);
-  d.plan = compile_step(&d, comm, -1, stream); /* never watched, whatever CG_TIMEOUT says */
-  d.watched = compile_step(&d, comm, 60, stream);
+  d.plan = compile_step(&d, d.x, comm, -1, stream); /* never watched, whatever CG_TIMEOUT says */
+  d.watched = compile_step(&d, d.x, comm, 60, stream);
+  d.in_arena = compile_step(&d, d.x_arena, comm, -1, stream);
 
   int modes[N_MODES], n_modes = 0;
   for (int m = 0; m < N_MODES; m++)
@@ -314,6 +331,8 @@ static void bench_batch(cg_comm_t *comm, ncclComm_t nccl, int layers, int hidden
 
   cg_plan_destroy(d.plan);
   cg_plan_destroy(d.watched);
+  cg_plan_destroy(d.in_arena);
+  cg_arena_destroy(arena);
   CUDA_CHECK(cudaGraphExecDestroy(d.compute));
   CUDA_CHECK(cudaGraphExecDestroy(d.captured));
   if (d.symmetric) CUDA_CHECK(cudaGraphExecDestroy(d.symmetric));

@@ -1,0 +1,166 @@
+/* Arenas in NCCL symmetric memory (cg_nccl_arena_create, commgraph/nccl.h):
+ * plans over their pieces give the right results replay after replay, fused
+ * without copies; the arena outlives the communicator it was made on; two
+ * arenas on one communicator; a device that is not the communicator's is
+ * refused on every rank. Inputs are random integers (exact in float32),
+ * outputs poisoned before every replay, sums checked on the device. NCCL
+ * only: the suite is not in the per-backend list. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_kernels.h"
+#include "gpu_test.h"
+
+enum { ROUNDS = 6, TENSORS = 7, GATHER = 3001 };
+
+static uint64_t round_seed(int k, int salt) {
+  return cg_test_seed() ^ ((uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)salt << 40);
+}
+
+/* Wrong elements of n floats at y against the sum over `ranks` ranks from
+ * first_rank of cg_gpu_value(seed, r, i). */
+static unsigned long long wrong_sums(const float *y, size_t n, uint64_t seed, int first_rank, int ranks) {
+  unsigned long long bad = 0, *dev_bad = cg_gpu_alloc(sizeof bad);
+  CUDA_OK(cudaMemsetAsync(dev_bad, 0, sizeof bad, cg_gpu_stream()));
+  CUDA_OK(cg_gpu_check_sum(y, 1, n, n, seed, first_rank, ranks, dev_bad, cg_gpu_stream()));
+  CUDA_OK(cudaMemcpyAsync(&bad, dev_bad, sizeof bad, cudaMemcpyDeviceToHost, cg_gpu_stream()));
+  CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
+  cg_gpu_free(dev_bad);
+  return bad;
+}
+
+/* A communicator of the NCCL backend over the world; NULL (on every rank)
+ * when CG_GPU_TEST_BACKEND chose another. */
+static cg_comm_t *nccl_comm(void) {
+  cg_comm_t *comm = cg_gpu_nccl_comm(MPI_COMM_WORLD);
+  const char *backend = NULL;
+  ck_assert_cg_ok(cg_comm_backend_name(&backend, comm));
+  if (strcmp(backend, "nccl") != 0) {
+    cg_comm_destroy(comm);
+    return NULL;
+  }
+  return comm;
+}
+
+static size_t tensor_count(int t) { return (size_t)(1 + (cg_test_seed() >> (t % 48)) % 4099); }
+
+START_TEST(nccl_symmetric__plans_over_an_arena_are_right_every_replay_and_fuse_without_copies) {
+  int me = cg_gpu_rank(), n = cg_gpu_size();
+  cg_comm_t *comm = nccl_comm();
+  if (!comm) return;
+  size_t total = 0;
+  for (int t = 0; t < TENSORS; t++) total += tensor_count(t);
+  size_t capacity = (total + GATHER + (size_t)GATHER * n) * sizeof(float);
+  cg_arena_t *arena = NULL;
+  cg_status_t st = cg_nccl_arena_create(&arena, comm, capacity, NULL);
+  ck_assert_all_ranks(st == CG_SUCCESS, "cg_nccl_arena_create on an NCCL communicator");
+
+  /* the same pieces in the same order on every rank: the same offsets */
+  float *grads[TENSORS], *mine = NULL, *all = NULL;
+  cg_graph_t *g = NULL;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int t = 0; t < TENSORS; t++) {
+    ck_assert_cg_ok(cg_arena_alloc((void **)&grads[t], arena, tensor_count(t), CG_FLOAT32));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, grads[t], grads[t], tensor_count(t), CG_FLOAT32, CG_SUM));
+  }
+  ck_assert_cg_ok(cg_arena_alloc((void **)&mine, arena, GATHER, CG_FLOAT32));
+  ck_assert_cg_ok(cg_arena_alloc((void **)&all, arena, (size_t)GATHER * n, CG_FLOAT32));
+  ck_assert_cg_ok(cg_allgather(NULL, g, comm, mine, all, GATHER, CG_FLOAT32));
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "allreduces and an allgather over a symmetric arena");
+  cg_graph_destroy(g);
+  cg_plan_stats_t stats;
+  ck_assert_cg_ok(cg_plan_stats(&stats, plan));
+  char what[200];
+  snprintf(what, sizeof what, "the %d allreduces fuse without copies (buckets %zu, copy bytes %zu)", TENSORS,
+           stats.buckets, stats.copy_bytes);
+  ck_assert_all_ranks(stats.buckets >= 1 && stats.copy_bytes == 0, what);
+
+  cudaStream_t s = cg_gpu_stream();
+  for (int k = 0; k < ROUNDS; k++) {
+    for (int t = 0; t < TENSORS; t++) CUDA_OK(cg_gpu_fill(grads[t], 1, tensor_count(t), round_seed(k, t), me, 0, s));
+    CUDA_OK(cg_gpu_fill(mine, 1, GATHER, round_seed(k, 99), me, 0, s));
+    CUDA_OK(cudaMemsetAsync(all, CG_MPI_POISON, (size_t)GATHER * n * sizeof(float), s));
+    if (k % 2)
+      ck_assert_cg_ok(cg_plan_launch(plan, s));
+    else {
+      CUDA_OK(cudaStreamSynchronize(s));
+      ck_assert_cg_ok(cg_plan_run(plan));
+    }
+    unsigned long long bad = 0;
+    for (int t = 0; t < TENSORS; t++) bad += wrong_sums(grads[t], tensor_count(t), round_seed(k, t), 0, n);
+    snprintf(what, sizeof what, "replay %d: the allreduces over the symmetric arena", k);
+    ck_assert_all_ranks(bad == 0, what);
+    bad = 0;
+    for (int r = 0; r < n; r++) bad += wrong_sums(all + (size_t)r * GATHER, GATHER, round_seed(k, 99), r, 1);
+    snprintf(what, sizeof what, "replay %d: the allgather over the symmetric arena", k);
+    ck_assert_all_ranks(bad == 0, what);
+  }
+  cg_plan_destroy(plan);
+  /* the communicator first: the arena keeps it until it goes */
+  cg_comm_destroy(comm);
+  cg_arena_destroy(arena);
+}
+END_TEST
+
+START_TEST(nccl_symmetric__two_arenas_on_one_communicator_out_of_place) {
+  int me = cg_gpu_rank(), n = cg_gpu_size();
+  cg_comm_t *comm = nccl_comm();
+  if (!comm) return;
+  enum { COUNT = 70001 };
+  cg_arena_t *from = NULL, *to = NULL;
+  ck_assert_all_ranks(cg_nccl_arena_create(&from, comm, COUNT * sizeof(float), NULL) == CG_SUCCESS,
+                      "the first arena");
+  ck_assert_all_ranks(cg_nccl_arena_create(&to, comm, COUNT * sizeof(float), NULL) == CG_SUCCESS, "the second arena");
+  float *x = NULL, *y = NULL;
+  ck_assert_cg_ok(cg_arena_alloc((void **)&x, from, COUNT, CG_FLOAT32));
+  ck_assert_cg_ok(cg_arena_alloc((void **)&y, to, COUNT, CG_FLOAT32));
+  cg_graph_t *g = NULL;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, x, y, COUNT, CG_FLOAT32, CG_SUM));
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "an allreduce from one symmetric arena into another");
+  cg_graph_destroy(g);
+  cudaStream_t s = cg_gpu_stream();
+  for (int k = 0; k < ROUNDS; k++) {
+    CUDA_OK(cg_gpu_fill(x, 1, COUNT, round_seed(k, 7), me, 0, s));
+    CUDA_OK(cudaMemsetAsync(y, CG_MPI_POISON, COUNT * sizeof(float), s));
+    ck_assert_cg_ok(cg_plan_launch(plan, s));
+    char what[120];
+    snprintf(what, sizeof what, "replay %d: an allreduce between two symmetric arenas", k);
+    ck_assert_all_ranks(wrong_sums(y, COUNT, round_seed(k, 7), 0, n) == 0, what);
+  }
+  cg_plan_destroy(plan);
+  /* destroyed in the same order on every rank: deregistering is collective */
+  cg_arena_destroy(from);
+  cg_arena_destroy(to);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+START_TEST(nccl_symmetric__a_device_not_the_communicators_is_refused_on_every_rank) {
+  cg_comm_t *comm = nccl_comm();
+  if (!comm) return;
+  cg_arena_opts_t o = CG_ARENA_OPTS_INIT;
+  o.device = cg_gpu_device() + 1;
+  cg_arena_t *sentinel = (cg_arena_t *)&o, *out = sentinel;
+  cg_status_t st = cg_nccl_arena_create(&out, comm, 4096, &o);
+  ck_assert_all_ranks(st == CG_ERR_INVALID_ARGUMENT && out == sentinel,
+                      "cg_nccl_arena_create with another device than the communicator's");
+  ck_assert_all_ranks(strstr(cg_error_last(), "not the communicator's") != NULL, "the refusal says why");
+  o.alignment = 3;
+  o.device = CG_DEVICE_HOST;
+  st = cg_nccl_arena_create(&out, comm, 4096, &o);
+  ck_assert_all_ranks(st == CG_ERR_INVALID_ARGUMENT && out == sentinel, "an alignment that is not a power of two");
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("nccl_symmetric");
+  TCase *t = cg_gpu_tcase("nccl_symmetric");
+  tcase_add_test(t, nccl_symmetric__plans_over_an_arena_are_right_every_replay_and_fuse_without_copies);
+  tcase_add_test(t, nccl_symmetric__two_arenas_on_one_communicator_out_of_place);
+  tcase_add_test(t, nccl_symmetric__a_device_not_the_communicators_is_refused_on_every_rank);
+  suite_add_tcase(s, t);
+  return cg_gpu_test_main(s, "test_nccl_symmetric");
+}
