@@ -154,6 +154,8 @@ _DECLS = {
     "cg_child_graph": ([_NODE_OUT, c_void_p, c_void_p, _P(Access)], c_status),
     "cg_event_wait": ([_NODE_OUT, c_void_p, c_void_p, _P(Access)], c_status),
     "cg_event_record": ([_NODE_OUT, c_void_p, c_void_p, _P(Access)], c_status),
+    # with NCCL
+    "cg_nccl_arena_create": ([_P(c_void_p), c_void_p, c_size, _P(ArenaOpts)], c_status),
 }
 
 

@@ -3,11 +3,11 @@ need no copies (docs/fusion.md). A host arena hands out NumPy arrays, a
 device arena PyTorch tensors (param.grad can live in one)."""
 import ctypes
 import sys
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 from . import _lib
 from ._owned import Collected
-from .errors import check
+from .errors import UnsupportedError, check
 
 _lib_ = _lib.lib
 
@@ -40,25 +40,45 @@ class _DevicePiece:
 
 
 class Arena(Collected):
-    """Arena(capacity_bytes, device=None, alignment=0): `capacity_bytes` of
-    host memory (device None) or of a CUDA device's memory (an ordinal or a
-    torch.device). empty(shape, dtype) hands out the next piece; pieces
-    touch (each aligned to its element size, or to `alignment`). Close it
-    only after the plans over it; it is freed when collected, which no piece
-    lets happen before it goes."""
+    """Arena(capacity_bytes, device=None, alignment=0, symmetric=None):
+    `capacity_bytes` of host memory (device None) or of a CUDA device's
+    memory (an ordinal or a torch.device). empty(shape, dtype) hands out the
+    next piece; pieces touch (each aligned to its element size, or to
+    `alignment`). Close it only after the plans over it; it is freed when
+    collected, which no piece lets happen before it goes.
+
+    symmetric: a Comm of the NCCL backend: the memory is NCCL symmetric
+    memory on that communicator's device (cg_nccl_arena_create,
+    docs/gpu.md#symmetric-memory), so plans' collectives over its pieces can
+    take NCCL's symmetric kernels. Collective over the communicator's ranks,
+    and so is closing it: make the same arenas and pieces in the same order
+    on every rank."""
 
     _what, _destroy = "arena", "cg_arena_destroy"
 
-    def __init__(self, capacity_bytes: int, device: Any = None, alignment: int = 0) -> None:
-        from .comm import _device_of
+    def __init__(self, capacity_bytes: int, device: Any = None, alignment: int = 0,
+                 symmetric: Optional[Any] = None) -> None:
+        from .comm import Comm, _device_of
         if device == "local_rank":
             raise ValueError("commgraph: an arena needs a device ordinal (comm.device), not 'local_rank'")
         ordinal = _device_of(device)
+        if symmetric is not None:
+            if not isinstance(symmetric, Comm):
+                raise TypeError(f"commgraph.Arena: symmetric must be a commgraph.Comm, not {type(symmetric).__name__}")
+            if not _lib.has("cg_nccl_arena_create"):
+                raise UnsupportedError("commgraph.Arena: this libcommgraph was built without NCCL (symmetric memory)")
+            if ordinal == _lib.DEVICE_HOST and symmetric.device is not None:
+                ordinal = symmetric.device
         self.device = None if ordinal == _lib.DEVICE_HOST else ordinal
         opts = _lib.ArenaOpts(ctypes.sizeof(_lib.ArenaOpts),
                               _lib.DEVICE_HOST if self.device is None else self.device, int(alignment))
         out = ctypes.c_void_p()
-        check(_lib_.cg_arena_create(ctypes.byref(out), int(capacity_bytes), ctypes.byref(opts)), "commgraph.Arena")
+        if symmetric is not None:
+            check(_lib_.cg_nccl_arena_create(ctypes.byref(out), symmetric.handle, int(capacity_bytes),
+                                             ctypes.byref(opts)), "commgraph.Arena")
+        else:
+            check(_lib_.cg_arena_create(ctypes.byref(out), int(capacity_bytes), ctypes.byref(opts)),
+                  "commgraph.Arena")
         self._own(out)
 
     def empty(self, shape: Any, dtype: Any = "float32") -> Any:

@@ -2,7 +2,8 @@
 runs it under mpiexec -n 2 and -n 4 with the python that has PyTorch):
 CUDA tensors in a device plan run and launched on PyTorch's current
 stream, the plan captured inside torch.cuda.graph and replayed, tensors
-from a device arena fused without copies, a bfloat16 allreduce, and a
+from a device arena fused without copies (and from one in NCCL symmetric
+memory), a bfloat16 allreduce, and a
 rebind. Every result is compared exactly (integer values). A plain script,
 not pytest (the GPU host's python may lack pytest): exits 0 after "PASSED",
 1 on a failed check, 77 (skipped) without PyTorch or a GPU per rank unless
@@ -101,6 +102,23 @@ arena_plan.run()
 for k, p in enumerate(pieces):
     check(bool((p == k * total).all()), f"arena piece {k}")
 check(bool((half.float() == size).all()), "bfloat16 allreduce")
+
+# an arena in NCCL symmetric memory: the same plan shape, results right
+sym_arena = cg.Arena(1 << 20, symmetric=comm)
+sym_pieces = [sym_arena.empty((64, 3), torch.float32) for _ in range(3)]
+for k, p in enumerate(sym_pieces):
+    p.fill_(float(k + rank))
+g4 = cg.Graph("symmetric arena")
+for p in sym_pieces:
+    g4.allreduce(comm, p)
+sym_plan = g4.compile(timeout=60)
+check(sym_plan.stats["copy_bytes"] == 0, f"zero-copy buckets over the symmetric arena: {sym_plan.stats}")
+sym_plan.launch()
+torch.cuda.synchronize()
+for k, p in enumerate(sym_pieces):
+    check(bool((p == k * size + total).all()), f"symmetric arena piece {k}")
+sym_plan.close()
+sym_arena.close()
 
 # rebind to other tensors of the same size and type
 y = torch.full((4096,), float(rank + 1), device=device)

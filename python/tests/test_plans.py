@@ -110,6 +110,15 @@ def test_arena_pieces_fuse_without_copies(world):
             assert (p == sum(k + r for r in range(world.size))).all()
 
 
+def test_a_symmetric_arena_needs_an_nccl_communicator(world):
+    # NCCL symmetric memory: an MPI communicator has none (refused before any allocation)
+    with pytest.raises(cg.UnsupportedError) as caught:
+        cg.Arena(1 << 10, symmetric=world)
+    assert "nccl" in str(caught.value).lower() or "NCCL" in str(caught.value)
+    with pytest.raises(TypeError):
+        cg.Arena(1 << 10, symmetric="world")
+
+
 def test_dot_and_dump_name_the_nodes(world):
     x = np.zeros(8, np.float32)
     graph = cg.Graph("drawn")
