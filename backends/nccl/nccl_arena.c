@@ -36,6 +36,7 @@ static void release_symmetric(void *ctx, void *base) {
   cudaGetDevice(&previous);
   cudaSetDevice(s->device);
 #if CG_NCCL_HAS_WINDOWS
+  if (s->window) cg_nccl_windows_remove(&n->windows, base);
   if (s->window && !atomic_load(&s->comm->aborted))
     cg_nccl_settle(n->nccl, ncclCommWindowDeregister(n->nccl, (ncclWindow_t)s->window));
 #else
@@ -146,6 +147,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
       goto out;
     }
     state->window = (void *)window; /* NULL: NCCL registered nothing (registration off); plain memory then */
+    if (window) cg_nccl_windows_add(&n->windows, memory, bytes); /* for DOT only: out of memory leaves it out */
   }
 #endif
   *out = arena;

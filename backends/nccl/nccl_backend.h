@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "mpi/mpi_backend.h"
+#include "nccl_windows.h"
 
 typedef struct cg_nccl_comm {
   cg_mpi_comm_t *control;
@@ -33,6 +34,7 @@ typedef struct cg_nccl_comm {
   void *barrier_word; /* device memory, one int32 */
   int peer_links;     /* every rank on one node, each GPU reaching the others directly (NVLink or PCIe
                          peer access); the same on every rank */
+  cg_nccl_windows_t windows; /* symmetric windows on `nccl` (cg_nccl_arena_create) */
 } cg_nccl_comm_t;
 
 /* The bucket size the NCCL backend prefers (fusion). Between GPUs with direct

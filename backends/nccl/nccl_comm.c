@@ -45,6 +45,7 @@ static void destroy_impl(void *impl) {
   if (n->barrier_word) cudaFree(n->barrier_word);
   cudaSetDevice(previous);
   cg_mpi_comm_close(n->control);
+  cg_nccl_windows_free(&n->windows);
   free(n);
 }
 

@@ -47,9 +47,32 @@ static int is_one_rank_copy(const cg_step_t *s) {
   return s->comm->size == 1 && s->op_kind != CG_NODE_BARRIER && !cg_kind_is_p2p(s->op_kind);
 }
 
+/* Whether both buffers of an allreduce, allgather or reduce_scatter (the
+ * kinds NCCL's symmetric kernels cover) lie in a symmetric window of the
+ * step's communicator (cg_nccl_arena_create). */
+static int in_symmetric_window(const cg_step_t *s) {
+  if (!s->comm || !s->comm->impl) return 0;
+  const cg_nccl_comm_t *n = s->comm->impl;
+  size_t block = s->count * cg_dtype_size(s->dtype), all = block * (size_t)s->comm->size;
+  switch (s->op_kind) {
+    case CG_NODE_ALLREDUCE:
+      return cg_nccl_windows_hold(&n->windows, s->send, block) && cg_nccl_windows_hold(&n->windows, s->recv, block);
+    case CG_NODE_ALLGATHER:
+      return cg_nccl_windows_hold(&n->windows, s->send, block) && cg_nccl_windows_hold(&n->windows, s->recv, all);
+    case CG_NODE_REDUCE_SCATTER:
+      return cg_nccl_windows_hold(&n->windows, s->send, all) && cg_nccl_windows_hold(&n->windows, s->recv, block);
+    default: return 0;
+  }
+}
+
 const char *cg_nccl_step_call(const cg_step_t *s) {
   if (is_one_rank_copy(s))
     return "cudaMemcpyAsync (one rank)";
+  if (in_symmetric_window(s)) switch (s->op_kind) {
+      case CG_NODE_ALLREDUCE: return "ncclAllReduce (symmetric window)";
+      case CG_NODE_ALLGATHER: return "ncclAllGather (symmetric window)";
+      default: return "ncclReduceScatter (symmetric window)";
+    }
   switch (s->op_kind) {
     case CG_NODE_ALLREDUCE: return "ncclAllReduce";
     case CG_NODE_BROADCAST: return "ncclBroadcast";

@@ -75,6 +75,13 @@ START_TEST(nccl_symmetric__plans_over_an_arena_are_right_every_replay_and_fuse_w
   snprintf(what, sizeof what, "the %d allreduces fuse without copies (buckets %zu, copy bytes %zu)", TENSORS,
            stats.buckets, stats.copy_bytes);
   ck_assert_all_ranks(stats.buckets >= 1 && stats.copy_bytes == 0, what);
+  /* the plan's DOT names the collectives in the window (NCCL 2.27 and later) */
+  int version = 0;
+  NCCL_OK(ncclGetVersion(&version));
+  char *dot = cg_gpu_plan_dot(plan);
+  int named = strstr(dot, "ncclAllReduce (symmetric window)") && strstr(dot, "ncclAllGather (symmetric window)");
+  free(dot);
+  ck_assert_all_ranks(version < 22700 || named, "the plan's DOT says which collectives lie in a symmetric window");
 
   cudaStream_t s = cg_gpu_stream();
   for (int k = 0; k < ROUNDS; k++) {
