@@ -27,18 +27,22 @@ typedef struct symmetric_arena {
   int device;
 } symmetric_arena_t;
 
-/* Deregisters (collective) and frees. After an abort the NCCL communicator,
- * and its windows with it, are gone: the memory is only freed. */
+/* Deregisters and frees, once the device is done with the memory (NCCL
+ * unmaps the peers' mappings). After an abort the NCCL communicator, and its
+ * windows with it, are gone: the memory is only freed. */
 static void release_symmetric(void *ctx, void *base) {
   symmetric_arena_t *s = ctx;
   cg_nccl_comm_t *n = s->comm->impl;
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(s->device);
+  cudaDeviceSynchronize();
 #if CG_NCCL_HAS_WINDOWS
   if (s->window) cg_nccl_windows_remove(&n->windows, base);
-  if (s->window && !atomic_load(&s->comm->aborted))
-    cg_nccl_settle(n->nccl, ncclCommWindowDeregister(n->nccl, (ncclWindow_t)s->window));
+  if (s->window && !atomic_load(&s->comm->aborted)) {
+    ncclResult_t r = ncclCommWindowDeregister(n->nccl, (ncclWindow_t)s->window);
+    if (r == ncclSuccess || r == ncclInProgress) cg_nccl_settle(n->nccl, ncclInProgress);
+  }
 #else
   (void)n;
 #endif
@@ -48,15 +52,50 @@ static void release_symmetric(void *ctx, void *base) {
   free(s);
 }
 
-/* Whether every rank of the communicator is fine (*ok on every rank: 1 when
- * all are), over its control duplicate, so that one rank's failure fails
- * them all before the collective registration. */
-static cg_status_t agree(int *ok, cg_nccl_comm_t *n, const char *where) {
-  int mine = *ok;
+/* What the ranks agree on before the collective registration: whether every
+ * rank is ready (ok), and that every rank asks for the same bytes (NCCL maps
+ * its peers' memory with its own size). Over the control duplicate. */
+static cg_status_t agree(int *ok, int *same_bytes, cg_nccl_comm_t *n, size_t bytes, const char *where) {
+  long long mine[3] = {*ok, (long long)bytes, -(long long)bytes}, all[3] = {0, 0, 0};
   if (!n->control) return cg_fail(CG_ERR_INTERNAL, "%s: the communicator has no control channel", where);
-  if (MPI_Allreduce(&mine, ok, 1, MPI_INT, MPI_MIN, n->control->control) != MPI_SUCCESS)
+  if (MPI_Allreduce(mine, all, 3, MPI_LONG_LONG, MPI_MIN, n->control->control) != MPI_SUCCESS)
     return cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce on the control communicator failed", where);
+  *ok = (int)all[0];
+  *same_bytes = all[1] == -all[2];
   return CG_SUCCESS;
+}
+
+/* The local checks that need the communicator (the same outcome on every
+ * rank only if every rank passed the same arguments: agreed after). */
+static cg_status_t check_local(const cg_comm_t *comm, const cg_nccl_comm_t *n, const cg_arena_opts_t *opts,
+                               const char *where) {
+  if (opts->device != CG_DEVICE_HOST && opts->device != n->device)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: device %d is not the communicator's (%d)", where, opts->device,
+                   n->device);
+  if (opts->alignment & (opts->alignment - 1))
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: alignment %zu is not a power of two", where, opts->alignment);
+  return cg_comm_refuse_if_aborted(comm, where);
+}
+
+/* The registration, waited for: on a non-blocking communicator NCCL returns
+ * ncclSuccess at once and registers on a thread of its own, which writes
+ * *window later; ncclCommGetAsyncError (cg_nccl_settle) joins it. */
+static cg_status_t register_window(void **window, cg_comm_t *comm, cg_nccl_comm_t *n, void *memory, size_t bytes,
+                                   const char *where) {
+  *window = NULL;
+#if CG_NCCL_HAS_WINDOWS
+  ncclWindow_t win = NULL;
+  ncclResult_t r = ncclCommWindowRegister(n->nccl, memory, bytes, &win, NCCL_WIN_COLL_SYMMETRIC);
+  if (r == ncclSuccess || r == ncclInProgress) r = cg_nccl_settle(n->nccl, ncclInProgress);
+  if (r != ncclSuccess)
+    return cg_fail_nccl(r, n->nccl, "ncclCommWindowRegister", "%s: %zu bytes, rank %d of %d", where, bytes,
+                        comm->rank, comm->size);
+  *window = (void *)win;
+  return CG_SUCCESS;
+#else
+  (void)comm, (void)n, (void)memory, (void)bytes, (void)where;
+  return CG_SUCCESS;
+#endif
 }
 
 cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capacity, const cg_arena_opts_t *opts) {
@@ -64,7 +103,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   static const cg_arena_opts_t defaults = CG_ARENA_OPTS_INIT;
   symmetric_arena_t *s = NULL, *state = NULL; /* state: s once the arena holds it */
   cg_arena_t *arena = NULL;
-  void *base = NULL, *memory = NULL;           /* memory: base once the arena holds it */
+  void *base = NULL, *memory = NULL; /* memory: base once the arena holds it */
   int previous = 0;
   cg_status_t st = CG_SUCCESS;
   if (!out || !comm) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL %s", where, out ? "comm" : "out");
@@ -74,17 +113,12 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   if (!n)
     return cg_fail(CG_ERR_UNSUPPORTED, "%s: the communicator's backend (%s) is not nccl", where,
                    comm->ops ? comm->ops->backend_name : "none");
-  if (opts->device != CG_DEVICE_HOST && opts->device != n->device)
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: device %d is not the communicator's (%d)", where, opts->device,
-                   n->device);
-  if (opts->alignment & (opts->alignment - 1))
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: alignment %zu is not a power of two", where, opts->alignment);
-  if ((st = cg_comm_refuse_if_aborted(comm, where)) != CG_SUCCESS) return st;
 
   int version = 0;
   if (ncclGetVersion(&version) != ncclSuccess) version = 0;
   if (!CG_NCCL_HAS_WINDOWS || version < 22700) {
     /* no symmetric windows in this NCCL: plain device memory, as the header promises */
+    if ((st = check_local(comm, n, opts, where)) != CG_SUCCESS) return st;
     cg_arena_opts_t plain = *opts;
     plain.size = sizeof plain;
     plain.device = n->device;
@@ -97,8 +131,10 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
    * cg_arena_create's memory. */
   size_t bytes = cg_pad16(capacity ? capacity : 1);
   cudaGetDevice(&previous);
-  cudaError_t cerr = cudaSetDevice(n->device);
-  if (cerr != cudaSuccess) st = cg_fail_cuda(cerr, "cudaSetDevice", "%s: device %d", where, n->device);
+  st = check_local(comm, n, opts, where);
+  cudaError_t cerr = cudaSuccess;
+  if (st == CG_SUCCESS && (cerr = cudaSetDevice(n->device)) != cudaSuccess)
+    st = cg_fail_cuda(cerr, "cudaSetDevice", "%s: device %d", where, n->device);
   if (st == CG_SUCCESS) {
     ncclResult_t r = ncclMemAlloc(&base, bytes);
     if (r != ncclSuccess) {
@@ -123,33 +159,36 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
       cg_comm_release(comm);
     }
   }
-  int ok = st == CG_SUCCESS;
-  cg_status_t agreed = agree(&ok, n, where);
+  int ok = st == CG_SUCCESS, same_bytes = 1;
+  cg_status_t agreed = agree(&ok, &same_bytes, n, bytes, where);
   if (agreed != CG_SUCCESS) {
     st = agreed;
     goto out;
   }
-  if (!ok) {
-    if (st == CG_SUCCESS)
-      st = cg_fail(CG_ERR_NO_MEMORY, "%s: another rank of communicator %016llx failed to set up its %zu bytes",
-                   where, (unsigned long long)comm->id, bytes);
-    goto out;
+  if (st == CG_SUCCESS && !same_bytes)
+    st = cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: the ranks of communicator %016llx asked for different capacities "
+                 "(this rank %zu bytes); symmetric memory needs the same on every rank", where,
+                 (unsigned long long)comm->id, capacity);
+  else if (st == CG_SUCCESS && !ok)
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: another rank of communicator %016llx failed to set up its %zu bytes",
+                 where, (unsigned long long)comm->id, bytes);
+  if (st != CG_SUCCESS) goto out;
+
+  void *window = NULL;
+  st = register_window(&window, comm, n, memory, bytes, where);
+  if (st != CG_SUCCESS && cg_comm_mark_aborted(comm, st, cg_error_last()))
+    cg_nccl_backend.abort(n); /* NCCL keeps the failure: only an abort ends the communicator now */
+  ok = st == CG_SUCCESS;
+  /* every rank hears of a failed registration; the others' windows go with their arenas */
+  if ((agreed = agree(&ok, &same_bytes, n, bytes, where)) != CG_SUCCESS && st == CG_SUCCESS) st = agreed;
+  if (st == CG_SUCCESS && !ok)
+    st = cg_fail(CG_ERR_BACKEND, "%s: another rank of communicator %016llx failed to register its window", where,
+                 (unsigned long long)comm->id);
+  if (window) {
+    state->window = window; /* deregistered when the arena goes */
+    cg_nccl_windows_add(&n->windows, memory, bytes); /* for DOT only: out of memory leaves it out */
   }
-#if CG_NCCL_HAS_WINDOWS
-  {
-    ncclWindow_t window = NULL;
-    ncclResult_t r =
-        cg_nccl_settle(n->nccl, ncclCommWindowRegister(n->nccl, memory, bytes, &window, NCCL_WIN_COLL_SYMMETRIC));
-    if (r != ncclSuccess) {
-      /* no window to deregister: destroying the arena only frees */
-      st = cg_fail_nccl(r, n->nccl, "ncclCommWindowRegister", "%s: %zu bytes, rank %d of %d", where, bytes,
-                        comm->rank, comm->size);
-      goto out;
-    }
-    state->window = (void *)window; /* NULL: NCCL registered nothing (registration off); plain memory then */
-    if (window) cg_nccl_windows_add(&n->windows, memory, bytes); /* for DOT only: out of memory leaves it out */
-  }
-#endif
+  if (st != CG_SUCCESS) goto out;
   *out = arena;
   arena = NULL;
 out:

@@ -74,21 +74,24 @@ CG_API cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm);
  * bytes from ncclMemAlloc on the communicator's device, registered as a
  * symmetric window (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) on the
  * NCCL communicator its plans use. A collective of a plan on `comm` whose
- * buffers all lie in the arena then runs NCCL's symmetric kernels where NCCL
- * has them (NCCL 2.27 and later, ranks with peer access: sum of 32-bit and
- * smaller floating-point types in allreduce, allgather and reduce_scatter;
- * NCCL picks); everything else runs as on any device memory. With an NCCL
- * older than 2.27 the arena is plain device memory (cg_arena_create).
- * NCCL's symmetric kernels need every rank's buffers at the same offsets in
- * the window: allocate the same pieces, in the same order, on every rank.
- * opts may be NULL; opts->device must be CG_DEVICE_HOST (the communicator's
- * device) or the communicator's device. Collective over the communicator's
- * ranks, in the same order as the other collective calls on it (cg_compile),
- * and so is cg_arena_destroy of it (NCCL's deregistration) unless a replay
- * aborted the communicator. The arena keeps the communicator alive until it
- * is destroyed; destroy it before MPI_Finalize. CG_ERR_UNSUPPORTED for a
- * communicator of another backend; CG_ERR_NO_MEMORY (on every rank) when a
- * rank could not allocate. */
+ * buffers lie in the arena then runs NCCL's symmetric kernels where NCCL has
+ * them (NCCL 2.27 and later, ranks of one node with peer access: allreduce
+ * and reduce_scatter with sum of floating-point types of 32 bits and less,
+ * allgather of any type; NCCL picks); everything else runs as on any device
+ * memory. With an NCCL older than 2.27 the arena is plain device memory
+ * (cg_arena_create). Every rank passes the same capacity (checked:
+ * CG_ERR_INVALID_ARGUMENT on every rank otherwise), and, since NCCL's
+ * symmetric kernels need every rank's buffers at the same offsets, allocates
+ * the same pieces in the same order. opts may be NULL; opts->device must be
+ * CG_DEVICE_HOST (the communicator's device) or the communicator's device.
+ * Collective over the communicator's ranks, in the same order as the other
+ * collective calls on it (cg_compile); destroy it in the same order on every
+ * rank too, after the plans over it. The arena keeps the communicator alive
+ * until it is destroyed (destroy it before MPI_Finalize); a wrapped one
+ * (cg_comm_from_nccl) is the program's: keep that NCCL communicator alive
+ * until the arena is gone. A failure on one rank fails every rank; a failed
+ * registration aborts the communicator. CG_ERR_UNSUPPORTED for a
+ * communicator of another backend. */
 CG_API cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capacity,
                                         const cg_arena_opts_t *opts);
 
