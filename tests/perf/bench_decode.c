@@ -232,7 +232,7 @@ static uint16_t *symmetric_buffers(ncclComm_t nccl, size_t bytes, void **window)
   NCCL_CHECK(ncclMemAlloc(&buf, bytes));
   /* on a non-blocking communicator (NCCL_COMM_BLOCKING=0) NCCL registers on a
    * thread of its own and returns ncclSuccess at once: wait for it */
-  NCCL_CHECK(ncclCommWindowRegister(nccl, buf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
+  NCCL_CHECK_ON(nccl, ncclCommWindowRegister(nccl, buf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
   NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
   if (!win) { /* registration disabled (NCCL_LOCAL_REGISTER=0 without symmetric support): no window */
     NCCL_CHECK(ncclMemFree(buf));
@@ -250,7 +250,7 @@ static uint16_t *symmetric_buffers(ncclComm_t nccl, size_t bytes, void **window)
 static void free_symmetric(ncclComm_t nccl, uint16_t *buf, void *window) {
   if (!buf) return;
 #if defined(NCCL_WIN_COLL_SYMMETRIC)
-  NCCL_CHECK(ncclCommWindowDeregister(nccl, (ncclWindow_t)window));
+  NCCL_CHECK_ON(nccl, ncclCommWindowDeregister(nccl, (ncclWindow_t)window));
   NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
   NCCL_CHECK(ncclMemFree(buf));
 #else
