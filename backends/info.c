@@ -120,6 +120,16 @@ static void write_build(FILE *f, int provided) {
   fprintf(f, " (headers ");
   write_nccl_version(f, NCCL_VERSION_CODE);
   fprintf(f, ")\n");
+  /* cg_nccl_arena_create's symmetric windows: NCCL 2.27 and later, in the
+   * headers built against and in the library loaded */
+#if defined(NCCL_WIN_COLL_SYMMETRIC)
+  int windows = nccl >= 22700;
+#else
+  int windows = 0;
+#endif
+  fprintf(f, "NCCL symmetric memory (cg_nccl_arena_create): %s\n",
+          windows ? "yes (NCCL's symmetric kernels on one node, with peer access)"
+                  : "no: symmetric arenas are plain device memory (NCCL 2.27 or later has it)");
 #endif
   write_mpi(f, provided);
   /* the backends this build compiled in (backends/, top-level CMakeLists.txt) */
