@@ -27,6 +27,13 @@
  *    cg_plan_launch, replayed with cudaGraphLaunch: the plan's lock, and with
  *    the timeout the lock's counts the monitor reads); per-replay time of
  *    each and watched/unwatched (the bound: 1.00, no cost).
+ * d) Symmetric memory (issue 25): k = 1, 8, 128 allreduces of 1 KB and one
+ *    of 16 KB, out of place: captured in one graph of the benchmark's on
+ *    separate buffers and on a symmetric window of the program's
+ *    communicator (ncclMemAlloc, ncclCommWindowRegister), and the plan on
+ *    separate buffers (packed), over a cg_arena (zero-copy) and over a
+ *    cg_nccl_arena_create arena; the last one's ratio to NCCL captured (the
+ *    row's, and one 1 KB allreduce's: issue 25's yardsticks).
  *
  * Timing: cudaEvents on the stream around a batch of launches, after warm-up.
  * Modes are interleaved batch by batch, each figure is the median over rounds
@@ -64,10 +71,18 @@ static int smoke_iters; /* --smoke: iterations per batch; 0: each part's own */
 
 /* _MARKS: compiled with a timeout and fingerprint 0 (the watchdog's progress
  * marks alone); _WATCHED: with a timeout and the default fingerprint */
-enum { DIRECT, GROUPED, PLAN, PLAN_MARKS, PLAN_WATCHED, EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED, N_MODES };
+/* CAPTURED(_SYMMETRIC): the k ncclAllReduce calls captured once in a graph of
+ * the benchmark's, on plain buffers (on a symmetric window of the program's
+ * communicator); PLAN_ARENA, PLAN_SYMMETRIC: the plan over a cg_arena and
+ * over a cg_nccl_arena_create arena */
+enum { DIRECT, GROUPED, PLAN, PLAN_MARKS, PLAN_WATCHED, EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED, CAPTURED,
+       CAPTURED_SYMMETRIC, PLAN_ARENA, PLAN_SYMMETRIC, N_MODES };
 static const char *const mode_names[] = {"direct NCCL",   "NCCL group",    "plan",
                                          "plan, marks",   "plan, watched", "embedded plan",
-                                         "embedded plan, marks", "embedded plan, watched"};
+                                         "embedded plan, marks", "embedded plan, watched", "NCCL captured",
+                                         "NCCL captured, symmetric window", "plan over an arena",
+                                         "plan over a symmetric arena"};
+_Static_assert(sizeof mode_names / sizeof *mode_names == N_MODES, "a name per mode");
 
 typedef struct work {
   int mode;
@@ -78,6 +93,8 @@ typedef struct work {
   cg_plan_t *plan; /* holds the same `ops` allreduces */
   cg_plan_t *watched[2]; /* PLAN_MARKS, PLAN_WATCHED: the same, compiled with a timeout */
   cudaGraphExec_t embedding[3]; /* EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED: graphs that hold such plans */
+  cudaGraphExec_t captured[2];  /* CAPTURED, CAPTURED_SYMMETRIC */
+  cg_plan_t *in_arena[2];       /* PLAN_ARENA, PLAN_SYMMETRIC */
 } work_t;
 
 static void one_iteration(const work_t *w, cudaStream_t stream) {
@@ -100,6 +117,14 @@ static void one_iteration(const work_t *w, cudaStream_t stream) {
     case EMBEDDED_MARKS:
     case EMBEDDED_WATCHED:
       CUDA_CHECK(cudaGraphLaunch(w->embedding[w->mode - EMBEDDED], stream));
+      break;
+    case CAPTURED:
+    case CAPTURED_SYMMETRIC:
+      CUDA_CHECK(cudaGraphLaunch(w->captured[w->mode - CAPTURED], stream));
+      break;
+    case PLAN_ARENA:
+    case PLAN_SYMMETRIC:
+      CG_CHECK(cg_plan_launch(w->in_arena[w->mode - PLAN_ARENA], stream));
       break;
     default:
       CG_CHECK(cg_plan_launch(w->plan, stream));
@@ -394,6 +419,161 @@ static void bench_watchdog(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStr
   }
 }
 
+/* ---- d) issue 25: small allreduces on symmetric memory */
+
+/* `ops` send and `ops` receive buffers of `count` floats from one allocation
+ * at `base`: the sends back to back, then the receives (zero-copy buckets). */
+static void carve(float **send, float **recv, float *base, int ops, size_t count) {
+  for (int k = 0; k < ops; k++) {
+    send[k] = base + (size_t)k * count;
+    recv[k] = base + ((size_t)ops + k) * count;
+  }
+}
+
+/* The k ncclAllReduce calls of w (its send and recv) captured in a graph. */
+static cudaGraphExec_t capture_allreduces(const work_t *w, cudaStream_t stream) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int k = 0; k < w->ops; k++)
+    NCCL_CHECK_ON(w->nccl, ncclAllReduce(w->send[k], w->recv[k], w->count, ncclFloat32, ncclSum, w->nccl, stream));
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+/* `bytes` of ncclMemAlloc memory registered as a symmetric window on the
+ * program's communicator (waited for: on a non-blocking one NCCL registers
+ * on its own thread); NULL without symmetric windows (NCCL before 2.27). */
+static float *window_memory(ncclComm_t nccl, size_t bytes, void **window) {
+  *window = NULL;
+#if defined(NCCL_WIN_COLL_SYMMETRIC)
+  int version = 0;
+  NCCL_CHECK(ncclGetVersion(&version));
+  if (version < 22700) return NULL;
+  void *buf = NULL;
+  ncclWindow_t win = NULL;
+  NCCL_CHECK(ncclMemAlloc(&buf, bytes));
+  NCCL_CHECK_ON(nccl, ncclCommWindowRegister(nccl, buf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
+  NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
+  if (!win) {
+    NCCL_CHECK(ncclMemFree(buf));
+    return NULL;
+  }
+  *window = (void *)win;
+  return buf;
+#else
+  (void)nccl, (void)bytes;
+  return NULL;
+#endif
+}
+
+static void free_window_memory(ncclComm_t nccl, float *buf, void *window) {
+  if (!buf) return;
+#if defined(NCCL_WIN_COLL_SYMMETRIC)
+  NCCL_CHECK_ON(nccl, ncclCommWindowDeregister(nccl, (ncclWindow_t)window));
+  NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
+  NCCL_CHECK(ncclMemFree(buf));
+#else
+  (void)nccl, (void)window;
+#endif
+}
+
+static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream_t stream, cudaEvent_t start,
+                            cudaEvent_t stop) {
+  enum { SETS = 4 }; /* plain cudaMalloc, arena, symmetric arena, the program's window */
+  const size_t max_count = 4096, set_bytes = 2 * (size_t)MAX_SMALL_OPS * max_count * sizeof(float);
+  float *host = malloc(max_count * sizeof *host), *in_window = NULL, *in_arena = NULL, *in_sym = NULL;
+  float *plain_send[MAX_SMALL_OPS], *plain_recv[MAX_SMALL_OPS]; /* separate allocations: the plan packs */
+  if (!host) cg_bench_fail("malloc", "out of memory");
+  for (int k = 0; k < MAX_SMALL_OPS; k++) {
+    CUDA_CHECK(cudaMalloc((void **)&plain_send[k], max_count * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&plain_recv[k], max_count * sizeof(float)));
+  }
+  cg_arena_t *arena = NULL, *sym_arena = NULL;
+  cg_arena_opts_t ao = CG_ARENA_OPTS_INIT;
+  CG_CHECK(cg_comm_device(&ao.device, comm));
+  CG_CHECK(cg_arena_create(&arena, set_bytes, &ao));
+  CG_CHECK(cg_nccl_arena_create(&sym_arena, comm, set_bytes, NULL));
+  CG_CHECK(cg_arena_alloc((void **)&in_arena, arena, set_bytes / sizeof(float), CG_FLOAT32));
+  CG_CHECK(cg_arena_alloc((void **)&in_sym, sym_arena, set_bytes / sizeof(float), CG_FLOAT32));
+  void *window = NULL;
+  in_window = window_memory(nccl, set_bytes, &window);
+  float *bases[SETS] = {NULL, in_arena, in_sym, in_window}; /* set 0: plain_send and plain_recv */
+  if (rank == 0) {
+    printf("\nd) small float32 sum allreduces, out of place, on symmetric memory (issue 25): k of them per replay, "
+           "us per replay: NCCL captured in one graph on separate buffers and on the program's symmetric window; the "
+           "plan on separate buffers (packed), over a cg_arena (zero-copy) and over a cg_nccl_arena_create arena; "
+           "ratios of the last to NCCL captured (the row's, and one 1 KB allreduce's)\n");
+    printf("%6s %4s %10s %10s %10s %10s %10s %9s %9s\n", "bytes", "k", "NCCL capt", "capt sym", "plan", "plan arena",
+           "plan sym", "sym/capt", "/ 1 capt");
+  }
+  struct { int ops; size_t count; } rows[] = {{1, 256}, {1, 4096}, {8, 256}, {128, 256}};
+  double one_captured = 0; /* the first row's NCCL captured: one 1 KB allreduce */
+  for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+    work_t w = {.ops = rows[r].ops, .count = rows[r].count, .nccl = nccl};
+    float *send[SETS][MAX_SMALL_OPS], *recv[SETS][MAX_SMALL_OPS];
+    memcpy(send[0], plain_send, sizeof plain_send), memcpy(recv[0], plain_recv, sizeof plain_recv);
+    for (int b = 1; b < SETS; b++)
+      if (bases[b]) carve(send[b], recv[b], bases[b], w.ops, w.count);
+    size_t steps;
+    memcpy(w.send, send[0], sizeof send[0]), memcpy(w.recv, recv[0], sizeof recv[0]);
+    w.plan = compile_allreduces(comm, send[0], recv[0], w.ops, w.count, &steps);
+    w.captured[0] = capture_allreduces(&w, stream);
+    w.in_arena[0] = compile_allreduces(comm, send[1], recv[1], w.ops, w.count, &steps);
+    w.in_arena[1] = compile_allreduces(comm, send[2], recv[2], w.ops, w.count, &steps);
+    if (in_window) {
+      memcpy(w.send, send[3], sizeof send[3]), memcpy(w.recv, recv[3], sizeof recv[3]);
+      w.captured[1] = capture_allreduces(&w, stream);
+    }
+    int modes[5] = {CAPTURED, CAPTURED_SYMMETRIC, PLAN, PLAN_ARENA, PLAN_SYMMETRIC}, n_modes = 0;
+    int set_of[N_MODES] = {0};
+    set_of[PLAN_ARENA] = 1, set_of[PLAN_SYMMETRIC] = 2, set_of[CAPTURED_SYMMETRIC] = 3;
+    for (int m = 0; m < 5; m++)
+      if (modes[m] != CAPTURED_SYMMETRIC || in_window) modes[n_modes++] = modes[m];
+    /* each mode on its own buffers, filled, its outputs poisoned, checked before and after timing */
+    for (int pass = 0; pass < 2; pass++) {
+      for (int m = 0; m < n_modes; m++) {
+        int b = set_of[modes[m]];
+        memcpy(w.send, send[b], sizeof send[b]), memcpy(w.recv, recv[b], sizeof recv[b]);
+        for (int k = 0; k < w.ops; k++) fill(w.send[k], w.count, (size_t)k, host);
+        run_for_check(&w, modes[m], stream);
+        for (int k = 0; k < w.ops; k++) expect_sum(w.recv[k], w.count, (size_t)k, host, "symmetric-memory allreduces");
+        all_checked("symmetric-memory allreduces", modes[m], pass ? "after timing" : "before timing");
+      }
+      if (pass) break;
+      int iters = smoke_iters ? smoke_iters : 2000 / w.ops > 20 ? 2000 / w.ops : 20;
+      double med[5];
+      time_modes(&w, modes, n_modes, iters, rounds, stream, start, stop, med);
+      double by_mode[N_MODES] = {0};
+      for (int m = 0; m < n_modes; m++) by_mode[modes[m]] = med[m];
+      if (r == 0) one_captured = by_mode[CAPTURED];
+      if (rank == 0) {
+        char sym[16] = "       n/a";
+        if (in_window) snprintf(sym, sizeof sym, "%7.2f us", by_mode[CAPTURED_SYMMETRIC] * 1e6);
+        printf("%6zu %4d %7.2f us %s %7.2f us %7.2f us %7.2f us %9.3f %9.3f\n", w.count * sizeof(float), w.ops,
+               by_mode[CAPTURED] * 1e6, sym, by_mode[PLAN] * 1e6, by_mode[PLAN_ARENA] * 1e6,
+               by_mode[PLAN_SYMMETRIC] * 1e6, by_mode[PLAN_SYMMETRIC] / by_mode[CAPTURED],
+               one_captured > 0 ? by_mode[PLAN_SYMMETRIC] / one_captured : 0.0);
+        fflush(stdout);
+      }
+    }
+    cg_plan_destroy(w.plan);
+    for (int a = 0; a < 2; a++) cg_plan_destroy(w.in_arena[a]);
+    CUDA_CHECK(cudaGraphExecDestroy(w.captured[0]));
+    if (w.captured[1]) CUDA_CHECK(cudaGraphExecDestroy(w.captured[1]));
+  }
+  free_window_memory(nccl, in_window, window);
+  cg_arena_destroy(sym_arena);
+  cg_arena_destroy(arena);
+  for (int k = 0; k < MAX_SMALL_OPS; k++) {
+    CUDA_CHECK(cudaFree(plain_send[k]));
+    CUDA_CHECK(cudaFree(plain_recv[k]));
+  }
+  free(host);
+}
+
 /* ---- set-up */
 
 static void usage(const char *argv0) {
@@ -475,6 +655,7 @@ int main(int argc, char **argv) {
   bench_large(comm, nccl, max_mb, rounds, stream, start, stop);
   bench_small(comm, nccl, rounds, stream, start, stop);
   bench_watchdog(comm, nccl, rounds, stream, start, stop);
+  bench_symmetric(comm, nccl, rounds, stream, start, stop);
 
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
