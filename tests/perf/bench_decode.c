@@ -220,45 +220,6 @@ static void all_checked(long long wrong, int mode, const char *when) {
 
 /* ---- one batch size */
 
-/* Buffers in a symmetric window on `nccl`, or NULL where this NCCL has none. */
-static uint16_t *symmetric_buffers(ncclComm_t nccl, size_t bytes, void **window) {
-  *window = NULL;
-#if defined(NCCL_WIN_COLL_SYMMETRIC)
-  int version = 0;
-  NCCL_CHECK(ncclGetVersion(&version));
-  if (version < 22700) return NULL;
-  void *buf = NULL;
-  ncclWindow_t win = NULL;
-  NCCL_CHECK(ncclMemAlloc(&buf, bytes));
-  /* on a non-blocking communicator (NCCL_COMM_BLOCKING=0) NCCL registers on a
-   * thread of its own and returns ncclSuccess at once: wait for it */
-  NCCL_CHECK_ON(nccl, ncclCommWindowRegister(nccl, buf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
-  NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
-  if (!win) { /* registration disabled (NCCL_LOCAL_REGISTER=0 without symmetric support): no window */
-    NCCL_CHECK(ncclMemFree(buf));
-    return NULL;
-  }
-  *window = (void *)win;
-  return buf;
-#else
-  (void)nccl;
-  (void)bytes;
-  return NULL;
-#endif
-}
-
-static void free_symmetric(ncclComm_t nccl, uint16_t *buf, void *window) {
-  if (!buf) return;
-#if defined(NCCL_WIN_COLL_SYMMETRIC)
-  NCCL_CHECK_ON(nccl, ncclCommWindowDeregister(nccl, (ncclWindow_t)window));
-  NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
-  NCCL_CHECK(ncclMemFree(buf));
-#else
-  (void)nccl;
-  (void)window;
-#endif
-}
-
 static void bench_batch(cg_comm_t *comm, ncclComm_t nccl, int layers, int hidden, int batch,
                         unsigned long long layer_ns, int rounds, int iters, cudaStream_t stream, cudaEvent_t start,
                         cudaEvent_t stop) {
@@ -271,7 +232,7 @@ static void bench_batch(cg_comm_t *comm, ncclComm_t nccl, int layers, int hidden
   CUDA_CHECK(cudaMalloc((void **)&d.x, bytes));
   CUDA_CHECK(cudaMemcpy(d.x, host, d.count * sizeof *host, cudaMemcpyHostToDevice));
   void *window = NULL;
-  d.x_sym = symmetric_buffers(nccl, bytes, &window);
+  d.x_sym = cg_bench_window_alloc(nccl, bytes, &window);
   if (d.x_sym) CUDA_CHECK(cudaMemcpy(d.x_sym, host, d.count * sizeof *host, cudaMemcpyHostToDevice));
   cg_arena_t *arena = NULL;
   CG_CHECK(cg_nccl_arena_create(&arena, comm, bytes, NULL));
@@ -340,7 +301,7 @@ static void bench_batch(cg_comm_t *comm, ncclComm_t nccl, int layers, int hidden
   CUDA_CHECK(cudaGraphExecDestroy(d.compute));
   CUDA_CHECK(cudaGraphExecDestroy(d.captured));
   if (d.symmetric) CUDA_CHECK(cudaGraphExecDestroy(d.symmetric));
-  free_symmetric(nccl, d.x_sym, window);
+  cg_bench_window_free(nccl, d.x_sym, window);
   CUDA_CHECK(cudaFree(d.x));
   free(host);
   free(ref);

@@ -443,43 +443,6 @@ static cudaGraphExec_t capture_allreduces(const work_t *w, cudaStream_t stream) 
   return exec;
 }
 
-/* `bytes` of ncclMemAlloc memory registered as a symmetric window on the
- * program's communicator (waited for: on a non-blocking one NCCL registers
- * on its own thread); NULL without symmetric windows (NCCL before 2.27). */
-static float *window_memory(ncclComm_t nccl, size_t bytes, void **window) {
-  *window = NULL;
-#if defined(NCCL_WIN_COLL_SYMMETRIC)
-  int version = 0;
-  NCCL_CHECK(ncclGetVersion(&version));
-  if (version < 22700) return NULL;
-  void *buf = NULL;
-  ncclWindow_t win = NULL;
-  NCCL_CHECK(ncclMemAlloc(&buf, bytes));
-  NCCL_CHECK_ON(nccl, ncclCommWindowRegister(nccl, buf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
-  NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
-  if (!win) {
-    NCCL_CHECK(ncclMemFree(buf));
-    return NULL;
-  }
-  *window = (void *)win;
-  return buf;
-#else
-  (void)nccl, (void)bytes;
-  return NULL;
-#endif
-}
-
-static void free_window_memory(ncclComm_t nccl, float *buf, void *window) {
-  if (!buf) return;
-#if defined(NCCL_WIN_COLL_SYMMETRIC)
-  NCCL_CHECK_ON(nccl, ncclCommWindowDeregister(nccl, (ncclWindow_t)window));
-  NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
-  NCCL_CHECK(ncclMemFree(buf));
-#else
-  (void)nccl, (void)window;
-#endif
-}
-
 static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream_t stream, cudaEvent_t start,
                             cudaEvent_t stop) {
   enum { SETS = 4 }; /* plain cudaMalloc, arena, symmetric arena, the program's window */
@@ -499,7 +462,7 @@ static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaSt
   CG_CHECK(cg_arena_alloc((void **)&in_arena, arena, set_bytes / sizeof(float), CG_FLOAT32));
   CG_CHECK(cg_arena_alloc((void **)&in_sym, sym_arena, set_bytes / sizeof(float), CG_FLOAT32));
   void *window = NULL;
-  in_window = window_memory(nccl, set_bytes, &window);
+  in_window = cg_bench_window_alloc(nccl, set_bytes, &window);
   float *bases[SETS] = {NULL, in_arena, in_sym, in_window}; /* set 0: plain_send and plain_recv */
   if (rank == 0) {
     printf("\nd) small float32 sum allreduces, out of place, on symmetric memory (issue 25): k of them per replay, "
@@ -564,7 +527,7 @@ static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaSt
     CUDA_CHECK(cudaGraphExecDestroy(w.captured[0]));
     if (w.captured[1]) CUDA_CHECK(cudaGraphExecDestroy(w.captured[1]));
   }
-  free_window_memory(nccl, in_window, window);
+  cg_bench_window_free(nccl, in_window, window);
   cg_arena_destroy(sym_arena);
   cg_arena_destroy(arena);
   for (int k = 0; k < MAX_SMALL_OPS; k++) {

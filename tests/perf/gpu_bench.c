@@ -22,6 +22,40 @@ double cg_bench_median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+void *cg_bench_window_alloc(ncclComm_t nccl, size_t bytes, void **window) {
+  *window = NULL;
+#if defined(NCCL_WIN_COLL_SYMMETRIC)
+  int version = 0;
+  NCCL_CHECK(ncclGetVersion(&version));
+  if (version < 22700) return NULL;
+  void *buf = NULL;
+  ncclWindow_t win = NULL;
+  NCCL_CHECK(ncclMemAlloc(&buf, bytes));
+  NCCL_CHECK_ON(nccl, ncclCommWindowRegister(nccl, buf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
+  NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
+  if (!win) { /* registration off (NCCL_LOCAL_REGISTER=0 without symmetric support) */
+    NCCL_CHECK(ncclMemFree(buf));
+    return NULL;
+  }
+  *window = (void *)win;
+  return buf;
+#else
+  (void)nccl, (void)bytes;
+  return NULL;
+#endif
+}
+
+void cg_bench_window_free(ncclComm_t nccl, void *buf, void *window) {
+  if (!buf) return;
+#if defined(NCCL_WIN_COLL_SYMMETRIC)
+  NCCL_CHECK_ON(nccl, ncclCommWindowDeregister(nccl, (ncclWindow_t)window));
+  NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
+  NCCL_CHECK(ncclMemFree(buf));
+#else
+  (void)nccl, (void)window;
+#endif
+}
+
 /* The GPU of the rank at `local_rank` of `local_ranks` on its node; -1 and why
  * when there is none. */
 static int choose_device(int local_rank, int local_ranks, char *why, size_t why_size) {

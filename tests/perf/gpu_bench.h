@@ -34,6 +34,17 @@ void cg_bench_fail(const char *what, const char *why);
 /* Median of v[0..n) (sorts v). */
 double cg_bench_median(double *v, int n);
 
+/* `bytes` of ncclMemAlloc memory registered as a symmetric window
+ * (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) on the program's
+ * communicator `nccl`, the registration waited for (on a non-blocking
+ * communicator NCCL registers on a thread of its own and returns at once);
+ * NULL where this NCCL has no symmetric windows (before 2.27) or registered
+ * none. Collective over the communicator. *window is for
+ * cg_bench_window_free. */
+void *cg_bench_window_alloc(ncclComm_t nccl, size_t bytes, void **window);
+/* Deregisters (waited for) and frees what cg_bench_window_alloc gave; NULL is fine. */
+void cg_bench_window_free(ncclComm_t nccl, void *buf, void *window);
+
 /* One GPU per rank, numbered by the rank's place on its node, made current.
  * Collective over MPI_COMM_WORLD: every rank must have one, or none runs; then
  * rank 0 prints "<tool>: not run: rank R has no GPU of its own (why)" and every
