@@ -155,12 +155,7 @@ static double time_batch(const decode_t *d, int iters, cudaStream_t stream, cuda
   CUDA_CHECK(cudaEventRecord(start, stream));
   for (int i = 0; i < iters; i++) one_step(d, stream);
   CUDA_CHECK(cudaEventRecord(stop, stream));
-  CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  double mine = ms * 1e-3 / iters, slowest = 0;
-  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return slowest;
+  return cg_bench_slowest_per_iter(start, stop, iters);
 }
 
 /* ---- checking */
@@ -389,30 +384,15 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  cg_comm_t *comm;
-  cg_comm_opts_t copts = CG_COMM_OPTS_INIT;
-  copts.backend = CG_BACKEND_NCCL;
-  copts.device = device;
-  CG_CHECK(cg_comm_create(&comm, MPI_COMM_WORLD, &copts));
   ncclComm_t nccl;
-  CG_CHECK(cg_comm_nccl(&nccl, comm));
+  cg_comm_t *comm = cg_bench_nccl_comm(device, &nccl);
 
+  char title[200];
+  snprintf(title, sizeof title, "a tensor-parallel decode step: %d layers, each a kernel of %.1f us and an in-place "
+           "bfloat16 sum allreduce of hidden %d x batch", layers, layer_us, hidden);
+  cg_bench_print_setup(title, device, nodes, argc, argv);
   if (rank == 0) {
-    struct cudaDeviceProp prop;
-    int version = 0;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    NCCL_CHECK(ncclGetVersion(&version));
-    const char *nvls = getenv("NCCL_NVLS_ENABLE");
-    printf("a tensor-parallel decode step: %d layers, each a kernel of %.1f us and an in-place bfloat16 sum "
-           "allreduce of hidden %d x batch\n",
-           layers, layer_us, hidden);
-    printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, one GPU per rank\n", prop.name, device, ranks,
-           ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s");
-    printf("  NCCL %d.%d.%d, NCCL_NVLS_ENABLE=%s; commgraph %s\n", version / 10000, version % 10000 / 100,
-           version % 100, nvls ? nvls : "(unset)", CG_VERSION_STRING);
-    printf("  command: mpiexec -n %d", ranks);
-    for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
-    printf("\n  each figure: median over %d rounds of the slowest rank's cudaEvent time per batch of steps, modes "
+    printf("  each figure: median over %d rounds of the slowest rank's cudaEvent time per batch of steps, modes "
            "interleaved; comm us/layer: (step - compute only) / layers\n",
            rounds);
     fflush(stdout);

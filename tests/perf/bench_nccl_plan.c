@@ -139,12 +139,7 @@ static double time_batch(const work_t *w, int iters, cudaStream_t stream, cudaEv
   CUDA_CHECK(cudaEventRecord(start, stream));
   for (int i = 0; i < iters; i++) one_iteration(w, stream);
   CUDA_CHECK(cudaEventRecord(stop, stream));
-  CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  double mine = ms * 1e-3 / iters, slowest = 0;
-  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return slowest;
+  return cg_bench_slowest_per_iter(start, stop, iters);
 }
 
 /* Runs every mode in `modes` for `rounds` rounds, interleaved, after two
@@ -582,28 +577,12 @@ int main(int argc, char **argv) {
     return status;
   }
 
-  cg_comm_t *comm;
-  cg_comm_opts_t copts = CG_COMM_OPTS_INIT;
-  copts.backend = CG_BACKEND_NCCL;
-  copts.device = device;
-  CG_CHECK(cg_comm_create(&comm, MPI_COMM_WORLD, &copts));
   ncclComm_t nccl;
-  CG_CHECK(cg_comm_nccl(&nccl, comm));
+  cg_comm_t *comm = cg_bench_nccl_comm(device, &nccl);
 
+  cg_bench_print_setup("commgraph device plan vs direct NCCL", device, nodes, argc, argv);
   if (rank == 0) {
-    struct cudaDeviceProp prop;
-    int version = 0;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    NCCL_CHECK(ncclGetVersion(&version));
-    const char *nvls = getenv("NCCL_NVLS_ENABLE");
-    printf("commgraph device plan vs direct NCCL\n");
-    printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, one GPU per rank\n", prop.name, device, ranks,
-           ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s");
-    printf("  NCCL %d.%d.%d (ncclGetVersion %d), NCCL_NVLS_ENABLE=%s; commgraph %s\n", version / 10000,
-           version % 10000 / 100, version % 100, version, nvls ? nvls : "(unset)", CG_VERSION_STRING);
-    printf("  command: mpiexec -n %d", ranks);
-    for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
-    printf("\n  each figure: median over %d rounds of the slowest rank's cudaEvent time per batch, modes "
+    printf("  each figure: median over %d rounds of the slowest rank's cudaEvent time per batch, modes "
            "interleaved\n",
            rounds);
     fflush(stdout);

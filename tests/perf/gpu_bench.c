@@ -1,5 +1,8 @@
 #include "gpu_bench.h"
 
+#include "commgraph/mpi.h"
+#include "commgraph/nccl.h"
+
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,45 @@ static int cmp_double(const void *a, const void *b) {
 double cg_bench_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+cg_comm_t *cg_bench_nccl_comm(int device, ncclComm_t *nccl) {
+  cg_comm_t *comm = NULL;
+  cg_comm_opts_t opts = CG_COMM_OPTS_INIT;
+  opts.backend = CG_BACKEND_NCCL;
+  opts.device = device;
+  CG_CHECK(cg_comm_create(&comm, MPI_COMM_WORLD, &opts));
+  CG_CHECK(cg_comm_nccl(nccl, comm));
+  return comm;
+}
+
+void cg_bench_print_setup(const char *title, int device, int nodes, int argc, char **argv) {
+  int rank = 0, ranks = 0, version = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (rank != 0) return;
+  struct cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  NCCL_CHECK(ncclGetVersion(&version));
+  const char *nvls = getenv("NCCL_NVLS_ENABLE");
+  printf("%s\n", title);
+  printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, one GPU per rank\n", prop.name, device, ranks,
+         ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s");
+  printf("  NCCL %d.%d.%d, NCCL_NVLS_ENABLE=%s; commgraph %s\n", version / 10000, version % 10000 / 100,
+         version % 100, nvls ? nvls : "(unset)", CG_VERSION_STRING);
+  printf("  command: mpiexec -n %d", ranks);
+  for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
+  printf("\n");
+  fflush(stdout);
+}
+
+double cg_bench_slowest_per_iter(cudaEvent_t start, cudaEvent_t stop, int iters) {
+  float ms = 0;
+  CUDA_CHECK(cudaEventSynchronize(stop));
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  double mine = ms * 1e-3 / iters, slowest = 0;
+  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
 }
 
 void *cg_bench_window_alloc(ncclComm_t nccl, size_t bytes, void **window) {

@@ -34,6 +34,20 @@ void cg_bench_fail(const char *what, const char *why);
 /* Median of v[0..n) (sorts v). */
 double cg_bench_median(double *v, int n);
 
+/* A commgraph communicator of the NCCL backend over MPI_COMM_WORLD on
+ * `device`, and the program's NCCL communicator of it (cg_comm_nccl). */
+cg_comm_t *cg_bench_nccl_comm(int device, ncclComm_t *nccl);
+
+/* Rank 0 prints the lines every GPU benchmark starts with, after its title:
+ * the GPU, the ranks and nodes, NCCL's version and NCCL_NVLS_ENABLE, the
+ * commgraph version, and the command line. */
+void cg_bench_print_setup(const char *title, int device, int nodes, int argc, char **argv);
+
+/* Waits for `stop` and returns the slowest rank's seconds per iteration of
+ * the `iters` between `start` and `stop` (an MPI_Allreduce, which also lines
+ * the ranks up for the next batch). */
+double cg_bench_slowest_per_iter(cudaEvent_t start, cudaEvent_t stop, int iters);
+
 /* `bytes` of ncclMemAlloc memory registered as a symmetric window
  * (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) on the program's
  * communicator `nccl`, the registration waited for (on a non-blocking
