@@ -33,19 +33,22 @@
  *    communicator (ncclMemAlloc, ncclCommWindowRegister), and the plan on
  *    separate buffers (packed), over a cg_arena (zero-copy) and over a
  *    cg_nccl_arena_create arena; the last one's ratio to NCCL captured (the
- *    row's, and one 1 KB allreduce's: issue 25's yardsticks).
+ *    row's, and one 1 KB allreduce's: issue 25's yardsticks). Without peer
+ *    access NCCL registers a window as ordinary memory and runs its usual
+ *    kernels: the symmetric columns cannot tell.
  *
  * Timing: cudaEvents on the stream around a batch of launches, after warm-up.
  * Modes are interleaved batch by batch, each figure is the median over rounds
  * of the slowest rank's time, because these machines are noisy. Every mode's
- * result (direct NCCL, group, plan) is checked once before timing, and the
- * plan's again after it (integer-valued floats against the ranks' sum); a
+ * result is checked once before timing, and the plan's again after it (in
+ * parts c and d every mode's; integer-valued floats against the ranks' sum); a
  * wrong result prints "WRONG" and exits non-zero, as does any error. Only
  * rank 0 prints. Without a GPU for every rank it says why and exits 0: this is
  * a benchmark, not a test.
  *
  * --smoke (tests/perf/CMakeLists.txt runs it so): a) at 4 MB only (unless
- * --max-mb), 1 round (unless --rounds) of 2 iterations per batch; without a
+ * --max-mb), b) to d) every row, 1 round (unless --rounds) of 2 iterations
+ * per batch; without a
  * GPU for every rank it exits 77 (ctest's skip), or 1 where CG_REQUIRE_GPU is
  * set. */
 #include <cuda_runtime_api.h>
@@ -224,7 +227,7 @@ static cg_plan_t *compile_watched(cg_comm_t *comm, float **send, float **recv, i
 
 static cg_plan_t *compile_allreduces(cg_comm_t *comm, float **send, float **recv, int ops, size_t count,
                                      size_t *steps) {
-  return compile_watched(comm, send, recv, ops, count, 0, 0, steps);
+  return compile_watched(comm, send, recv, ops, count, -1, 0, steps); /* never watched, whatever CG_TIMEOUT says */
 }
 
 /* ---- a) one large allreduce */
@@ -457,7 +460,7 @@ static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaSt
   CG_CHECK(cg_arena_alloc((void **)&in_arena, arena, set_bytes / sizeof(float), CG_FLOAT32));
   CG_CHECK(cg_arena_alloc((void **)&in_sym, sym_arena, set_bytes / sizeof(float), CG_FLOAT32));
   void *window = NULL;
-  in_window = cg_bench_window_alloc(nccl, set_bytes, &window);
+  in_window = cg_bench_window_alloc(nccl, set_bytes, &window); /* on every rank or none */
   float *bases[SETS] = {NULL, in_arena, in_sym, in_window}; /* set 0: plain_send and plain_recv */
   if (rank == 0) {
     printf("\nd) small float32 sum allreduces, out of place, on symmetric memory (issue 25): k of them per replay, "
@@ -495,9 +498,11 @@ static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaSt
       for (int m = 0; m < n_modes; m++) {
         int b = set_of[modes[m]];
         memcpy(w.send, send[b], sizeof send[b]), memcpy(w.recv, recv[b], sizeof recv[b]);
-        for (int k = 0; k < w.ops; k++) fill(w.send[k], w.count, (size_t)k, host);
+        /* other values after timing: a stale result cannot pass */
+        for (int k = 0; k < w.ops; k++) fill(w.send[k], w.count, (size_t)(k + pass), host);
         run_for_check(&w, modes[m], stream);
-        for (int k = 0; k < w.ops; k++) expect_sum(w.recv[k], w.count, (size_t)k, host, "symmetric-memory allreduces");
+        for (int k = 0; k < w.ops; k++)
+          expect_sum(w.recv[k], w.count, (size_t)(k + pass), host, "symmetric-memory allreduces");
         all_checked("symmetric-memory allreduces", modes[m], pass ? "after timing" : "before timing");
       }
       if (pass) break;

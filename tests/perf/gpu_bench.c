@@ -7,12 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void cg_bench_fail(const char *what, const char *why) {
+_Noreturn void cg_bench_fail(const char *what, const char *why) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   fprintf(stderr, "rank %d: FAILED %s: %s\n", rank, what, why);
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
+  abort(); /* MPI_Abort does not return; this says so to the compiler */
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -75,7 +76,12 @@ void *cg_bench_window_alloc(ncclComm_t nccl, size_t bytes, void **window) {
   NCCL_CHECK(ncclMemAlloc(&buf, bytes));
   NCCL_CHECK_ON(nccl, ncclCommWindowRegister(nccl, buf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
   NCCL_CHECK(cg_test_nccl_settle(nccl, ncclInProgress));
-  if (!win) { /* registration off (NCCL_LOCAL_REGISTER=0 without symmetric support) */
+  /* registration off (NCCL_LOCAL_REGISTER=0 without symmetric support) on
+   * any rank: no window anywhere, so every rank runs the same modes */
+  int have = win != NULL, all_have = 0;
+  MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all_have) {
+    if (win) NCCL_CHECK_ON(nccl, ncclCommWindowDeregister(nccl, win));
     NCCL_CHECK(ncclMemFree(buf));
     return NULL;
   }

@@ -10,7 +10,7 @@
 #include "nccl_settle.h"
 
 /* Prints "rank R: FAILED what: why" and aborts the job (a non-zero exit). */
-void cg_bench_fail(const char *what, const char *why);
+_Noreturn void cg_bench_fail(const char *what, const char *why);
 
 
 #define CUDA_CHECK(call)                                                  \
@@ -53,7 +53,7 @@ double cg_bench_slowest_per_iter(cudaEvent_t start, cudaEvent_t stop, int iters)
  * communicator `nccl`, the registration waited for (on a non-blocking
  * communicator NCCL registers on a thread of its own and returns at once);
  * NULL where this NCCL has no symmetric windows (before 2.27) or registered
- * none. Collective over the communicator. *window is for
+ * none on some rank (then on every rank). Collective over the communicator. *window is for
  * cg_bench_window_free. */
 void *cg_bench_window_alloc(ncclComm_t nccl, size_t bytes, void **window);
 /* Deregisters (waited for) and frees what cg_bench_window_alloc gave; NULL is fine. */
