@@ -206,7 +206,7 @@ static void run_for_check(work_t *w, int mode, cudaStream_t stream) {
 }
 
 /* A plan of `ops` independent float32 sum allreduces of `count` elements,
- * with the replay watchdog's timeout `timeout_s` (0: none) and, with one,
+ * with the replay watchdog's timeout `timeout_s` (negative: none, whatever CG_TIMEOUT says) and, with one,
  * the replay's fingerprint or not. */
 static cg_plan_t *compile_watched(cg_comm_t *comm, float **send, float **recv, int ops, size_t count, double timeout_s,
                                   int fingerprint, size_t *steps) {
@@ -375,11 +375,11 @@ static void bench_watchdog(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStr
     w.ops = ks[i];
     w.count = w.ops == 1 ? 1 : SMALL_COUNT;
     size_t steps;
-    w.plan = compile_watched(comm, w.send, w.recv, w.ops, w.count, 0, 0, &steps);
+    w.plan = compile_watched(comm, w.send, w.recv, w.ops, w.count, -1, 0, &steps);
     for (int f = 0; f < 2; f++) w.watched[f] = compile_watched(comm, w.send, w.recv, w.ops, w.count, timeout_s, f, &steps);
     cg_plan_t *embedded[3];
     for (int e = 0; e < 3; e++) {
-      embedded[e] = compile_watched(comm, w.send, w.recv, w.ops, w.count, e ? timeout_s : 0, e == 2, &steps);
+      embedded[e] = compile_watched(comm, w.send, w.recv, w.ops, w.count, e ? timeout_s : -1, e == 2, &steps);
       w.embedding[e] = embedding_of(embedded[e], stream);
     }
     const int modes[] = {PLAN, PLAN_MARKS, PLAN_WATCHED, EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED, DIRECT};
