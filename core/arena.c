@@ -23,14 +23,19 @@ struct cg_arena {
   void *release_ctx;
 };
 
+cg_status_t cg_arena_check_alignment(size_t alignment, const char *where) {
+  if (alignment & (alignment - 1))
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: alignment %zu is not a power of two", where, alignment);
+  return CG_SUCCESS;
+}
+
 cg_status_t cg_arena_create(cg_arena_t **out, size_t capacity, const cg_arena_opts_t *opts) {
   static const cg_arena_opts_t defaults = CG_ARENA_OPTS_INIT;
   if (!out) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_arena_create: NULL out");
   if (!opts) opts = &defaults;
   cg_status_t st = cg_check_opts_size(opts->size, sizeof(cg_arena_opts_t), "cg_arena_create", "opts");
   if (st != CG_SUCCESS) return st;
-  if (opts->alignment & (opts->alignment - 1))
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_arena_create: alignment %zu is not a power of two", opts->alignment);
+  if ((st = cg_arena_check_alignment(opts->alignment, "cg_arena_create")) != CG_SUCCESS) return st;
   if (opts->device < CG_DEVICE_HOST)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_arena_create: device %d is neither CG_DEVICE_HOST nor a device",
                    opts->device);
@@ -65,8 +70,8 @@ cg_status_t cg_arena_create(cg_arena_t **out, size_t capacity, const cg_arena_op
 cg_status_t cg_arena_adopt(cg_arena_t **out, void *base, size_t capacity, int device, size_t alignment,
                            cg_arena_release_fn release, void *ctx, const char *where) {
   if (!out || !base || !release) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL arena memory", where);
-  if (alignment & (alignment - 1))
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: alignment %zu is not a power of two", where, alignment);
+  cg_status_t st = cg_arena_check_alignment(alignment, where);
+  if (st != CG_SUCCESS) return st;
   if (device < 0) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: device %d is not a CUDA device", where, device);
   cg_arena_t *a = calloc(1, sizeof *a);
   if (!a) return cg_fail(CG_ERR_NO_MEMORY, "%s: out of memory", where);

@@ -9,6 +9,10 @@
 
 #include "commgraph/arena.h"
 
+/* CG_SUCCESS when `alignment` is 0 or a power of two, as cg_arena_opts_t
+ * asks; else CG_ERR_INVALID_ARGUMENT naming `where`. */
+cg_status_t cg_arena_check_alignment(size_t alignment, const char *where);
+
 /* Gives the memory back; called once, from cg_arena_destroy. */
 typedef void (*cg_arena_release_fn)(void *ctx, void *base);
 

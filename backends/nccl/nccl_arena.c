@@ -4,6 +4,7 @@
  * collectives whose buffers lie in it; the arena (core/arena.c) hands out
  * its pieces as any other and gives the memory back here. */
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "arena_internal.h"
@@ -67,14 +68,15 @@ static cg_status_t agree(int *ok, int *same_bytes, cg_nccl_comm_t *n, size_t byt
 
 /* The local checks that need the communicator (the same outcome on every
  * rank only if every rank passed the same arguments: agreed after). */
-static cg_status_t check_local(const cg_comm_t *comm, const cg_nccl_comm_t *n, const cg_arena_opts_t *opts,
-                               const char *where) {
+static cg_status_t check_local(const cg_comm_t *comm, const cg_nccl_comm_t *n, size_t capacity,
+                               const cg_arena_opts_t *opts, const char *where) {
   if (opts->device != CG_DEVICE_HOST && opts->device != n->device)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: device %d is not the communicator's (%d)", where, opts->device,
                    n->device);
-  if (opts->alignment & (opts->alignment - 1))
-    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: alignment %zu is not a power of two", where, opts->alignment);
-  return cg_comm_refuse_if_aborted(comm, where);
+  if (cg_pad16(capacity) == SIZE_MAX)
+    return cg_fail(CG_ERR_OVERFLOW, "%s: capacity %zu is too large", where, capacity);
+  cg_status_t st = cg_arena_check_alignment(opts->alignment, where);
+  return st != CG_SUCCESS ? st : cg_comm_refuse_if_aborted(comm, where);
 }
 
 /* The registration, waited for: on a non-blocking communicator NCCL returns
@@ -118,7 +120,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   if (ncclGetVersion(&version) != ncclSuccess) version = 0;
   if (!CG_NCCL_HAS_WINDOWS || version < 22700) {
     /* no symmetric windows in this NCCL: plain device memory, as the header promises */
-    if ((st = check_local(comm, n, opts, where)) != CG_SUCCESS) return st;
+    if ((st = check_local(comm, n, capacity, opts, where)) != CG_SUCCESS) return st;
     cg_arena_opts_t plain = *opts;
     plain.size = sizeof plain;
     plain.device = n->device;
@@ -131,7 +133,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
    * cg_arena_create's memory. */
   size_t bytes = cg_pad16(capacity ? capacity : 1);
   cudaGetDevice(&previous);
-  st = check_local(comm, n, opts, where);
+  st = check_local(comm, n, capacity, opts, where);
   cudaError_t cerr = cudaSuccess;
   if (st == CG_SUCCESS && (cerr = cudaSetDevice(n->device)) != cudaSuccess)
     st = cg_fail_cuda(cerr, "cudaSetDevice", "%s: device %d", where, n->device);

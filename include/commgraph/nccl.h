@@ -91,7 +91,8 @@ CG_API cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm);
  * (cg_comm_from_nccl) is the program's: keep that NCCL communicator alive
  * until the arena is gone. A failure on one rank fails every rank; a failed
  * registration aborts the communicator. CG_ERR_UNSUPPORTED for a
- * communicator of another backend. */
+ * communicator of another backend, CG_ERR_OVERFLOW (on every rank) for a
+ * capacity too large to pad. */
 CG_API cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capacity,
                                         const cg_arena_opts_t *opts);
 

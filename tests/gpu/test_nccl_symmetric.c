@@ -5,6 +5,7 @@
  * refused on every rank. Inputs are random integers (exact in float32),
  * outputs poisoned before every replay, sums checked on the device. NCCL
  * only: the suite is not in the per-backend list. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ static cg_comm_t *nccl_comm(void) {
   const char *backend = NULL;
   ck_assert_cg_ok(cg_comm_backend_name(&backend, comm));
   if (strcmp(backend, "nccl") != 0) {
+    if (cg_gpu_rank() == 0) printf("nccl_symmetric: skipped: CG_GPU_TEST_BACKEND chose %s, not nccl\n", backend);
     cg_comm_destroy(comm);
     return NULL;
   }
@@ -158,6 +160,8 @@ START_TEST(nccl_symmetric__a_device_not_the_communicators_is_refused_on_every_ra
   o.device = CG_DEVICE_HOST;
   st = cg_nccl_arena_create(&out, comm, 4096, &o);
   ck_assert_all_ranks(st == CG_ERR_INVALID_ARGUMENT && out == sentinel, "an alignment that is not a power of two");
+  st = cg_nccl_arena_create(&out, comm, SIZE_MAX, NULL);
+  ck_assert_all_ranks(st == CG_ERR_OVERFLOW && out == sentinel, "a capacity that overflows when padded");
   cg_comm_destroy(comm);
 }
 END_TEST

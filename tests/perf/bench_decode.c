@@ -89,14 +89,9 @@ static void enqueue_step(const decode_t *d, uint16_t *base, int compute_only, cu
 }
 
 static cudaGraphExec_t capture_step(const decode_t *d, uint16_t *base, int compute_only, cudaStream_t stream) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   enqueue_step(d, base, compute_only, stream);
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  return exec;
+  return cg_bench_end_capture(stream);
 }
 
 /* The same step as a commgraph plan: a child graph per layer (it reads the

@@ -344,14 +344,9 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
 /* A graph of the benchmark's holding the plan (captured around
  * cg_plan_launch), instantiated. */
 static cudaGraphExec_t embedding_of(cg_plan_t *plan, cudaStream_t stream) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   CG_CHECK(cg_plan_launch(plan, stream));
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  return exec;
+  return cg_bench_end_capture(stream);
 }
 
 static void bench_watchdog(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream_t stream, cudaEvent_t start,
@@ -430,15 +425,10 @@ static void carve(float **send, float **recv, float *base, int ops, size_t count
 
 /* The k ncclAllReduce calls of w (its send and recv) captured in a graph. */
 static cudaGraphExec_t capture_allreduces(const work_t *w, cudaStream_t stream) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int k = 0; k < w->ops; k++)
     NCCL_CHECK_ON(w->nccl, ncclAllReduce(w->send[k], w->recv[k], w->count, ncclFloat32, ncclSum, w->nccl, stream));
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  return exec;
+  return cg_bench_end_capture(stream);
 }
 
 static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream_t stream, cudaEvent_t start,

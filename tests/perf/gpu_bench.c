@@ -56,6 +56,15 @@ void cg_bench_print_setup(const char *title, int device, int nodes, int argc, ch
   fflush(stdout);
 }
 
+cudaGraphExec_t cg_bench_end_capture(cudaStream_t stream) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
 double cg_bench_slowest_per_iter(cudaEvent_t start, cudaEvent_t stop, int iters) {
   float ms = 0;
   CUDA_CHECK(cudaEventSynchronize(stop));

@@ -43,6 +43,9 @@ cg_comm_t *cg_bench_nccl_comm(int device, ncclComm_t *nccl);
  * commgraph version, and the command line. */
 void cg_bench_print_setup(const char *title, int device, int nodes, int argc, char **argv);
 
+/* Ends the capture on `stream` and instantiates what it captured. */
+cudaGraphExec_t cg_bench_end_capture(cudaStream_t stream);
+
 /* Waits for `stop` and returns the slowest rank's seconds per iteration of
  * the `iters` between `start` and `stop` (an MPI_Allreduce, which also lines
  * the ranks up for the next batch). */
