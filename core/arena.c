@@ -80,6 +80,10 @@ cg_status_t cg_arena_adopt(cg_arena_t **out, void *base, size_t capacity, int de
   return CG_SUCCESS;
 }
 
+void *cg_arena_adopted_ctx(const cg_arena_t *arena, cg_arena_release_fn release) {
+  return arena && release && arena->release == release ? arena->release_ctx : NULL;
+}
+
 cg_status_t cg_arena_alloc(void **out, cg_arena_t *arena, size_t count, cg_dtype_t dtype) {
   if (!out || !arena) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_arena_alloc: NULL %s", out ? "arena" : "out");
   if ((unsigned)dtype >= CG_DTYPE_COUNT)

@@ -23,4 +23,8 @@ typedef void (*cg_arena_release_fn)(void *ctx, void *base);
 cg_status_t cg_arena_adopt(cg_arena_t **out, void *base, size_t capacity, int device, size_t alignment,
                            cg_arena_release_fn release, void *ctx, const char *where);
 
+/* The ctx an arena was adopted with, if it was adopted with `release`; NULL
+ * otherwise (another backend's arena, or one cg_arena_create made). */
+void *cg_arena_adopted_ctx(const cg_arena_t *arena, cg_arena_release_fn release);
+
 #endif

@@ -25,6 +25,9 @@
     "message chunk of the staged backends when the communicator options give none")                       \
   X(CG_PARAM_BCAST_CHAIN_BYTES, "CG_BCAST_CHAIN_BYTES", CG_PARAM_BYTES_OR_NEVER, "a size, or never", "16M", \
     "staged backends: broadcasts from this size on go down a chain of ranks")                               \
+  X(CG_PARAM_SYMMETRIC_MAX_BYTES, "CG_SYMMETRIC_MAX_BYTES", CG_PARAM_BYTES_OR_NEVER, "a size, or never", "64K",  \
+    "allreduces in cg_nccl_arena_create arenas up to this size take NCCL's symmetric kernels, larger ones the "  \
+    "plain kernels (never: every size symmetric); unset: measured when the arena is made")                     \
   X(CG_PARAM_DEVICE, "CG_DEVICE", CG_PARAM_ORDINAL, "a device ordinal >= 0", "0",                           \
     "the GPU cg_comm_create takes instead of local rank modulo GPUs")                                       \
   X(CG_PARAM_MPI_CUDA_AWARE, "CG_MPI_CUDA_AWARE", CG_PARAM_SWITCH, "0 or 1", "1",                          \

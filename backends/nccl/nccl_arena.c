@@ -1,10 +1,15 @@
 /* cg_nccl_arena_create: arenas in NCCL symmetric memory (commgraph/nccl.h).
  * The memory comes from ncclMemAlloc and is registered as a symmetric window
  * on the plan's NCCL communicator, so that NCCL's symmetric kernels take the
- * collectives whose buffers lie in it; the arena (core/arena.c) hands out
- * its pieces as any other and gives the memory back here. */
+ * collectives whose buffers lie in it; allreduces above the measured cut-over
+ * (nccl_cutover.c) go through a second, windowless mapping of the same
+ * memory to NCCL's plain kernels (nccl_plain_view.c). The arena
+ * (core/arena.c) hands out its pieces as any other and gives the memory back
+ * here. */
 #include <cuda_runtime_api.h>
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "arena_internal.h"
@@ -15,6 +20,9 @@
 #include "memory_kind.h"
 #include "nccl_backend.h"
 #include "nccl_check.h"
+#include "nccl_cutover.h"
+#include "nccl_plain_view.h"
+#include "param.h"
 
 #if defined(NCCL_WIN_COLL_SYMMETRIC)
 #define CG_NCCL_HAS_WINDOWS 1
@@ -26,6 +34,8 @@ typedef struct symmetric_arena {
   cg_comm_t *comm; /* retained: its NCCL communicator holds the window */
   void *window;    /* ncclWindow_t; NULL when NCCL registered none */
   int device;
+  cg_nccl_plain_view_t view;                      /* empty: every allreduce symmetric */
+  size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES]; /* as the window's (nccl_windows.h) */
 } symmetric_arena_t;
 
 /* Deregisters and frees, once the device is done with the memory (NCCL
@@ -38,6 +48,7 @@ static void release_symmetric(void *ctx, void *base) {
   cudaGetDevice(&previous);
   cudaSetDevice(s->device);
   cudaDeviceSynchronize();
+  cg_nccl_plain_view_unmap(&s->view);
 #if CG_NCCL_HAS_WINDOWS
   if (s->window) cg_nccl_windows_remove(&n->windows, base);
   if (s->window && !atomic_load(&s->comm->aborted)) {
@@ -68,8 +79,11 @@ static cg_status_t agree(int *ok, int *same_bytes, cg_nccl_comm_t *n, size_t byt
 
 /* The local checks that need the communicator (the same outcome on every
  * rank only if every rank passed the same arguments: agreed after). */
-static cg_status_t check_local(const cg_comm_t *comm, const cg_nccl_comm_t *n, size_t capacity,
-                               const cg_arena_opts_t *opts, const char *where) {
+static cg_status_t check_local(size_t *env_max, int *env_set, const cg_comm_t *comm, const cg_nccl_comm_t *n,
+                               size_t capacity, const cg_arena_opts_t *opts, const char *where) {
+  *env_set = 0;
+  cg_status_t parsed = cg_param_bytes(env_max, env_set, CG_PARAM_SYMMETRIC_MAX_BYTES, where);
+  if (parsed != CG_SUCCESS) return parsed;
   if (opts->device != CG_DEVICE_HOST && opts->device != n->device)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: device %d is not the communicator's (%d)", where, opts->device,
                    n->device);
@@ -100,6 +114,53 @@ static cg_status_t register_window(void **window, cg_comm_t *comm, cg_nccl_comm_
 #endif
 }
 
+/* Which allreduces take the symmetric kernels: up to CG_SYMMETRIC_MAX_BYTES
+ * when every rank sets the same, else up to the measured cut-over; every
+ * size when not every rank could map a plain view (or the ranks lack peer
+ * links: NCCL has no symmetric kernels for them, nothing to choose).
+ * Collective; the same outcome on every rank. */
+static cg_status_t choose_paths(symmetric_arena_t *s, const cg_comm_t *comm, cg_nccl_comm_t *n, void *memory,
+                                size_t bytes, size_t env_max, int env_set, const char *where) {
+  const char *why = NULL;
+  for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) s->symmetric_max[d] = SIZE_MAX;
+  if (n->peer_links && !(env_set && env_max == SIZE_MAX)) cg_nccl_plain_view_map(&s->view, &why, memory, n->device);
+  long long given = env_set ? (env_max > LLONG_MAX ? LLONG_MAX : (long long)env_max) : -1;
+  long long mine[5] = {s->view.base != NULL, env_set, -env_set, given, -given}, all[5] = {0};
+  if (MPI_Allreduce(mine, all, 5, MPI_LONG_LONG, MPI_MIN, n->control->control) != MPI_SUCCESS)
+    return cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce on the control communicator failed", where);
+  if (-all[2] && (!all[1] || all[3] != -all[4]))
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: environment variable CG_SYMMETRIC_MAX_BYTES differs between the "
+                   "ranks of communicator %016llx (this rank: %s); set it alike everywhere or nowhere", where,
+                   (unsigned long long)comm->id, env_set ? "set" : "unset");
+  if (!all[0]) {
+    /* every rank takes the symmetric kernels at every size, as NCCL alone would */
+    if (why)
+      fprintf(stderr, "commgraph: %s: rank %d: no plain view of the symmetric arena (%s): every allreduce in it "
+              "takes NCCL's symmetric kernels\n", where, comm->rank, why);
+    cg_nccl_plain_view_unmap(&s->view);
+    return CG_SUCCESS;
+  }
+  if (all[1]) {
+    for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) s->symmetric_max[d] = env_max;
+    return CG_SUCCESS;
+  }
+  return cg_nccl_cutover_measure(s->symmetric_max, n, memory, s->view.base, bytes, where);
+}
+
+cg_status_t cg_nccl_arena_symmetric_max(size_t *out_bytes, const cg_arena_t *arena, cg_dtype_t dtype) {
+  static const char where[] = "cg_nccl_arena_symmetric_max";
+  if (!out_bytes || !arena) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL %s", where, out_bytes ? "arena" : "out_bytes");
+  if ((unsigned)dtype >= CG_DTYPE_COUNT)
+    return cg_fail(CG_ERR_INVALID_ENUM, "%s: unknown data type %d", where, (int)dtype);
+  const symmetric_arena_t *s = cg_arena_adopted_ctx(arena, release_symmetric);
+  if (!s || !s->window)
+    return cg_fail(CG_ERR_UNSUPPORTED, "%s: the arena is not in NCCL symmetric memory (not made by "
+                   "cg_nccl_arena_create, or this NCCL has no symmetric windows)", where);
+  int d = cg_nccl_symmetric_dtype(dtype);
+  *out_bytes = d < 0 ? SIZE_MAX : s->symmetric_max[d];
+  return CG_SUCCESS;
+}
+
 cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capacity, const cg_arena_opts_t *opts) {
   static const char where[] = "cg_nccl_arena_create";
   static const cg_arena_opts_t defaults = CG_ARENA_OPTS_INIT;
@@ -118,9 +179,11 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
 
   int version = 0;
   if (ncclGetVersion(&version) != ncclSuccess) version = 0;
+  size_t env_max = SIZE_MAX;
+  int env_set = 0;
   if (!CG_NCCL_HAS_WINDOWS || version < 22700) {
     /* no symmetric windows in this NCCL: plain device memory, as the header promises */
-    if ((st = check_local(comm, n, capacity, opts, where)) != CG_SUCCESS) return st;
+    if ((st = check_local(&env_max, &env_set, comm, n, capacity, opts, where)) != CG_SUCCESS) return st;
     cg_arena_opts_t plain = *opts;
     plain.size = sizeof plain;
     plain.device = n->device;
@@ -133,7 +196,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
    * cg_arena_create's memory. */
   size_t bytes = cg_pad16(capacity ? capacity : 1);
   cudaGetDevice(&previous);
-  st = check_local(comm, n, capacity, opts, where);
+  st = check_local(&env_max, &env_set, comm, n, capacity, opts, where);
   cudaError_t cerr = cudaSuccess;
   if (st == CG_SUCCESS && (cerr = cudaSetDevice(n->device)) != cudaSuccess)
     st = cg_fail_cuda(cerr, "cudaSetDevice", "%s: device %d", where, n->device);
@@ -150,7 +213,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
     st = cg_fail_cuda(cerr, "cudaMemset", "%s: zeroing the arena", where);
   if (st == CG_SUCCESS && !(s = calloc(1, sizeof *s))) st = cg_fail(CG_ERR_NO_MEMORY, "%s: out of memory", where);
   if (st == CG_SUCCESS) {
-    *s = (symmetric_arena_t){comm, NULL, n->device};
+    *s = (symmetric_arena_t){.comm = comm, .device = n->device};
     cg_comm_retain(comm);
     if ((st = cg_arena_adopt(&arena, base, capacity, n->device, opts->alignment, release_symmetric, s, where)) ==
         CG_SUCCESS) {
@@ -186,11 +249,14 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   if (st == CG_SUCCESS && !ok)
     st = cg_fail(CG_ERR_BACKEND, "%s: another rank of communicator %016llx failed to register its window", where,
                  (unsigned long long)comm->id);
-  if (window) {
-    state->window = window; /* deregistered when the arena goes */
-    cg_nccl_windows_add(&n->windows, memory, bytes); /* for DOT only: out of memory leaves it out */
-  }
+  if (window) state->window = window; /* deregistered when the arena goes */
   if (st != CG_SUCCESS) goto out;
+  if ((st = choose_paths(state, comm, n, memory, bytes, env_max, env_set, where)) != CG_SUCCESS) goto out;
+  cg_nccl_window_t entry = {memory, bytes, state->view.base, {0}};
+  for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) entry.symmetric_max[d] = state->symmetric_max[d];
+  /* out of memory leaves it out: its collectives then take the symmetric
+   * kernels at every size, and DOT does not name the window */
+  if (window) cg_nccl_windows_add(&n->windows, &entry);
   *out = arena;
   arena = NULL;
 out:

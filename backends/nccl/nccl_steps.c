@@ -47,32 +47,35 @@ static int is_one_rank_copy(const cg_step_t *s) {
   return s->comm->size == 1 && s->op_kind != CG_NODE_BARRIER && !cg_kind_is_p2p(s->op_kind);
 }
 
-/* Whether both buffers of an allreduce, allgather or reduce_scatter (the
- * kinds NCCL's symmetric kernels cover) lie in a symmetric window of the
- * step's communicator (cg_nccl_arena_create). */
-static int in_symmetric_window(const cg_step_t *s) {
-  if (!s->comm || !s->comm->impl) return 0;
+/* Where an allreduce, allgather or reduce_scatter (the kinds NCCL's
+ * symmetric kernels cover) goes when its buffers lie in symmetric windows of
+ * the step's communicator (cg_nccl_arena_create): *send and *recv are the
+ * pointers to hand NCCL. */
+static cg_nccl_path_t route(const cg_step_t *s, const void **send, void **recv) {
+  *send = s->send, *recv = s->recv;
+  if (!s->comm || !s->comm->impl) return CG_NCCL_PATH_ORDINARY;
   const cg_nccl_comm_t *n = s->comm->impl;
   size_t block = s->count * cg_dtype_size(s->dtype), all = block * (size_t)s->comm->size;
-  switch (s->op_kind) {
-    case CG_NODE_ALLREDUCE:
-      return cg_nccl_windows_hold(&n->windows, s->send, block) && cg_nccl_windows_hold(&n->windows, s->recv, block);
-    case CG_NODE_ALLGATHER:
-      return cg_nccl_windows_hold(&n->windows, s->send, block) && cg_nccl_windows_hold(&n->windows, s->recv, all);
-    case CG_NODE_REDUCE_SCATTER:
-      return cg_nccl_windows_hold(&n->windows, s->send, all) && cg_nccl_windows_hold(&n->windows, s->recv, block);
-    default: return 0;
-  }
+  size_t send_bytes = s->op_kind == CG_NODE_REDUCE_SCATTER ? all : block;
+  size_t recv_bytes = s->op_kind == CG_NODE_ALLGATHER ? all : block;
+  return cg_nccl_windows_route(&n->windows, send, recv, send_bytes, recv_bytes, s->op_kind, s->dtype, block);
 }
 
 const char *cg_nccl_step_call(const cg_step_t *s) {
   if (is_one_rank_copy(s))
     return "cudaMemcpyAsync (one rank)";
-  if (in_symmetric_window(s)) switch (s->op_kind) {
-      case CG_NODE_ALLREDUCE: return "ncclAllReduce (symmetric window)";
-      case CG_NODE_ALLGATHER: return "ncclAllGather (symmetric window)";
-      default: return "ncclReduceScatter (symmetric window)";
-    }
+  const void *send;
+  void *recv;
+  switch (route(s, &send, &recv)) {
+    case CG_NCCL_PATH_PLAIN: return "ncclAllReduce (symmetric arena, plain kernels: above the cut-over)";
+    case CG_NCCL_PATH_SYMMETRIC:
+      switch (s->op_kind) {
+        case CG_NODE_ALLREDUCE: return "ncclAllReduce (symmetric window)";
+        case CG_NODE_ALLGATHER: return "ncclAllGather (symmetric window)";
+        default: return "ncclReduceScatter (symmetric window)";
+      }
+    default: break;
+  }
   switch (s->op_kind) {
     case CG_NODE_ALLREDUCE: return "ncclAllReduce";
     case CG_NODE_BROADCAST: return "ncclBroadcast";
@@ -155,12 +158,15 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
   ncclResult_t r = ncclSuccess;
   if (s->count == 0 && s->op_kind != CG_NODE_BARRIER) return CG_SUCCESS;
   if (is_one_rank_copy(s)) return one_rank_copy(s, stream);
+  const void *send;
+  void *recv;
+  route(s, &send, &recv);
   switch (s->op_kind) {
-    case CG_NODE_ALLREDUCE: r = ncclAllReduce(s->send, s->recv, s->count, t, op, n->nccl, stream); break;
+    case CG_NODE_ALLREDUCE: r = ncclAllReduce(send, recv, s->count, t, op, n->nccl, stream); break;
     case CG_NODE_BROADCAST: r = ncclBroadcast(s->send, s->recv, s->count, t, s->root, n->nccl, stream); break;
     case CG_NODE_REDUCE: r = ncclReduce(s->send, s->recv, s->count, t, op, s->root, n->nccl, stream); break;
-    case CG_NODE_ALLGATHER: r = ncclAllGather(s->send, s->recv, s->count, t, n->nccl, stream); break;
-    case CG_NODE_REDUCE_SCATTER: r = ncclReduceScatter(s->send, s->recv, s->count, t, op, n->nccl, stream); break;
+    case CG_NODE_ALLGATHER: r = ncclAllGather(send, recv, s->count, t, n->nccl, stream); break;
+    case CG_NODE_REDUCE_SCATTER: r = ncclReduceScatter(send, recv, s->count, t, op, n->nccl, stream); break;
     case CG_NODE_ALLTOALL:
     case CG_NODE_GATHER:
     case CG_NODE_SCATTER: r = exchange_blocks(n, s, stream); break;

@@ -9,7 +9,16 @@ static mtx_t windows_lock;
 static once_flag windows_once = ONCE_FLAG_INIT;
 static void init_lock(void) { mtx_init(&windows_lock, mtx_plain); }
 
-int cg_nccl_windows_add(cg_nccl_windows_t *w, const void *base, size_t bytes) {
+int cg_nccl_symmetric_dtype(cg_dtype_t dtype) {
+  switch (dtype) {
+    case CG_FLOAT32: return 0;
+    case CG_FLOAT16: return 1;
+    case CG_BFLOAT16: return 2;
+    default: return -1;
+  }
+}
+
+int cg_nccl_windows_add(cg_nccl_windows_t *w, const cg_nccl_window_t *window) {
   int ok = 1;
   call_once(&windows_once, init_lock);
   mtx_lock(&windows_lock);
@@ -19,7 +28,7 @@ int cg_nccl_windows_add(cg_nccl_windows_t *w, const void *base, size_t bytes) {
     if (grown) w->list = grown, w->cap = cap;
     else ok = 0;
   }
-  if (ok) w->list[w->n++] = (cg_nccl_window_t){base, bytes};
+  if (ok) w->list[w->n++] = *window;
   mtx_unlock(&windows_lock);
   return ok;
 }
@@ -35,17 +44,35 @@ void cg_nccl_windows_remove(cg_nccl_windows_t *w, const void *base) {
   mtx_unlock(&windows_lock);
 }
 
-int cg_nccl_windows_hold(const cg_nccl_windows_t *w, const void *ptr, size_t bytes) {
-  int held = 0;
+/* The window [ptr, ptr + bytes) lies inside; NULL if none. Under the lock. */
+static const cg_nccl_window_t *holder(const cg_nccl_windows_t *w, const void *ptr, size_t bytes) {
   uintptr_t p = (uintptr_t)ptr;
+  for (size_t i = 0; i < w->n; i++) {
+    uintptr_t b = (uintptr_t)w->list[i].base;
+    if (p >= b && p - b <= w->list[i].bytes && bytes <= w->list[i].bytes - (p - b)) return &w->list[i];
+  }
+  return NULL;
+}
+
+cg_nccl_path_t cg_nccl_windows_route(const cg_nccl_windows_t *w, const void **send, void **recv, size_t send_bytes,
+                                     size_t recv_bytes, cg_node_kind_t kind, cg_dtype_t dtype, size_t bytes) {
+  cg_nccl_path_t path = CG_NCCL_PATH_ORDINARY;
+  if (kind != CG_NODE_ALLREDUCE && kind != CG_NODE_ALLGATHER && kind != CG_NODE_REDUCE_SCATTER) return path;
   call_once(&windows_once, init_lock);
   mtx_lock(&windows_lock);
-  for (size_t i = 0; i < w->n && !held; i++) {
-    uintptr_t b = (uintptr_t)w->list[i].base;
-    held = p >= b && p - b <= w->list[i].bytes && bytes <= w->list[i].bytes - (p - b);
+  const cg_nccl_window_t *in = holder(w, *send, send_bytes), *out = holder(w, *recv, recv_bytes);
+  int d = cg_nccl_symmetric_dtype(dtype);
+  if (in && out) {
+    path = CG_NCCL_PATH_SYMMETRIC;
+    if (kind == CG_NODE_ALLREDUCE && d >= 0 && in->plain && out->plain &&
+        (bytes > in->symmetric_max[d] || bytes > out->symmetric_max[d])) {
+      path = CG_NCCL_PATH_PLAIN;
+      *send = in->plain + ((const char *)*send - in->base);
+      *recv = out->plain + ((char *)*recv - out->base);
+    }
   }
   mtx_unlock(&windows_lock);
-  return held;
+  return path;
 }
 
 void cg_nccl_windows_free(cg_nccl_windows_t *w) {

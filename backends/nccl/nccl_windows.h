@@ -1,15 +1,27 @@
-/* The symmetric windows registered on an NCCL communicator (nccl_arena.c),
- * so that the plan's DOT can say which collectives lie in one
- * (cg_nccl_step_call). One process-wide lock guards every communicator's
- * list: arenas come and go rarely. */
+/* The symmetric windows registered on an NCCL communicator (nccl_arena.c):
+ * which collectives lie in one, and whether each takes NCCL's symmetric
+ * kernels or, above the window's measured cut-over (nccl_cutover.c), the
+ * plain ones through the window's plain view (nccl_plain_view.h). The step
+ * enqueue (nccl_steps.c) and the plan's DOT ask here. One process-wide lock
+ * guards every communicator's list: arenas come and go rarely. */
 #ifndef CG_BACKENDS_NCCL_WINDOWS_H
 #define CG_BACKENDS_NCCL_WINDOWS_H
 
 #include <stddef.h>
 
+#include "commgraph/types.h"
+
+/* The dtypes whose allreduce has a measured cut-over: float32, float16,
+ * bfloat16 (NCCL's symmetric kernels reduce floating point only). */
+#define CG_NCCL_SYMMETRIC_DTYPES 3
+
 typedef struct cg_nccl_window {
   const char *base;
   size_t bytes;
+  char *plain; /* the same memory through a mapping NCCL has no window for; NULL: none */
+  /* per CG_NCCL_SYMMETRIC_DTYPES: the largest allreduce (bytes per rank)
+   * that takes the symmetric kernels; larger ones go through `plain` */
+  size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES];
 } cg_nccl_window_t;
 
 typedef struct cg_nccl_windows {
@@ -17,13 +29,29 @@ typedef struct cg_nccl_windows {
   size_t n, cap;
 } cg_nccl_windows_t;
 
-/* Adds [base, base + bytes); 0 when out of memory (the window then goes
- * unnamed in DOT, nothing else). */
-int cg_nccl_windows_add(cg_nccl_windows_t *w, const void *base, size_t bytes);
+/* What a collective's buffers take. */
+typedef enum cg_nccl_path {
+  CG_NCCL_PATH_ORDINARY,  /* not both in symmetric windows: as on any memory */
+  CG_NCCL_PATH_SYMMETRIC, /* both in windows: NCCL's symmetric kernels where it has them */
+  CG_NCCL_PATH_PLAIN,     /* both in windows, above the cut-over: through the plain views */
+} cg_nccl_path_t;
+
+/* The index of `dtype` in symmetric_max; -1 for the others. */
+int cg_nccl_symmetric_dtype(cg_dtype_t dtype);
+
+/* Adds `window` (copied); 0 when out of memory (the window then goes
+ * unnamed in DOT and every collective in it takes the symmetric kernels). */
+int cg_nccl_windows_add(cg_nccl_windows_t *w, const cg_nccl_window_t *window);
 /* Drops the window at `base`. */
 void cg_nccl_windows_remove(cg_nccl_windows_t *w, const void *base);
-/* Whether [ptr, ptr + bytes) lies inside one window. */
-int cg_nccl_windows_hold(const cg_nccl_windows_t *w, const void *ptr, size_t bytes);
+/* The path of a collective of `kind` reading send_bytes
+ * at *send and writing recv_bytes at *recv, `bytes` per rank of `dtype`; for
+ * CG_NCCL_PATH_PLAIN *send and *recv are moved to the plain views. Only
+ * allreduces have a cut-over: allgather and reduce_scatter in windows always
+ * take the symmetric path. */
+cg_nccl_path_t cg_nccl_windows_route(const cg_nccl_windows_t *w, const void **send, void **recv, size_t send_bytes,
+                                     size_t recv_bytes, cg_node_kind_t kind, cg_dtype_t dtype,
+                                     size_t bytes);
 /* Frees the list (the communicator goes). */
 void cg_nccl_windows_free(cg_nccl_windows_t *w);
 

@@ -156,6 +156,7 @@ _DECLS = {
     "cg_event_record": ([_NODE_OUT, c_void_p, c_void_p, _P(Access)], c_status),
     # with NCCL
     "cg_nccl_arena_create": ([_P(c_void_p), c_void_p, c_size, _P(ArenaOpts)], c_status),
+    "cg_nccl_arena_symmetric_max": ([_P(c_size), c_void_p, c_int], c_status),
 }
 
 

@@ -115,6 +115,19 @@ class Arena(Collected):
         check(_lib_.cg_arena_usage(ctypes.byref(used), ctypes.byref(capacity), self.handle))
         return used.value, capacity.value
 
+    def symmetric_max(self, dtype: Any = "float32") -> int:
+        """A symmetric arena's cut-over (cg_nccl_arena_symmetric_max): the
+        largest allreduce in bytes of `dtype` that takes NCCL's symmetric
+        kernels; larger ones take the plain kernels on the same memory.
+        UnsupportedError for an arena not made with `symmetric=`."""
+        name = _dtype_name(dtype)
+        if not _lib.has("cg_nccl_arena_symmetric_max"):
+            raise UnsupportedError("commgraph.Arena.symmetric_max: this libcommgraph was built without NCCL")
+        out = ctypes.c_size_t()
+        check(_lib_.cg_nccl_arena_symmetric_max(ctypes.byref(out), self.handle, _lib.DTYPES.index(name)),
+              "commgraph.Arena.symmetric_max")
+        return out.value
+
     def reset(self) -> None:
         """Forgets every piece (the memory is handed out again from the start)."""
         check(_lib_.cg_arena_reset(self.handle), "commgraph.Arena.reset")

@@ -118,6 +118,20 @@ torch.cuda.synchronize()
 for k, p in enumerate(sym_pieces):
     check(bool((p == k * size + total).all()), f"symmetric arena piece {k}")
 sym_plan.close()
+# its cut-over, measured when it was made: the same on every rank
+for name in ("float32", "bfloat16"):
+    cut = min(sym_arena.symmetric_max(name), 1 << 62)
+    both = torch.tensor([cut, -cut], dtype=torch.int64, device=device)
+    g5 = cg.Graph("cut-over agreement")
+    g5.allreduce(comm, both, op="max")
+    with g5.compile(timeout=60) as agree_plan:
+        agree_plan.run()
+    check(both.tolist() == [cut, -cut], f"the {name} cut-over differs between ranks: {cut} here, {both.tolist()}")
+try:
+    cg.Arena(4096, device=device.index).symmetric_max()
+    check(False, "symmetric_max of a plain arena did not raise")
+except cg.UnsupportedError:
+    pass
 sym_arena.close()
 
 # rebind to other tensors of the same size and type

@@ -1,7 +1,10 @@
 /* Arenas in NCCL symmetric memory (cg_nccl_arena_create, commgraph/nccl.h):
  * plans over their pieces give the right results replay after replay, fused
- * without copies; the arena outlives the communicator it was made on; two
- * arenas on one communicator; a device that is not the communicator's is
+ * without copies; allreduces above the cut-over (CG_SYMMETRIC_MAX_BYTES, or
+ * measured: the same on every rank) take the plain kernels on the same
+ * memory, and DOT says which path each takes; the arena outlives the
+ * communicator it was made on; two arenas on one communicator; a device
+ * that is not the communicator's, or the variable set on one rank only, is
  * refused on every rank. Inputs are random integers (exact in float32),
  * outputs poisoned before every replay, sums checked on the device. NCCL
  * only: the suite is not in the per-backend list. */
@@ -81,7 +84,8 @@ START_TEST(nccl_symmetric__plans_over_an_arena_are_right_every_replay_and_fuse_w
   int version = 0;
   NCCL_OK(ncclGetVersion(&version));
   char *dot = cg_gpu_plan_dot(plan);
-  int named = strstr(dot, "ncclAllReduce (symmetric window)") && strstr(dot, "ncclAllGather (symmetric window)");
+  /* the bucket takes the symmetric kernels or, above the cut-over, the plain ones */
+  int named = strstr(dot, "ncclAllReduce (symmetric") && strstr(dot, "ncclAllGather (symmetric window)");
   free(dot);
   ck_assert_all_ranks(version < 22700 || named, "the plan's DOT says which collectives lie in a symmetric window");
 
@@ -166,11 +170,137 @@ START_TEST(nccl_symmetric__a_device_not_the_communicators_is_refused_on_every_ra
 }
 END_TEST
 
+/* Every rank's value of `bytes` is rank 0's. */
+static int same_on_every_rank(size_t bytes) {
+  unsigned long long mine[2] = {bytes, ~(unsigned long long)bytes}, all[2];
+  MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  return all[0] == bytes && all[1] == ~(unsigned long long)bytes;
+}
+
+/* A plan of two in-place float32 allreduces (fusion off: one step each) of
+ * `small` and `large` elements from `arena`, replayed ROUNDS times with
+ * fresh inputs and checked; returns the plan's DOT (free it). */
+static char *two_allreduces(cg_comm_t *comm, cg_arena_t *arena, size_t small, size_t large, const char *what) {
+  int me = cg_gpu_rank(), n = cg_gpu_size();
+  size_t counts[2] = {small, large};
+  float *x[2];
+  cg_graph_t *g = NULL;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int t = 0; t < 2; t++) {
+    ck_assert_cg_ok(cg_arena_alloc((void **)&x[t], arena, counts[t], CG_FLOAT32));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, x[t], x[t], counts[t], CG_FLOAT32, CG_SUM));
+  }
+  cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
+  opts.fusion = 0;
+  cg_plan_t *plan = NULL;
+  cg_status_t st = cg_compile(&plan, g, &opts);
+  ck_assert_all_ranks(st == CG_SUCCESS, what);
+  cg_graph_destroy(g);
+  cg_plan_stats_t stats;
+  ck_assert_cg_ok(cg_plan_stats(&stats, plan));
+  ck_assert_all_ranks(stats.copy_bytes == 0, "the plain path copies nothing");
+  cudaStream_t s = cg_gpu_stream();
+  for (int k = 0; k < ROUNDS; k++) {
+    for (int t = 0; t < 2; t++) CUDA_OK(cg_gpu_fill(x[t], 1, counts[t], round_seed(k, 20 + t), me, 0, s));
+    ck_assert_cg_ok(cg_plan_launch(plan, s));
+    unsigned long long bad = 0;
+    for (int t = 0; t < 2; t++) bad += wrong_sums(x[t], counts[t], round_seed(k, 20 + t), 0, n);
+    char text[200];
+    snprintf(text, sizeof text, "%s: replay %d is right", what, k);
+    ck_assert_all_ranks(bad == 0, text);
+  }
+  char *dot = cg_gpu_plan_dot(plan);
+  cg_plan_destroy(plan);
+  return dot;
+}
+
+START_TEST(nccl_symmetric__allreduces_above_the_cut_over_take_the_plain_kernels_on_the_same_memory) {
+  cg_comm_t *comm = nccl_comm();
+  if (!comm) return;
+  int version = 0;
+  NCCL_OK(ncclGetVersion(&version));
+  enum { SMALL = 512, LARGE = 16384 }; /* 2 KB and 64 KB */
+  /* given: up to 4 KB symmetric */
+  setenv("CG_SYMMETRIC_MAX_BYTES", "4K", 1);
+  cg_arena_t *arena = NULL;
+  cg_status_t st = cg_nccl_arena_create(&arena, comm, (SMALL + LARGE) * sizeof(float), NULL);
+  unsetenv("CG_SYMMETRIC_MAX_BYTES");
+  ck_assert_all_ranks(st == CG_SUCCESS, "cg_nccl_arena_create with CG_SYMMETRIC_MAX_BYTES=4K");
+  size_t max = 0;
+  if (version >= 22700) {
+    for (cg_dtype_t d = 0; d < CG_DTYPE_COUNT; d++) {
+      ck_assert_cg_ok(cg_nccl_arena_symmetric_max(&max, arena, d));
+      int floating = d == CG_FLOAT32 || d == CG_FLOAT16 || d == CG_BFLOAT16;
+      ck_assert_msg(max == (floating ? 4096 : SIZE_MAX) || max == SIZE_MAX, "%s: cut-over %zu, not 4096",
+                    cg_dtype_name(d), max);
+    }
+    ck_assert_cg_ok(cg_nccl_arena_symmetric_max(&max, arena, CG_FLOAT32));
+  }
+  char *dot = two_allreduces(comm, arena, SMALL, LARGE, "2 KB and 64 KB, cut-over 4 KB");
+  int small_symmetric = strstr(dot, "ncclAllReduce (symmetric window)") != NULL;
+  int large_plain = strstr(dot, "plain kernels: above the cut-over") != NULL;
+  free(dot);
+  /* SIZE_MAX: the driver could not map the memory twice (it says so on stderr) */
+  ck_assert_all_ranks(version < 22700 || (small_symmetric && large_plain == (max != SIZE_MAX)),
+                      "DOT: 2 KB takes the symmetric window, 64 KB the plain kernels");
+  cg_arena_destroy(arena);
+
+  /* measured: the same cut-over on every rank, and right either way */
+  enum { MEASURED_BYTES = 1 << 20 };
+  st = cg_nccl_arena_create(&arena, comm, MEASURED_BYTES + 4096, NULL);
+  ck_assert_all_ranks(st == CG_SUCCESS, "cg_nccl_arena_create, cut-over measured");
+  if (version >= 22700) {
+    static const cg_dtype_t floats[3] = {CG_FLOAT32, CG_FLOAT16, CG_BFLOAT16};
+    for (int d = 0; d < 3; d++) {
+      ck_assert_cg_ok(cg_nccl_arena_symmetric_max(&max, arena, floats[d]));
+      char text[160];
+      snprintf(text, sizeof text, "the measured %s cut-over (%zu bytes on this rank) is the same on every rank",
+               cg_dtype_name(floats[d]), max);
+      ck_assert_all_ranks(same_on_every_rank(max), text);
+      if (cg_gpu_rank() == 0)
+        printf("nccl_symmetric: %d ranks: %s allreduces up to %zu bytes take the symmetric kernels\n",
+               cg_gpu_size(), cg_dtype_name(floats[d]), max);
+    }
+  }
+  free(two_allreduces(comm, arena, 256, MEASURED_BYTES / sizeof(float), "1 KB and 1 MB, cut-over measured"));
+  cg_arena_destroy(arena);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+START_TEST(nccl_symmetric__the_variable_set_on_one_rank_only_is_refused_on_every_rank) {
+  cg_comm_t *comm = nccl_comm();
+  if (!comm) return;
+  int version = 0;
+  NCCL_OK(ncclGetVersion(&version));
+  if (version < 22700 || cg_gpu_size() < 2) {
+    cg_comm_destroy(comm);
+    return;
+  }
+  if (cg_gpu_rank() == 0) setenv("CG_SYMMETRIC_MAX_BYTES", "8K", 1);
+  cg_arena_t *sentinel = (cg_arena_t *)comm, *out = sentinel;
+  cg_status_t st = cg_nccl_arena_create(&out, comm, 4096, NULL);
+  unsetenv("CG_SYMMETRIC_MAX_BYTES");
+  ck_assert_all_ranks(st == CG_ERR_INVALID_ARGUMENT && out == sentinel,
+                      "CG_SYMMETRIC_MAX_BYTES on rank 0 only: refused on every rank");
+  ck_assert_all_ranks(strstr(cg_error_last(), "CG_SYMMETRIC_MAX_BYTES differs") != NULL, "the refusal says why");
+  /* the communicator still works: an arena and a plan after it */
+  cg_arena_t *arena = NULL;
+  ck_assert_all_ranks(cg_nccl_arena_create(&arena, comm, 4096 * sizeof(float), NULL) == CG_SUCCESS,
+                      "an arena after the refusal");
+  free(two_allreduces(comm, arena, 1024, 3072, "after a refusal"));
+  cg_arena_destroy(arena);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("nccl_symmetric");
   TCase *t = cg_gpu_tcase("nccl_symmetric");
   tcase_add_test(t, nccl_symmetric__plans_over_an_arena_are_right_every_replay_and_fuse_without_copies);
   tcase_add_test(t, nccl_symmetric__two_arenas_on_one_communicator_out_of_place);
+  tcase_add_test(t, nccl_symmetric__allreduces_above_the_cut_over_take_the_plain_kernels_on_the_same_memory);
+  tcase_add_test(t, nccl_symmetric__the_variable_set_on_one_rank_only_is_refused_on_every_rank);
   tcase_add_test(t, nccl_symmetric__a_device_not_the_communicators_is_refused_on_every_rank);
   suite_add_tcase(s, t);
   return cg_gpu_test_main(s, "test_nccl_symmetric");

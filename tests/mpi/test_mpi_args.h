@@ -191,6 +191,7 @@ void row_info_write_fortran(fx_t *fx);
 void row_comm_from_nccl(fx_t *fx);
 void row_comm_nccl(fx_t *fx);
 void row_nccl_arena_create(fx_t *fx);
+void row_nccl_arena_symmetric_max(fx_t *fx);
 void row_dtype_size(fx_t *fx);
 void row_dtype_name(fx_t *fx);
 void row_redop_name(fx_t *fx);

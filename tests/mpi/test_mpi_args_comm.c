@@ -218,6 +218,22 @@ void row_nccl_arena_create(fx_t *fx) {
 #endif
 }
 
+void row_nccl_arena_symmetric_max(fx_t *fx) {
+#if CG_HAVE_NCCL
+  const char *fn = "cg_nccl_arena_symmetric_max";
+  size_t out = 12345;
+  EXPECT(fx, fn, cg_nccl_arena_symmetric_max(NULL, fx->arena, CG_FLOAT32), IA);
+  EXPECT(fx, fn, cg_nccl_arena_symmetric_max(&out, NULL, CG_FLOAT32), IA);
+  EXPECT(fx, fn, cg_nccl_arena_symmetric_max(&out, fx->arena, BAD_DTYPE_1), CG_ERR_INVALID_ENUM);
+  EXPECT(fx, fn, cg_nccl_arena_symmetric_max(&out, fx->arena, BAD_DTYPE_2), CG_ERR_INVALID_ENUM);
+  /* an arena of cg_arena_create is in no symmetric window */
+  EXPECT(fx, fn, cg_nccl_arena_symmetric_max(&out, fx->arena, CG_FLOAT32), CG_ERR_UNSUPPORTED);
+  CHECK(fx, out == 12345, "a failed cg_nccl_arena_symmetric_max wrote %zu to out", out);
+#else
+  note(fx, "skipped (built without NCCL)");
+#endif
+}
+
 /* ---- rows: names and status (static text; unknown values are not errors) */
 
 void row_dtype_size(fx_t *fx) {

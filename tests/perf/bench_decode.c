@@ -227,6 +227,8 @@ static void bench_batch(cg_comm_t *comm, ncclComm_t nccl, int layers, int hidden
   cg_arena_t *arena = NULL;
   CG_CHECK(cg_nccl_arena_create(&arena, comm, bytes, NULL));
   CG_CHECK(cg_arena_alloc((void **)&d.x_arena, arena, values, CG_BFLOAT16));
+  size_t cut_over = 0;
+  if (cg_nccl_arena_symmetric_max(&cut_over, arena, CG_BFLOAT16) != CG_SUCCESS) cut_over = 0;
   CUDA_CHECK(cudaMemcpy(d.x_arena, host, d.count * sizeof *host, cudaMemcpyHostToDevice));
 
   d.compute = capture_step(&d, d.x, 1, stream);
@@ -266,6 +268,8 @@ static void bench_batch(cg_comm_t *comm, ncclComm_t nccl, int layers, int hidden
     double captured_comm = (med[CAPTURED] - med[COMPUTE]) / layers;
     printf("\nbatch %d: %d allreduces of %zu bfloat16 (%.1f KB) per step, %d steps per batch\n", batch, layers,
            d.count, (double)d.count * 2 / 1024, iters);
+    printf("  the arena's bfloat16 cut-over (measured when it was made): %s up to %zu bytes, so these allreduces "
+           "take the %s kernels\n", "symmetric", cut_over, d.count * 2 <= cut_over ? "symmetric" : "plain");
     printf("  %-26s %12s %16s %16s\n", "mode", "us per step", "comm us/layer", "/ NCCL captured");
     for (int m = 0; m < N_MODES; m++) {
       if (m == SYMMETRIC && !d.x_sym) {

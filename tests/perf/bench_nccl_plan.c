@@ -434,7 +434,8 @@ static cudaGraphExec_t capture_allreduces(const work_t *w, cudaStream_t stream) 
 static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream_t stream, cudaEvent_t start,
                             cudaEvent_t stop) {
   enum { SETS = 4 }; /* plain cudaMalloc, arena, symmetric arena, the program's window */
-  const size_t max_count = 4096, set_bytes = 2 * (size_t)MAX_SMALL_OPS * max_count * sizeof(float);
+  /* rows up to 128 x 1 KB, and single allreduces up to 256 KB (past the symmetric cut-over) */
+  const size_t max_count = 65536, set_bytes = 2 * max_count * sizeof(float);
   float *host = malloc(max_count * sizeof *host), *in_window = NULL, *in_arena = NULL, *in_sym = NULL;
   float *plain_send[MAX_SMALL_OPS], *plain_recv[MAX_SMALL_OPS]; /* separate allocations: the plan packs */
   if (!host) cg_bench_fail("malloc", "out of memory");
@@ -452,15 +453,19 @@ static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaSt
   void *window = NULL;
   in_window = cg_bench_window_alloc(nccl, set_bytes, &window); /* on every rank or none */
   float *bases[SETS] = {NULL, in_arena, in_sym, in_window}; /* set 0: plain_send and plain_recv */
+  size_t cut_over = 0;
+  if (cg_nccl_arena_symmetric_max(&cut_over, sym_arena, CG_FLOAT32) != CG_SUCCESS) cut_over = 0;
   if (rank == 0) {
     printf("\nd) small float32 sum allreduces, out of place, on symmetric memory (issue 25): k of them per replay, "
            "us per replay: NCCL captured in one graph on separate buffers and on the program's symmetric window; the "
            "plan on separate buffers (packed), over a cg_arena (zero-copy) and over a cg_nccl_arena_create arena; "
            "ratios of the last to NCCL captured (the row's, and one 1 KB allreduce's)\n");
+    printf("  the arena's float32 cut-over, measured when it was made: allreduces up to %zu bytes take NCCL's symmetric "
+           "kernels, larger ones (a bucket counts whole) the plain kernels on the same memory\n", cut_over);
     printf("%6s %4s %10s %10s %10s %10s %10s %9s %9s\n", "bytes", "k", "NCCL capt", "capt sym", "plan", "plan arena",
            "plan sym", "sym/capt", "/ 1 capt");
   }
-  struct { int ops; size_t count; } rows[] = {{1, 256}, {1, 4096}, {8, 256}, {128, 256}};
+  struct { int ops; size_t count; } rows[] = {{1, 256}, {1, 4096}, {1, 16384}, {1, 65536}, {8, 256}, {128, 256}};
   double one_captured = 0; /* the first row's NCCL captured: one 1 KB allreduce */
   for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
     work_t w = {.ops = rows[r].ops, .count = rows[r].count, .nccl = nccl};
