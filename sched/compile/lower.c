@@ -308,22 +308,100 @@ static cg_status_t order_comms(lowering_t *l, const char *where) {
   return CG_SUCCESS;
 }
 
-/* Compute lanes for CUDA nodes, numbered from 0 in step->lane: a node
- * continues the lane of a node it depends on when that node is the lane's
- * latest, so a chain of kernels stays on one stream and adds no event;
- * otherwise it takes a new lane, up to CG_MAX_COMPUTE_LANES, and then the lane
- * idle longest (whose latest step comes first). Independent user work thus
- * sits on separate streams during capture, and CUDA sees no false edges
- * between it and the communication it does not depend on. */
-static void assign_compute_lanes(cg_plan_t *p, uint32_t *n_out) {
+static int depends_on(const cg_step_t *t, uint32_t d) {
+  uint32_t lo = 0, hi = t->n_deps; /* deps are ascending */
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (t->deps[mid] == d) return 1;
+    if (t->deps[mid] < d) lo = mid + 1;
+    else hi = mid;
+  }
+  return 0;
+}
+
+/* Where a device plan's CUDA nodes may sit on a communicator's lane instead
+ * of a compute lane: on_comm[s] is the communicator whose lane takes CUDA
+ * node s, or CG_NO_LANE. A CUDA graph's edges between branches are not free
+ * (each costs the GPU a wait of a microsecond or two), and a chain that
+ * alternates kernels and collectives (a decode step's layers) would cross
+ * between two lanes twice per link. A node joins a communicator's lane
+ * when that adds no wait it did not have: it depends on the lane's latest
+ * step (or the lane has none yet), and the next collective on the lane
+ * depends on it (or there is none), so neither it nor anything after it on
+ * the lane waits for more than before. "Next" is by index: without sends
+ * and receives, which wait to go out in groups, the issue order is the index
+ * order (issue_order.c: the lowest ready index first, and every step's
+ * dependencies have lower indices), so plans with sends or receives keep
+ * every CUDA node on compute lanes. Out of memory: the same. */
+static void find_chains_on_comm_lanes(uint32_t *on_comm, const cg_plan_t *p) {
+  uint32_t n = p->n_steps, nc = p->n_comms;
+  for (uint32_t s = 0; s < n; s++) on_comm[s] = CG_NO_LANE;
+  if (p->device == CG_DEVICE_HOST || !nc) return;
+  for (uint32_t s = 0; s < n; s++)
+    if (p->steps[s].kind == CG_STEP_COLLECTIVE && cg_kind_is_p2p(p->steps[s].op_kind)) return;
+  uint32_t *next_same = malloc((size_t)n * sizeof *next_same), *first_dependent = malloc((size_t)n * sizeof *first_dependent);
+  uint32_t *first_on = malloc((size_t)nc * sizeof *first_on), *last_coll = malloc((size_t)nc * sizeof *last_coll);
+  uint32_t *lane_latest = malloc((size_t)nc * sizeof *lane_latest);
+  if (!next_same || !first_dependent || !first_on || !last_coll || !lane_latest) goto out;
+  /* per step: the next collective of its communicator, the first collective depending on it */
+  for (uint32_t c = 0; c < nc; c++) first_on[c] = last_coll[c] = lane_latest[c] = CG_NO_STEP;
+  for (uint32_t s = 0; s < n; s++) next_same[s] = first_dependent[s] = CG_NO_STEP;
+  for (uint32_t s = 0; s < n; s++) {
+    const cg_step_t *t = &p->steps[s];
+    if (t->kind != CG_STEP_COLLECTIVE) continue;
+    if (last_coll[t->comm_index] == CG_NO_STEP) first_on[t->comm_index] = s;
+    else next_same[last_coll[t->comm_index]] = s;
+    last_coll[t->comm_index] = s;
+    for (uint32_t e = 0; e < t->n_deps; e++)
+      if (first_dependent[t->deps[e]] == CG_NO_STEP) first_dependent[t->deps[e]] = s;
+  }
+  for (uint32_t c = 0; c < nc; c++) last_coll[c] = CG_NO_STEP;
+  for (uint32_t s = 0; s < n; s++) {
+    const cg_step_t *t = &p->steps[s];
+    if (t->kind == CG_STEP_COLLECTIVE) {
+      last_coll[t->comm_index] = lane_latest[t->comm_index] = s;
+      continue;
+    }
+    if (t->kind != CG_STEP_CUDA_NODE) continue;
+    /* candidates: the lanes of the collectives it depends on, then that of the first one depending on it */
+    for (uint32_t e = 0; e <= t->n_deps && on_comm[s] == CG_NO_LANE; e++) {
+      uint32_t d = e < t->n_deps ? t->deps[e] : first_dependent[s];
+      if (d == CG_NO_STEP || p->steps[d].kind != CG_STEP_COLLECTIVE) continue;
+      uint32_t c = p->steps[d].comm_index;
+      uint32_t next = last_coll[c] == CG_NO_STEP ? first_on[c] : next_same[last_coll[c]];
+      if ((lane_latest[c] == CG_NO_STEP || depends_on(t, lane_latest[c])) &&
+          (next == CG_NO_STEP || depends_on(&p->steps[next], s))) {
+        on_comm[s] = c;
+        lane_latest[c] = s;
+      }
+    }
+  }
+out:
+  free(next_same);
+  free(first_dependent);
+  free(first_on);
+  free(last_coll);
+  free(lane_latest);
+}
+
+/* Compute lanes for the other CUDA nodes (on_comm[s] CG_NO_LANE), numbered
+ * from 0 in step->lane: a node continues the lane of a node it depends on
+ * when that node is the lane's latest, so a chain of kernels stays on one
+ * stream and adds no event; otherwise it takes a new lane, up to
+ * CG_MAX_COMPUTE_LANES, and then the lane idle longest (whose latest step
+ * comes first). Independent user work thus sits on separate streams during
+ * capture, and CUDA sees no false edges between it and the communication it
+ * does not depend on. */
+static void assign_compute_lanes(cg_plan_t *p, const uint32_t *on_comm, uint32_t *n_out) {
   uint32_t latest[CG_MAX_COMPUTE_LANES], n = 0;
   for (uint32_t s = 0; s < p->n_steps; s++) {
     cg_step_t *step = &p->steps[s];
-    if (step->kind != CG_STEP_CUDA_NODE) continue;
+    if (step->kind != CG_STEP_CUDA_NODE || on_comm[s] != CG_NO_LANE) continue;
     uint32_t lane = CG_NO_LANE;
     for (uint32_t e = 0; e < step->n_deps && lane == CG_NO_LANE; e++) {
       const cg_step_t *d = &p->steps[step->deps[e]];
-      if (d->kind == CG_STEP_CUDA_NODE && latest[d->lane] == step->deps[e]) lane = d->lane;
+      if (d->kind == CG_STEP_CUDA_NODE && on_comm[step->deps[e]] == CG_NO_LANE && latest[d->lane] == step->deps[e])
+        lane = d->lane;
     }
     if (lane == CG_NO_LANE && n < CG_MAX_COMPUTE_LANES) lane = n++;
     if (lane == CG_NO_LANE) {
@@ -345,8 +423,9 @@ static cg_status_t assign_lanes(lowering_t *l, const char *where) {
   uint32_t n_comms = p->n_comms, has_host = 0;
   uint32_t *buckets_of = calloc(n_comms ? n_comms : 1, sizeof *buckets_of);
   uint32_t *copy_lane = malloc((n_comms ? n_comms : 1) * sizeof *copy_lane);
+  uint32_t *on_comm = malloc((p->n_steps ? p->n_steps : 1) * sizeof *on_comm);
   cg_status_t st = CG_SUCCESS;
-  if (!buckets_of || !copy_lane) {
+  if (!buckets_of || !copy_lane || !on_comm) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: assigning lanes", where);
     goto out;
   }
@@ -355,7 +434,8 @@ static cg_status_t assign_lanes(lowering_t *l, const char *where) {
     if (p->steps[s].kind == CG_STEP_PACK) buckets_of[p->steps[s].comm_index]++;
   }
   uint32_t n_compute = 0;
-  assign_compute_lanes(p, &n_compute);
+  find_chains_on_comm_lanes(on_comm, p);
+  assign_compute_lanes(p, on_comm, &n_compute);
   uint32_t n_lanes = n_comms + has_host;
   for (uint32_t c = 0; c < n_comms; c++) {
     copy_lane[c] = CG_NO_LANE;
@@ -383,7 +463,8 @@ static cg_status_t assign_lanes(lowering_t *l, const char *where) {
   for (uint32_t s = 0; s < p->n_steps; s++) {
     cg_step_t *step = &p->steps[s];
     if (step->kind == CG_STEP_CUDA_NODE) {
-      step->lane += first_compute; /* assign_compute_lanes numbered them from 0 */
+      /* assign_compute_lanes numbered compute lanes from 0 */
+      step->lane = on_comm[s] != CG_NO_LANE ? on_comm[s] : step->lane + first_compute;
       step->comm_index = CG_NO_LANE;
     } else if (step->kind == CG_STEP_HOST_FUNC) {
       step->lane = n_comms;
@@ -397,6 +478,7 @@ static cg_status_t assign_lanes(lowering_t *l, const char *where) {
 out:
   free(buckets_of);
   free(copy_lane);
+  free(on_comm);
   return st;
 }
 

@@ -693,6 +693,112 @@ START_TEST(nccl_api__tune_sends_gradients_as_the_backward_makes_them) {
 }
 END_TEST
 
+/* ---- lanes: a chain of layers and allreduces on the communicator's lane */
+
+enum { CN = 3001, CL = 6 };
+
+/* A child graph of `outs` affine kernels: out[k] = in * 1 + add[k]. */
+static cudaGraph_t affine_layer(const int32_t *in, int32_t *const *out, const int32_t *add, int outs) {
+  cudaStream_t s;
+  cudaGraph_t g = NULL;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int k = 0; k < outs; k++) CUDA_OK(cg_gpu_affine(in, out[k], CN, 1, add[k], s));
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  CUDA_OK(cudaStreamDestroy(s));
+  return g;
+}
+
+/* A decode-like chain (each layer a kernel on x, then an allreduce of x that
+ * the next layer reads) puts every kernel on the communicator's lane: no
+ * event edge, one lane. A backward-like one (each layer reads the previous
+ * layer's activation, not its allreduced gradient) keeps its kernels on a
+ * compute lane, so they never wait for the allreduces. Both right. */
+START_TEST(nccl_api__kernels_chained_through_allreduces_share_the_communicators_lane) {
+  int me = cg_gpu_rank(), n = cg_gpu_size();
+  cg_comm_t *comm = cg_gpu_shared_comm(0);
+  uint64_t seed = replay_seed(-7);
+  int32_t *x = cg_gpu_alloc(CN * 4), *act = cg_gpu_alloc((size_t)(CL + 1) * CN * 4);
+  int32_t *grads = cg_gpu_alloc((size_t)CL * CN * 4), *h = malloc((size_t)CL * CN * 4);
+  ck_assert_ptr_nonnull(h);
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int l = 0; l < CL; l++) {
+    int32_t add = l + 1;
+    cudaGraph_t child = affine_layer(x, &x, &add, 1);
+    cg_range_t span = {x, CN * 4};
+    cg_access_t access = CG_ACCESS_INIT;
+    access.everything = 0, access.reads = &span, access.n_reads = 1, access.writes = &span, access.n_writes = 1;
+    ck_assert_cg_ok(cg_child_graph(NULL, g, child, &access));
+    CUDA_OK(cudaGraphDestroy(child));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, x, x, CN, CG_INT32, CG_SUM));
+  }
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "a chain of layers and allreduces");
+  cg_graph_destroy(g);
+  cg_plan_stats_t st;
+  ck_assert_cg_ok(cg_plan_stats(&st, plan));
+  char text[200];
+  snprintf(text, sizeof text, "the chain runs on one lane without events: %zu lanes, %zu events", st.lanes, st.events);
+  ck_assert_all_ranks(st.lanes == 1 && st.events == 0, text);
+  for (int replay = 0; replay < 3; replay++) {
+    CUDA_OK(cg_gpu_fill(x, 0, CN, seed + (uint64_t)replay, me, 0, cg_gpu_stream()));
+    ck_assert_cg_ok(cg_plan_launch(plan, cg_gpu_stream()));
+    to_host(h, x, CN * 4);
+    CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
+    int ok = 1;
+    for (int i = 0; i < CN; i++) {
+      uint32_t want = (uint32_t)cg_gpu_value_sum(seed + (uint64_t)replay, 0, n, (uint64_t)i); /* wraps as int32 does */
+      want += (uint32_t)n; /* layer 1 added 1 on every rank */
+      for (int l = 1; l < CL; l++) want = (uint32_t)n * (want + (uint32_t)(l + 1));
+      ok &= (uint32_t)h[i] == want;
+    }
+    snprintf(text, sizeof text, "replay %d: the chain's result", replay);
+    ck_assert_all_ranks(ok, text);
+  }
+  cg_plan_destroy(plan);
+
+  /* backward-like: layer l reads act[l + 1], writes act[l] and grad[l] */
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int l = CL - 1; l >= 0; l--) {
+    int32_t *in = act + (size_t)(l + 1) * CN, *outs[2] = {act + (size_t)l * CN, grads + (size_t)l * CN};
+    int32_t adds[2] = {1, l};
+    cudaGraph_t child = affine_layer(in, outs, adds, 2);
+    cg_range_t reads = {in, CN * 4}, writes[2] = {{outs[0], CN * 4}, {outs[1], CN * 4}};
+    cg_access_t access = CG_ACCESS_INIT;
+    access.everything = 0, access.reads = &reads, access.n_reads = 1, access.writes = writes, access.n_writes = 2;
+    ck_assert_cg_ok(cg_child_graph(NULL, g, child, &access));
+    CUDA_OK(cudaGraphDestroy(child));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, outs[1], outs[1], CN, CG_INT32, CG_SUM));
+  }
+  cg_compile_opts_t unfused = CG_COMPILE_OPTS_INIT;
+  unfused.fusion = 0;
+  cg_status_t status = cg_compile(&plan, g, &unfused);
+  ck_assert_all_ranks(status == CG_SUCCESS, "cg_compile of a backward-like chain");
+  cg_graph_destroy(g);
+  ck_assert_cg_ok(cg_plan_stats(&st, plan));
+  snprintf(text, sizeof text, "the backward's kernels keep their own lane: %zu lanes, %zu events", st.lanes, st.events);
+  ck_assert_all_ranks(st.lanes == 2 && st.events == (size_t)CL, text);
+  CUDA_OK(cg_gpu_fill(act + (size_t)CL * CN, 0, CN, seed, 0, 0, cg_gpu_stream())); /* the same on every rank */
+  poison(grads, (size_t)CL * CN * 4);
+  ck_assert_cg_ok(cg_plan_launch(plan, cg_gpu_stream()));
+  to_host(h, grads, (size_t)CL * CN * 4);
+  CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
+  int ok = 1;
+  for (int l = 0; l < CL; l++)
+    for (int i = 0; i < CN; i++) {
+      /* act[l + 1] = act[CL] + (CL - 1 - l); grad[l] = n * (act[l + 1] + l) */
+      uint32_t a = (uint32_t)cg_gpu_value(seed, 0, (uint64_t)i) + (uint32_t)(CL - 1 - l);
+      ok &= (uint32_t)h[(size_t)l * CN + i] == (uint32_t)n * (a + (uint32_t)l);
+    }
+  ck_assert_all_ranks(ok, "the backward-like chain's gradients");
+  cg_plan_destroy(plan);
+  free(h);
+  cg_gpu_free(x);
+  cg_gpu_free(act);
+  cg_gpu_free(grads);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("nccl_replay");
   TCase *replay = cg_gpu_tcase("nccl_replay");
@@ -708,6 +814,7 @@ int main(void) {
   tcase_add_test(api, nccl_api__launch_refuses_host_plans_and_joins_streams_being_captured);
   tcase_add_test(api, nccl_api__graphs_a_device_plan_cannot_hold_are_refused_on_every_rank);
   tcase_add_test(api, nccl_api__tune_sends_gradients_as_the_backward_makes_them);
+  tcase_add_test(api, nccl_api__kernels_chained_through_allreduces_share_the_communicators_lane);
   suite_add_tcase(s, api);
   return cg_gpu_test_main(s, "test_nccl_replay");
 }
