@@ -7,7 +7,8 @@
  * node of a graph built by hand; cg_plan_rebind on device plans (new buffers
  * and back, bucket members between arenas and scattered buffers, an embedded
  * plan updated with cudaGraphExecChildGraphNodeSetParams, refusals); child
- * graphs and event nodes compiled into device plans on compute lanes.
+ * graphs and event nodes compiled into device plans, on compute lanes or, in
+ * a chain between collectives, on the communicator's lane.
  *
  * Values are integers from cg_gpu_value, so every sum is exact; outputs are
  * poisoned before every replay and checked by kernels that count wrong
@@ -1282,9 +1283,10 @@ START_TEST(embed__event_wait_node_waits_for_the_user_stream) {
   cg_graph_destroy(g);
   cg_plan_stats_t st;
   ck_assert_cg_ok(cg_plan_stats(&st, plan));
-  assert_all_ranks_msg(st.lanes > st.communicators,
-                       "rank %d: %zu lanes for %zu communicators: the event wait and the child graph should be on a "
-                       "compute lane", me, st.lanes, st.communicators);
+  /* a chain (wait, allreduce, check): all of it on the communicator's lane, no event edge (lower.c) */
+  assert_all_ranks_msg(st.lanes == st.communicators && st.events == 0,
+                       "rank %d: %zu lanes for %zu communicators, %zu events: the event wait and the child graph "
+                       "should be on the communicator's lane", me, st.lanes, st.communicators, st.events);
 
   cudaStream_t s = new_stream(), s2 = new_stream();
   for (int k = 0; k < CN_REPLAYS; k++) {
