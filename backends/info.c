@@ -130,6 +130,13 @@ static void write_build(FILE *f, int provided) {
   fprintf(f, "NCCL symmetric memory (cg_nccl_arena_create): %s\n",
           windows ? "yes (NCCL's symmetric kernels on one node, with peer access)"
                   : "no: symmetric arenas are plain device memory (NCCL 2.27 or later has it)");
+  /* which allreduces in such an arena take the symmetric kernels (nccl_arena.c) */
+  const char *given = cg_param_text(CG_PARAM_SYMMETRIC_MAX_BYTES);
+  if (windows && given)
+    fprintf(f, "  symmetric or plain kernels: symmetric up to CG_SYMMETRIC_MAX_BYTES=%s, plain above\n", given);
+  else if (windows)
+    fprintf(f, "  symmetric or plain kernels: per allreduce, from the cut-over each arena measures when made "
+            "(cg_nccl_arena_symmetric_max; plan DOT names the path)\n");
 #endif
   write_mpi(f, provided);
   /* the backends this build compiled in (backends/, top-level CMakeLists.txt) */
