@@ -117,6 +117,13 @@ def test_a_symmetric_arena_needs_an_nccl_communicator(world):
     assert "nccl" in str(caught.value).lower() or "NCCL" in str(caught.value)
     with pytest.raises(TypeError):
         cg.Arena(1 << 10, symmetric="world")
+    # a plain arena has no symmetric cut-over
+    with cg.Arena(1 << 10) as plain:
+        with pytest.raises(cg.UnsupportedError) as caught:
+            plain.symmetric_max("float32")
+        assert "symmetric" in str(caught.value)
+        with pytest.raises(TypeError):
+            plain.symmetric_max("complex64")
 
 
 def test_dot_and_dump_name_the_nodes(world):
