@@ -48,9 +48,10 @@ static void release_symmetric(void *ctx, void *base) {
   cudaGetDevice(&previous);
   cudaSetDevice(s->device);
   cudaDeviceSynchronize();
+  /* out of the list first: no capture routes to the view once it is gone */
+  if (s->window) cg_nccl_windows_remove(&n->windows, base);
   cg_nccl_plain_view_unmap(&s->view);
 #if CG_NCCL_HAS_WINDOWS
-  if (s->window) cg_nccl_windows_remove(&n->windows, base);
   if (s->window && !atomic_load(&s->comm->aborted)) {
     ncclResult_t r = ncclCommWindowDeregister(n->nccl, (ncclWindow_t)s->window);
     if (r == ncclSuccess || r == ncclInProgress) cg_nccl_settle(n->nccl, ncclInProgress);
@@ -79,11 +80,8 @@ static cg_status_t agree(int *ok, int *same_bytes, cg_nccl_comm_t *n, size_t byt
 
 /* The local checks that need the communicator (the same outcome on every
  * rank only if every rank passed the same arguments: agreed after). */
-static cg_status_t check_local(size_t *env_max, int *env_set, const cg_comm_t *comm, const cg_nccl_comm_t *n,
-                               size_t capacity, const cg_arena_opts_t *opts, const char *where) {
-  *env_set = 0;
-  cg_status_t parsed = cg_param_bytes(env_max, env_set, CG_PARAM_SYMMETRIC_MAX_BYTES, where);
-  if (parsed != CG_SUCCESS) return parsed;
+static cg_status_t check_local(const cg_comm_t *comm, const cg_nccl_comm_t *n, size_t capacity,
+                               const cg_arena_opts_t *opts, const char *where) {
   if (opts->device != CG_DEVICE_HOST && opts->device != n->device)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: device %d is not the communicator's (%d)", where, opts->device,
                    n->device);
@@ -119,7 +117,7 @@ static cg_status_t register_window(void **window, cg_comm_t *comm, cg_nccl_comm_
  * size when not every rank could map a plain view (or the ranks lack peer
  * links: NCCL has no symmetric kernels for them, nothing to choose).
  * Collective; the same outcome on every rank. */
-static cg_status_t choose_paths(symmetric_arena_t *s, const cg_comm_t *comm, cg_nccl_comm_t *n, void *memory,
+static cg_status_t choose_paths(symmetric_arena_t *s, cg_comm_t *comm, cg_nccl_comm_t *n, void *memory,
                                 size_t bytes, size_t env_max, int env_set, const char *where) {
   const char *why = NULL;
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) s->symmetric_max[d] = SIZE_MAX;
@@ -144,12 +142,17 @@ static cg_status_t choose_paths(symmetric_arena_t *s, const cg_comm_t *comm, cg_
     for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) s->symmetric_max[d] = env_max;
     return CG_SUCCESS;
   }
-  return cg_nccl_cutover_measure(s->symmetric_max, n, memory, s->view.base, bytes, where);
+  int abort_comm = 0;
+  cg_status_t st = cg_nccl_cutover_measure(s->symmetric_max, &abort_comm, n, memory, s->view.base, bytes, where);
+  if (abort_comm && cg_comm_mark_aborted(comm, st, cg_error_last()))
+    cg_nccl_backend.abort(n); /* every rank alike: NCCL work may wait for a peer that stopped */
+  return st;
 }
 
 cg_status_t cg_nccl_arena_symmetric_max(size_t *out_bytes, const cg_arena_t *arena, cg_dtype_t dtype) {
   static const char where[] = "cg_nccl_arena_symmetric_max";
-  if (!out_bytes || !arena) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL %s", where, out_bytes ? "arena" : "out_bytes");
+  if (!out_bytes || !arena)
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: NULL %s", where, out_bytes ? "arena" : "out_bytes");
   if ((unsigned)dtype >= CG_DTYPE_COUNT)
     return cg_fail(CG_ERR_INVALID_ENUM, "%s: unknown data type %d", where, (int)dtype);
   const symmetric_arena_t *s = cg_arena_adopted_ctx(arena, release_symmetric);
@@ -183,7 +186,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   int env_set = 0;
   if (!CG_NCCL_HAS_WINDOWS || version < 22700) {
     /* no symmetric windows in this NCCL: plain device memory, as the header promises */
-    if ((st = check_local(&env_max, &env_set, comm, n, capacity, opts, where)) != CG_SUCCESS) return st;
+    if ((st = check_local(comm, n, capacity, opts, where)) != CG_SUCCESS) return st;
     cg_arena_opts_t plain = *opts;
     plain.size = sizeof plain;
     plain.device = n->device;
@@ -196,7 +199,11 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
    * cg_arena_create's memory. */
   size_t bytes = cg_pad16(capacity ? capacity : 1);
   cudaGetDevice(&previous);
-  st = check_local(&env_max, &env_set, comm, n, capacity, opts, where);
+  st = check_local(comm, n, capacity, opts, where);
+  if (st == CG_SUCCESS) st = cg_param_bytes(&env_max, &env_set, CG_PARAM_SYMMETRIC_MAX_BYTES, where);
+  /* room in the window list now: a rank whose entry went missing would route alone */
+  if (st == CG_SUCCESS && !cg_nccl_windows_reserve(&n->windows))
+    st = cg_fail(CG_ERR_NO_MEMORY, "%s: out of memory", where);
   cudaError_t cerr = cudaSuccess;
   if (st == CG_SUCCESS && (cerr = cudaSetDevice(n->device)) != cudaSuccess)
     st = cg_fail_cuda(cerr, "cudaSetDevice", "%s: device %d", where, n->device);
@@ -254,9 +261,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   if ((st = choose_paths(state, comm, n, memory, bytes, env_max, env_set, where)) != CG_SUCCESS) goto out;
   cg_nccl_window_t entry = {memory, bytes, state->view.base, {0}};
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) entry.symmetric_max[d] = state->symmetric_max[d];
-  /* out of memory leaves it out: its collectives then take the symmetric
-   * kernels at every size, and DOT does not name the window */
-  if (window) cg_nccl_windows_add(&n->windows, &entry);
+  cg_nccl_windows_add(&n->windows, &entry); /* cannot fail: the room was reserved */
   *out = arena;
   arena = NULL;
 out:

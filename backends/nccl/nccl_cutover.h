@@ -1,8 +1,8 @@
 /* Where NCCL's symmetric kernels stop paying for an allreduce: measured on
  * the arena itself when cg_nccl_arena_create makes it. Inside a graph they
  * cut a small allreduce's time by a third and lose from some hundred KB on
- * (on 4 H100s, NCCL 2.28: 1 KB 7.7 against 12.5 us, 256 KB 16.7 against
- * 14.5 us), and the size differs per dtype, rank count and machine. */
+ * (on 4 H100s, NCCL 2.28: 1 KB 9.0 against 14.2 us, 256 KB 18.0 against
+ * 15.9 us), and the size differs per dtype, rank count and machine. */
 #ifndef CG_BACKENDS_NCCL_CUTOVER_H
 #define CG_BACKENDS_NCCL_CUTOVER_H
 
@@ -11,15 +11,31 @@
 #include "error.h"
 #include "nccl_backend.h"
 
+/* The measured sizes: 1 KB, 2 KB, ... 8 MB. */
+#define CG_CUTOVER_MIN_BYTES ((size_t)1 << 10)
+#define CG_CUTOVER_MAX_SIZES 14
+
+/* The cut-over from the times of `sizes` measured sizes (us[i][0]: the
+ * symmetric kernels at CG_CUTOVER_MIN_BYTES << i, us[i][1]: the plain ones):
+ * the size before the first at which the symmetric kernels lose there and at
+ * the next measured size too (one loss alone is taken for noise), 0 when
+ * that is the first size; SIZE_MAX when they never lose twice in a row, or
+ * nothing was measured (an arena under 1 KB): beyond the measured sizes the
+ * symmetric kernels keep what they won. */
+size_t cg_nccl_cutover_pick(const double (*us)[2], int sizes);
+
 /* Times captured in-place sum allreduces of 1 KB, 2 KB, ... up to `bytes`
  * (at most 8 MB) of float32, float16 and bfloat16 on `window` (in the
  * symmetric window) and on `plain` (the same memory through the plain view),
- * interleaved, the slowest rank's time of each, and sets symmetric_max[d] to
- * the largest size up to which the symmetric kernels won at every size (0
- * when they lost at 1 KB). The same result on every rank. The memory must
- * hold zeros (sums of zeros leave it so). Collective over n's ranks: NCCL on
- * n->nccl, the agreement over its control communicator. */
-cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES], cg_nccl_comm_t *n, void *window,
-                                    void *plain, size_t bytes, const char *where);
+ * interleaved, takes the slowest rank's time of each and sets
+ * symmetric_max[d] by cg_nccl_cutover_pick: the same on every rank. The
+ * memory must hold zeros (sums of zeros leave it so). Collective over n's
+ * ranks: NCCL on n->nccl, agreement over its control communicator after
+ * every size, so a failure on one rank stops every rank there. *abort_comm
+ * is set when NCCL work may be left waiting for a peer (a failure after the
+ * first NCCL call): the caller then aborts the communicator, on every rank
+ * alike. */
+cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES], int *abort_comm,
+                                    cg_nccl_comm_t *n, void *window, void *plain, size_t bytes, const char *where);
 
 #endif

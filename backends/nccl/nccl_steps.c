@@ -51,14 +51,14 @@ static int is_one_rank_copy(const cg_step_t *s) {
  * symmetric kernels cover) goes when its buffers lie in symmetric windows of
  * the step's communicator (cg_nccl_arena_create): *send and *recv are the
  * pointers to hand NCCL. */
-static cg_nccl_path_t route(const cg_step_t *s, const void **send, void **recv) {
+static cg_nccl_path_t route(const void **send, void **recv, const cg_step_t *s) {
   *send = s->send, *recv = s->recv;
   if (!s->comm || !s->comm->impl) return CG_NCCL_PATH_ORDINARY;
   const cg_nccl_comm_t *n = s->comm->impl;
   size_t block = s->count * cg_dtype_size(s->dtype), all = block * (size_t)s->comm->size;
   size_t send_bytes = s->op_kind == CG_NODE_REDUCE_SCATTER ? all : block;
   size_t recv_bytes = s->op_kind == CG_NODE_ALLGATHER ? all : block;
-  return cg_nccl_windows_route(&n->windows, send, recv, send_bytes, recv_bytes, s->op_kind, s->dtype, block);
+  return cg_nccl_windows_route(send, recv, &n->windows, send_bytes, recv_bytes, s->op_kind, s->dtype, block);
 }
 
 const char *cg_nccl_step_call(const cg_step_t *s) {
@@ -66,7 +66,7 @@ const char *cg_nccl_step_call(const cg_step_t *s) {
     return "cudaMemcpyAsync (one rank)";
   const void *send;
   void *recv;
-  switch (route(s, &send, &recv)) {
+  switch (route(&send, &recv, s)) {
     case CG_NCCL_PATH_PLAIN: return "ncclAllReduce (symmetric arena, plain kernels: above the cut-over)";
     case CG_NCCL_PATH_SYMMETRIC:
       switch (s->op_kind) {
@@ -160,7 +160,7 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
   if (is_one_rank_copy(s)) return one_rank_copy(s, stream);
   const void *send;
   void *recv;
-  route(s, &send, &recv);
+  route(&send, &recv, s);
   switch (s->op_kind) {
     case CG_NODE_ALLREDUCE: r = ncclAllReduce(send, recv, s->count, t, op, n->nccl, stream); break;
     case CG_NODE_BROADCAST: r = ncclBroadcast(s->send, s->recv, s->count, t, s->root, n->nccl, stream); break;

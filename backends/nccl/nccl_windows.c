@@ -18,16 +18,28 @@ int cg_nccl_symmetric_dtype(cg_dtype_t dtype) {
   }
 }
 
-int cg_nccl_windows_add(cg_nccl_windows_t *w, const cg_nccl_window_t *window) {
-  int ok = 1;
+/* Room for one more; under the lock. */
+static int make_room(cg_nccl_windows_t *w) {
+  if (w->n < w->cap) return 1;
+  size_t cap = w->cap ? 2 * w->cap : 4;
+  cg_nccl_window_t *grown = realloc(w->list, cap * sizeof *grown);
+  if (!grown) return 0;
+  w->list = grown, w->cap = cap;
+  return 1;
+}
+
+int cg_nccl_windows_reserve(cg_nccl_windows_t *w) {
   call_once(&windows_once, init_lock);
   mtx_lock(&windows_lock);
-  if (w->n == w->cap) {
-    size_t cap = w->cap ? 2 * w->cap : 4;
-    cg_nccl_window_t *grown = realloc(w->list, cap * sizeof *grown);
-    if (grown) w->list = grown, w->cap = cap;
-    else ok = 0;
-  }
+  int ok = make_room(w);
+  mtx_unlock(&windows_lock);
+  return ok;
+}
+
+int cg_nccl_windows_add(cg_nccl_windows_t *w, const cg_nccl_window_t *window) {
+  call_once(&windows_once, init_lock);
+  mtx_lock(&windows_lock);
+  int ok = make_room(w);
   if (ok) w->list[w->n++] = *window;
   mtx_unlock(&windows_lock);
   return ok;
@@ -54,7 +66,7 @@ static const cg_nccl_window_t *holder(const cg_nccl_windows_t *w, const void *pt
   return NULL;
 }
 
-cg_nccl_path_t cg_nccl_windows_route(const cg_nccl_windows_t *w, const void **send, void **recv, size_t send_bytes,
+cg_nccl_path_t cg_nccl_windows_route(const void **send, void **recv, const cg_nccl_windows_t *w, size_t send_bytes,
                                      size_t recv_bytes, cg_node_kind_t kind, cg_dtype_t dtype, size_t bytes) {
   cg_nccl_path_t path = CG_NCCL_PATH_ORDINARY;
   if (kind != CG_NODE_ALLREDUCE && kind != CG_NODE_ALLGATHER && kind != CG_NODE_REDUCE_SCATTER) return path;

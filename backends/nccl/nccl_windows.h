@@ -39,8 +39,11 @@ typedef enum cg_nccl_path {
 /* The index of `dtype` in symmetric_max; -1 for the others. */
 int cg_nccl_symmetric_dtype(cg_dtype_t dtype);
 
-/* Adds `window` (copied); 0 when out of memory (the window then goes
- * unnamed in DOT and every collective in it takes the symmetric kernels). */
+/* Makes room for one more window; 0 when out of memory. */
+int cg_nccl_windows_reserve(cg_nccl_windows_t *w);
+/* Adds `window` (copied); 0 when out of memory, which cannot happen after
+ * cg_nccl_windows_reserve. A window missing on one rank would route its
+ * collectives alone: cg_nccl_arena_create reserves before the ranks agree. */
 int cg_nccl_windows_add(cg_nccl_windows_t *w, const cg_nccl_window_t *window);
 /* Drops the window at `base`. */
 void cg_nccl_windows_remove(cg_nccl_windows_t *w, const void *base);
@@ -49,9 +52,8 @@ void cg_nccl_windows_remove(cg_nccl_windows_t *w, const void *base);
  * CG_NCCL_PATH_PLAIN *send and *recv are moved to the plain views. Only
  * allreduces have a cut-over: allgather and reduce_scatter in windows always
  * take the symmetric path. */
-cg_nccl_path_t cg_nccl_windows_route(const cg_nccl_windows_t *w, const void **send, void **recv, size_t send_bytes,
-                                     size_t recv_bytes, cg_node_kind_t kind, cg_dtype_t dtype,
-                                     size_t bytes);
+cg_nccl_path_t cg_nccl_windows_route(const void **send, void **recv, const cg_nccl_windows_t *w, size_t send_bytes,
+                                     size_t recv_bytes, cg_node_kind_t kind, cg_dtype_t dtype, size_t bytes);
 /* Frees the list (the communicator goes). */
 void cg_nccl_windows_free(cg_nccl_windows_t *w);
 

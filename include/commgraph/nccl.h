@@ -84,8 +84,10 @@ CG_API cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm);
  * kernels instead, on the same memory through a second mapping of it that
  * NCCL has no window for (no copy). The cut-over is measured when the arena
  * is made (captured allreduces of 1 KB, 2 KB, ... up to the capacity or 8 MB
- * on both paths, the slowest rank's times; some 0.1 s), unless
- * CG_SYMMETRIC_MAX_BYTES gives it (docs/architecture.md). With an NCCL older
+ * on both paths, the slowest rank's times; the size before the first at
+ * which the symmetric kernels lose twice in a row; some 0.1 s), unless
+ * CG_SYMMETRIC_MAX_BYTES gives it (docs/architecture.md). A failure while
+ * measuring fails every rank and aborts the communicator. With an NCCL older
  * than 2.27 the arena is plain device memory (cg_arena_create). Every rank passes the same capacity (checked:
  * CG_ERR_INVALID_ARGUMENT on every rank otherwise), and, since NCCL's
  * symmetric kernels need every rank's buffers at the same offsets, allocates
@@ -105,10 +107,10 @@ CG_API cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_
 
 /* The largest allreduce (bytes per rank) of `dtype` in `arena` that takes
  * NCCL's symmetric kernels; larger ones take the plain kernels. 0: none does
- * (they lost at 1 KB); SIZE_MAX: every size does (CG_SYMMETRIC_MAX_BYTES=never,
- * ranks without peer links, a driver that cannot map the memory twice), and
- * for dtypes other than float32, float16 and bfloat16, which NCCL routes
- * itself. The same on every rank. CG_ERR_UNSUPPORTED for an arena that is not
+ * (they lost at 1 KB and 2 KB); SIZE_MAX: every size does (they never lost
+ * at two measured sizes in a row, CG_SYMMETRIC_MAX_BYTES=never, ranks without
+ * peer links, a driver that cannot map the memory twice), and for dtypes
+ * other than float32, float16 and bfloat16, which NCCL routes itself. The same on every rank. CG_ERR_UNSUPPORTED for an arena that is not
  * in symmetric memory (another arena, or an NCCL older than 2.27). */
 CG_API cg_status_t cg_nccl_arena_symmetric_max(size_t *out_bytes, const cg_arena_t *arena, cg_dtype_t dtype);
 

@@ -339,7 +339,8 @@ static void find_chains_on_comm_lanes(uint32_t *on_comm, const cg_plan_t *p) {
   if (p->device == CG_DEVICE_HOST || !nc) return;
   for (uint32_t s = 0; s < n; s++)
     if (p->steps[s].kind == CG_STEP_COLLECTIVE && cg_kind_is_p2p(p->steps[s].op_kind)) return;
-  uint32_t *next_same = malloc((size_t)n * sizeof *next_same), *first_dependent = malloc((size_t)n * sizeof *first_dependent);
+  uint32_t *next_same = malloc((size_t)n * sizeof *next_same);
+  uint32_t *first_dependent = malloc((size_t)n * sizeof *first_dependent);
   uint32_t *first_on = malloc((size_t)nc * sizeof *first_on), *last_coll = malloc((size_t)nc * sizeof *last_coll);
   uint32_t *lane_latest = malloc((size_t)nc * sizeof *lane_latest);
   if (!next_same || !first_dependent || !first_on || !last_coll || !lane_latest) goto out;

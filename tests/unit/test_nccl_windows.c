@@ -31,7 +31,7 @@ static int ref_holder(const ref_window_t *ref, int n, uintptr_t p, size_t bytes)
 static cg_nccl_path_t route_allreduce(const cg_nccl_windows_t *w, const char *p, size_t bytes, const void **send,
                                       void **recv) {
   *send = p, *recv = (void *)p;
-  return cg_nccl_windows_route(w, send, recv, bytes, bytes, CG_NODE_ALLREDUCE, CG_FLOAT32, bytes);
+  return cg_nccl_windows_route(send, recv, w, bytes, bytes, CG_NODE_ALLREDUCE, CG_FLOAT32, bytes);
 }
 
 START_TEST(nccl_windows__edges_of_one_window) {
@@ -56,21 +56,21 @@ START_TEST(nccl_windows__edges_of_one_window) {
   ck_assert_int_eq(route_allreduce(&w, block + 65, SIZE_MAX, &send, &recv), CG_NCCL_PATH_ORDINARY); /* would wrap */
   /* float16: no symmetric allreduce of any size; bfloat16: every size */
   send = block + 64, recv = block + 64;
-  ck_assert_int_eq(cg_nccl_windows_route(&w, &send, &recv, 2, 2, CG_NODE_ALLREDUCE, CG_FLOAT16, 2), CG_NCCL_PATH_PLAIN);
+  ck_assert_int_eq(cg_nccl_windows_route(&send, &recv, &w, 2, 2, CG_NODE_ALLREDUCE, CG_FLOAT16, 2), CG_NCCL_PATH_PLAIN);
   send = block + 64, recv = block + 64;
-  ck_assert_int_eq(cg_nccl_windows_route(&w, &send, &recv, 128, 128, CG_NODE_ALLREDUCE, CG_BFLOAT16, 128),
+  ck_assert_int_eq(cg_nccl_windows_route(&send, &recv, &w, 128, 128, CG_NODE_ALLREDUCE, CG_BFLOAT16, 128),
                    CG_NCCL_PATH_SYMMETRIC);
   /* other dtypes, and allgather or reduce_scatter, are NCCL's to route */
   send = block + 64, recv = block + 64;
-  ck_assert_int_eq(cg_nccl_windows_route(&w, &send, &recv, 128, 128, CG_NODE_ALLREDUCE, CG_INT32, 128),
+  ck_assert_int_eq(cg_nccl_windows_route(&send, &recv, &w, 128, 128, CG_NODE_ALLREDUCE, CG_INT32, 128),
                    CG_NCCL_PATH_SYMMETRIC);
   send = block + 64, recv = block + 96;
-  ck_assert_int_eq(cg_nccl_windows_route(&w, &send, &recv, 32, 96, CG_NODE_ALLGATHER, CG_FLOAT32, 32),
+  ck_assert_int_eq(cg_nccl_windows_route(&send, &recv, &w, 32, 96, CG_NODE_ALLGATHER, CG_FLOAT32, 32),
                    CG_NCCL_PATH_SYMMETRIC);
   ck_assert(send == block + 64 && recv == block + 96);
   /* kinds NCCL has no symmetric kernels for: as on any memory */
   send = block + 64, recv = block + 64;
-  ck_assert_int_eq(cg_nccl_windows_route(&w, &send, &recv, 8, 8, CG_NODE_BROADCAST, CG_FLOAT32, 8),
+  ck_assert_int_eq(cg_nccl_windows_route(&send, &recv, &w, 8, 8, CG_NODE_BROADCAST, CG_FLOAT32, 8),
                    CG_NCCL_PATH_ORDINARY);
   cg_nccl_windows_remove(&w, block + 64);
   ck_assert_int_eq(route_allreduce(&w, block + 64, 1, &send, &recv), CG_NCCL_PATH_ORDINARY);
@@ -131,7 +131,7 @@ START_TEST(nccl_windows__random_windows_against_a_reference) {
     }
     const void *send = (const void *)p[0];
     void *recv = (void *)p[1];
-    cg_nccl_path_t got = cg_nccl_windows_route(&w, &send, &recv, span[0], span[1], kind, dtype, bytes);
+    cg_nccl_path_t got = cg_nccl_windows_route(&send, &recv, &w, span[0], span[1], kind, dtype, bytes);
     if (got != want || (uintptr_t)send != want_send || (uintptr_t)recv != want_recv)
       ck_abort_msg("query %d: %s of %s, [%#jx, +%zu) -> [%#jx, +%zu): path %d to %p, %p; the reference says %d to "
                    "%#jx, %#jx", q, cg_node_kind_name(kind), cg_dtype_name(dtype), (uintmax_t)p[0], span[0],

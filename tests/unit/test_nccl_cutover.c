@@ -1,0 +1,66 @@
+/* The rule that turns measured times into a symmetric/plain cut-over
+ * (cg_nccl_cutover_pick, backends/nccl/nccl_cutover.h): by hand at the edges
+ * (nothing measured, a loss at the first size, one noisy loss, wins to the
+ * end) and against a reference on random times. No NCCL call is made. */
+#include <stdint.h>
+
+#include "nccl/nccl_cutover.h"
+#include "test_support.h"
+
+enum { RANDOM_CASES = 5000 };
+
+/* us[i] = {symmetric, plain} from a pattern of W (wins) and L (losses). */
+static int from_pattern(double (*us)[2], const char *pattern) {
+  int n = 0;
+  for (; pattern[n]; n++) us[n][0] = pattern[n] == 'W' ? 5.0 : 9.0, us[n][1] = 7.0;
+  return n;
+}
+
+static size_t pick(const char *pattern) {
+  double us[CG_CUTOVER_MAX_SIZES][2];
+  int n = from_pattern(us, pattern);
+  return cg_nccl_cutover_pick((const double (*)[2])us, n);
+}
+
+START_TEST(nccl_cutover__edges) {
+  ck_assert_uint_eq(pick(""), SIZE_MAX);           /* an arena under 1 KB: nothing measured */
+  ck_assert_uint_eq(pick("WWWW"), SIZE_MAX);       /* wins at every measured size */
+  ck_assert_uint_eq(pick("LL"), 0);                /* loses from 1 KB on */
+  ck_assert_uint_eq(pick("L"), 0);                 /* one size, lost: the last counts as two */
+  ck_assert_uint_eq(pick("WWLL"), 2048);           /* up to 2 KB */
+  ck_assert_uint_eq(pick("WLWWLLW"), 8192);        /* one loss at 2 KB is noise; 16 and 32 KB are not */
+  ck_assert_uint_eq(pick("WWWL"), 4096);           /* a loss at the last size */
+  double tie[2][2] = {{7.0, 7.0}, {7.0, 7.0}};     /* a tie is a loss: the plain path needs no window */
+  ck_assert_uint_eq(cg_nccl_cutover_pick((const double (*)[2])tie, 2), 0);
+}
+END_TEST
+
+START_TEST(nccl_cutover__random_times_against_a_reference) {
+  for (int c = 0; c < RANDOM_CASES; c++) {
+    double us[CG_CUTOVER_MAX_SIZES][2];
+    int n = (int)(cg_test_rand() % (CG_CUTOVER_MAX_SIZES + 1));
+    int lose[CG_CUTOVER_MAX_SIZES];
+    for (int i = 0; i < n; i++) {
+      us[i][0] = (double)(cg_test_rand() % 40), us[i][1] = (double)(cg_test_rand() % 40);
+      lose[i] = us[i][0] >= us[i][1];
+    }
+    size_t want = SIZE_MAX;
+    for (int i = 0; i < n && want == SIZE_MAX; i++)
+      if (lose[i] && (i + 1 == n || lose[i + 1])) want = i ? (size_t)1024 << (i - 1) : 0;
+    size_t got = cg_nccl_cutover_pick((const double (*)[2])us, n);
+    ck_assert_msg(got == want, "case %d (%d sizes): %zu, the reference says %zu", c, n, got, want);
+  }
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("nccl_cutover");
+  TCase *t = tcase_create("nccl_cutover");
+  tcase_set_timeout(t, 60);
+  tcase_add_test(t, nccl_cutover__edges);
+  tcase_add_test(t, nccl_cutover__random_times_against_a_reference);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) { return cg_test_main(suite()); }
