@@ -49,6 +49,12 @@ enum { CG_NCCL_USER_UNTOUCHED, CG_NCCL_USER_HANDED_OUT, CG_NCCL_USER_ABORTED };
 
 extern const cg_backend_t cg_nccl_backend;
 
+/* Every rank learns whether all ranks succeeded so far, so a local failure
+ * (a bad device ordinal on one rank) fails every rank instead of leaving the
+ * others waiting in the next collective. 1 when all are fine; collective
+ * over `mpi` (a control duplicate, never the data path). */
+int cg_nccl_all_ranks_ok(int ok, MPI_Comm mpi);
+
 /* cg_comm_create's NCCL path: opts already checked; collective over `mpi`. */
 cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level);
 /* The NCCL state of a communicator of this backend; NULL for other backends. */

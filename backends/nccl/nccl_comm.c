@@ -90,7 +90,7 @@ static size_t bucket_bytes(void *impl) {
 /* Whether every rank is on one node and its GPU can access the other ranks'
  * GPUs directly; agreed by all ranks. */
 static int find_peer_links(int device, const cg_mpi_comm_t *control) {
-  int ok = control->one_node, all = 0, local_size = 0, p2p_disabled = 0, set = 0;
+  int ok = control->one_node, local_size = 0, p2p_disabled = 0, set = 0;
   /* NCCL then moves data as between nodes, whatever the hardware offers. A
    * value this cannot read is said on stderr and taken as unset (NCCL has
    * its own rules), never a failure here, inside a collective creation. */
@@ -113,8 +113,7 @@ static int find_peer_links(int device, const cg_mpi_comm_t *control) {
     free(devices);
     MPI_Comm_free(&local);
   }
-  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, control->control) != MPI_SUCCESS) return 0;
-  return all;
+  return cg_nccl_all_ranks_ok(ok, control->control);
 }
 
 /* A timed-out replay's kernels wait for peers that will not come;
@@ -167,10 +166,7 @@ static const cg_comm_ops_t nccl_ops = {.backend_name = "nccl", .destroy_impl = d
                                        .detach_host = detach_host, .backend = &cg_nccl_backend,
                                        .memory_fits = cg_memory_fits};
 
-/* Every rank learns whether all ranks succeeded so far, so a local failure
- * (a bad device ordinal on one rank) fails every rank instead of leaving the
- * others waiting in the next collective. 1 when all are fine. */
-static int all_ranks_ok(int ok, MPI_Comm mpi) {
+int cg_nccl_all_ranks_ok(int ok, MPI_Comm mpi) {
   int all = 0;
   if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mpi) != MPI_SUCCESS) return 0;
   return all;
@@ -214,7 +210,7 @@ static cg_status_t finish(cg_comm_t **out, cg_nccl_comm_t *n, int rank, int size
     comm->id = id;
     if (!cg_comm_register(comm)) st = cg_fail(CG_ERR_NO_MEMORY, "%s: listing the communicator", caller);
   }
-  if (!all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
+  if (!cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
     if (comm) {
       comm->impl = NULL; /* the caller frees n */
       cg_comm_destroy(comm);
@@ -282,7 +278,7 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
     n->owns_nccl = 1;
     alloc_barrier_word(n, why, sizeof why);
   }
-  if (!all_ranks_ok(!why[0], mpi)) {
+  if (!cg_nccl_all_ranks_ok(!why[0], mpi)) {
     st = cg_fail(n ? CG_ERR_INVALID_ARGUMENT : CG_ERR_NO_MEMORY, "cg_comm_create: nccl backend: %s",
                  why[0] ? why : "another rank cannot use its device");
     goto out;
@@ -316,7 +312,7 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
   char which[80] = "the communicators";
   r = cerr == cudaSuccess ? init_pair(n, size, rank, hello.ids, which, sizeof which) : ncclUnhandledCudaError;
   cudaSetDevice(previous);
-  if (!all_ranks_ok(r == ncclSuccess, n->control->control)) {
+  if (!cg_nccl_all_ranks_ok(r == ncclSuccess, n->control->control)) {
     if (cerr != cudaSuccess) {
       st = cg_fail_cuda(cerr, "cudaSetDevice", "cg_comm_create: nccl backend on device %d, rank %d", device, rank);
     } else if (r != ncclSuccess) {
@@ -372,7 +368,7 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
     n->device = device;
     alloc_barrier_word(n, why, sizeof why);
   }
-  if (!all_ranks_ok(!why[0], mpi)) {
+  if (!cg_nccl_all_ranks_ok(!why[0], mpi)) {
     if (why[0])
       st = cg_fail(r != ncclSuccess || async != ncclSuccess || n ? CG_ERR_BACKEND : CG_ERR_INVALID_ARGUMENT,
                    "cg_comm_from_nccl: %s", why);

@@ -102,13 +102,6 @@ static cg_status_t time_pair(double us[2], bench_t *b, cudaGraphExec_t exec[2]) 
   return CG_SUCCESS;
 }
 
-/* Whether every rank is still fine (over the control communicator). */
-static int all_fine(const cg_nccl_comm_t *n, cg_status_t st) {
-  int fine = st == CG_SUCCESS, all = 0;
-  if (MPI_Allreduce(&fine, &all, 1, MPI_INT, MPI_MIN, n->control->control) != MPI_SUCCESS) all = 0;
-  return all;
-}
-
 cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES], int *abort_comm,
                                     cg_nccl_comm_t *n, void *window, void *plain, size_t bytes, const char *where) {
   /* [dtype][size][path]: microseconds per call, path 0 symmetric */
@@ -125,7 +118,7 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
       (e = cudaEventCreate(&b.start)) != cudaSuccess || (e = cudaEventCreate(&b.stop)) != cudaSuccess)
     st = cg_fail_cuda(e, "cudaStreamCreate/cudaEventCreate", "%s: measuring the symmetric cut-over", where);
   /* no rank starts the NCCL calls of a size unless every rank got there */
-  if (!all_fine(n, st)) {
+  if (!cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
     if (st == CG_SUCCESS) st = cg_fail(CG_ERR_BACKEND, "%s: another rank could not measure the symmetric cut-over",
                                        where);
     goto out;
@@ -137,7 +130,7 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
       st = capture(&exec[0], &b, window, count, d);
       if (st == CG_SUCCESS) st = capture(&exec[1], &b, plain, count, d);
       /* a rank that failed here has left eager calls the others wait in: all stop, and abort */
-      int fine = all_fine(n, st);
+      int fine = cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control);
       if (fine) st = time_pair(us[d][i], &b, exec);
       for (int p = 0; p < 2; p++)
         if (exec[p]) cudaGraphExecDestroy(exec[p]);

@@ -17,6 +17,12 @@ void cg_plan_comms_by_id(uint32_t *order, const cg_plan_t *p) {
   }
 }
 
+int cg_plan_lane_runs_cuda_nodes(const cg_plan_t *p, uint32_t lane) {
+  for (uint32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].lane == lane && p->steps[i].kind == CG_STEP_CUDA_NODE) return 1;
+  return 0;
+}
+
 void cg_plan_free_nodes(cg_plan_t *p) {
   for (uint32_t v = 0; p->nodes && v < p->n_names; v++) free(p->nodes[v].spans);
   free(p->nodes);

@@ -177,11 +177,7 @@ cg_status_t cg_plan_write_dot(const cg_plan_t *plan, FILE *f) {
       /* the tuning's cost model of the communicator, on its own lane */
       if (ln->kind == CG_LANE_COMM && cg_plan_model_text(model, sizeof model, plan, ln->comm_index))
         fprintf(f, "\\nmodel: %s", model);
-      /* CUDA nodes chained between its collectives share its stream (lower.c) */
-      int chained = 0;
-      for (uint32_t i = 0; i < plan->n_steps && !chained; i++)
-        chained = plan->steps[i].lane == lane && plan->steps[i].kind == CG_STEP_CUDA_NODE;
-      if (chained) fputs("\\nand the user GPU work chained between its collectives", f);
+      if (cg_plan_lane_runs_cuda_nodes(plan, lane)) fputs("\\nand the user GPU work chained between its collectives", f);
       fputs("\";\n", f);
     }
     /* device plans: steps in issue order, sends and receives issued together

@@ -169,6 +169,11 @@ struct cg_plan {
 /* The plan's communicators by agreed id, the same order on every rank. */
 void cg_plan_comms_by_id(uint32_t *order, const cg_plan_t *plan);
 
+/* Whether CUDA nodes run on `lane`: a compute lane's, or a communicator's
+ * lane that carries those chained between its collectives (lower.c). DOT and
+ * the trace name such a communicator lane so. */
+int cg_plan_lane_runs_cuda_nodes(const cg_plan_t *plan, uint32_t lane);
+
 /* Frees everything cg_compile allocated for the plan (plan.c): the
  * executor's state first, through plan->exec; NULL-safe. */
 void cg_plan_free(cg_plan_t *p);

@@ -127,9 +127,7 @@ static void put_lane_name(FILE *f, const cg_plan_t *plan, uint32_t lane) {
   } else {
     const cg_comm_t *c = plan->comms[ln->comm_index].comm;
     const char *what = ln->kind == CG_LANE_PACK ? "pack: " : ln->kind == CG_LANE_UNPACK ? "unpack: " : "";
-    int chained = 0; /* CUDA nodes chained between its collectives share its stream (lower.c) */
-    for (uint32_t i = 0; i < plan->n_steps && !chained; i++)
-      chained = plan->steps[i].lane == lane && plan->steps[i].kind == CG_STEP_CUDA_NODE;
+    int chained = cg_plan_lane_runs_cuda_nodes(plan, lane);
     snprintf(text, sizeof text, "%scomm %u (%s, rank %d of %d)%s", what, ln->comm_index, c->ops->backend_name,
              c->rank, c->size, chained ? " + chained GPU work" : "");
   }
