@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mpi_test.h"
 
@@ -82,6 +83,11 @@ void __wrap__ck_assert_failed(const char *file, int line, const char *expr, cons
           size, file, line, msg && !both ? text : expr, both ? ": " : "", both ? text : "",
           (unsigned long long)cg_test_seed());
   fflush(stderr);
+  /* MPICH's launcher kills every rank on the abort and can drop what it has
+   * not yet forwarded from this rank's stderr, the line above included (about
+   * one job in fifty on a loaded machine): give it time to forward the line */
+  struct timespec forward_time = {.tv_sec = 0, .tv_nsec = 300 * 1000 * 1000};
+  nanosleep(&forward_time, NULL);
   MPI_Abort(MPI_COMM_WORLD, 1);
   _Exit(1); /* MPI_Abort does not return; if it ever did, Check must not go on */
 }
