@@ -99,6 +99,7 @@ typedef struct heard {
 typedef struct state {
   const cg_plan_t *p;
   uint32_t n; /* steps */
+  int closed;  /* D over whole units (a device plan); else over dependencies only (see cg_p2p_levels) */
   uint32_t *levels, *lower;
   uint8_t *stuck;      /* a send or receive whose dependencies wait for the collective closing its interval */
   uint32_t *keyed;     /* the plan communicator of a step on its step list, else NONE */
@@ -257,9 +258,11 @@ static cg_status_t sweep(state_t *S, int *raised) {
       if (c == NONE) continue;
       uint32_t r = S->rep[s];
       changed |= join(&S->gl[(size_t)r * m], ex, m);
-      changed |= join(dx, &S->gl[(size_t)r * m], m);
-      changed |= join(dx, &S->rg[(size_t)r * m], m);
-      if (S->pred[r] != NONE) changed |= join(dx, &S->dx[(size_t)S->pred[r] * m], m);
+      if (S->closed) {
+        changed |= join(dx, &S->gl[(size_t)r * m], m);
+        changed |= join(dx, &S->rg[(size_t)r * m], m);
+        if (S->pred[r] != NONE) changed |= join(dx, &S->dx[(size_t)S->pred[r] * m], m);
+      }
       uint64_t *own = &dx[S->own_col[s]], v = join_cell(*own, cell_of(t, S->levels[s]));
       if (v != *own) *own = v, changed = 1;
     }
@@ -533,7 +536,7 @@ static void state_free(state_t *S) {
 
 static cg_status_t state_make(state_t *S, uint32_t *levels, const cg_plan_t *p, const cg_participants_t *pt) {
   uint32_t n = p->n_steps ? p->n_steps : 1, n_pt = pt ? pt->n : 0;
-  *S = (state_t){.p = p, .n = p->n_steps, .levels = levels};
+  *S = (state_t){.p = p, .n = p->n_steps, .levels = levels, .closed = pt != NULL};
   S->lower = calloc(n, sizeof *S->lower);
   S->keyed = malloc(n * sizeof *S->keyed);
   S->own_col = calloc(n, sizeof *S->own_col);
@@ -564,9 +567,11 @@ cg_status_t cg_p2p_levels(uint32_t *levels, const cg_plan_t *p, const cg_partici
   state_t S = {0};
   if (mine == CG_SUCCESS) {
     mine = state_make(&S, levels, p, pt);
-    /* a host plan keeps what holds locally: its executor posts each send and
+    /* Without participants (a host plan: its executor posts each send and
      * receive on its own, and its issue order falls back where groups would
-     * wait for each other */
+     * wait for each other) the levels are the local ones of before: D over
+     * dependencies only, a level above every one of its interval that leads
+     * to it. With them, D covers whole units from the start. */
     if (mine == CG_SUCCESS) mine = settle_here(&S, 4 * S.n + 8);
     if (mine != CG_SUCCESS) snprintf(detail, sizeof detail, "%s: %s", where, cg_error_last());
   }
