@@ -112,6 +112,8 @@ typedef struct state {
   uint32_t n_cols, cap_cells;
   uint32_t *own_col; /* per keyed step: the column of its communicator and interval */
   uint64_t *ex, *dx, *gl, *rg; /* n * n_cols: D over dependencies; D; the unit's local part; the others' part */
+  uint64_t *sx;                /* D through dependencies alone */
+  uint32_t *strict;            /* per keyed step: the level plus one of its interval that its dependencies reach */
 } state_t;
 
 static uint32_t col_index(const state_t *S, uint64_t comm, uint32_t interval) {
@@ -156,12 +158,14 @@ static cg_status_t gather_cols(state_t *S) {
     free(S->dx);
     free(S->gl);
     free(S->rg);
+    free(S->sx);
+    S->sx = malloc(cells * sizeof *S->sx);
     S->ex = malloc(cells * sizeof *S->ex);
     S->dx = malloc(cells * sizeof *S->dx);
     S->gl = malloc(cells * sizeof *S->gl);
     S->rg = malloc(cells * sizeof *S->rg);
     S->cap_cells = 0;
-    if (!S->ex || !S->dx || !S->gl || !S->rg) return cg_fail(CG_ERR_NO_MEMORY, "settling send/receive groups");
+    if (!S->ex || !S->dx || !S->gl || !S->rg || !S->sx) return cg_fail(CG_ERR_NO_MEMORY, "settling send/receive groups");
     S->cap_cells = S->n_cols;
   }
   return CG_SUCCESS;
@@ -267,7 +271,25 @@ static cg_status_t sweep(state_t *S, int *raised) {
       if (v != *own) *own = v, changed = 1;
     }
   }
+  /* D over dependencies alone (one pass: dependencies come first): what a
+   * level must exceed whatever the grouping */
+  memset(S->sx, 0, cells * sizeof *S->sx);
+  for (uint32_t s = 0; s < S->n; s++) {
+    const cg_step_t *t = &p->steps[s];
+    uint64_t *sx = &S->sx[(size_t)s * m];
+    for (uint32_t e = 0; e < t->n_deps; e++) join(sx, &S->sx[(size_t)t->deps[e] * m], m);
+    if (S->keyed[s] == NONE) continue;
+    S->strict[s] = cell_level(sx[S->own_col[s]]);
+    sx[S->own_col[s]] = join_cell(sx[S->own_col[s]], cell_of(t, S->levels[s]));
+  }
+  /* Raises that dependencies, matches and the posting order ask for are all
+   * made at once. Those that only the grouping asks for (a unit's member
+   * waits for the unit) are made one a sweep, the latest step first: raising
+   * one member often frees the others (in the random-DAG hang, raising the
+   * send of B that waits for a receive of A keeps A's sends and receives in
+   * one group), and raising them all would split groups for nothing. */
   *raised = 0;
+  uint32_t later = NONE, later_need = 0;
   for (uint32_t s = 0; s < S->n; s++) {
     const cg_step_t *t = &p->steps[s];
     uint32_t c = S->keyed[s];
@@ -276,14 +298,16 @@ static cg_status_t sweep(state_t *S, int *raised) {
     uint32_t need = S->lower[s];
     if (t->post_after != CG_NO_STEP && p->steps[t->post_after].group == t->group && S->levels[t->post_after] > need)
       need = S->levels[t->post_after];
+    if (S->strict[s] > need) need = S->strict[s];
     const uint64_t *ex = &S->ex[(size_t)s * m];
     uint64_t here = ex[S->own_col[s]];
-    if (cell_level(here) > need) need = cell_level(here);
+    if (cell_level(here) > need && cell_level(here) > S->levels[s]) later = s, later_need = cell_level(here);
     S->stuck[s] = (here & COLL) != 0;
     for (uint32_t k = 0; k < m; k++) /* a later interval of the communicator: after the closing collective */
       if (ex[k] && S->col_comm[k] == S->col_comm[S->own_col[s]] && S->col_interval[k] > t->group) S->stuck[s] = 1;
     if (need > S->levels[s]) S->levels[s] = need, *raised = 1;
   }
+  if (later != NONE && later_need > S->levels[later]) S->levels[later] = later_need, *raised = 1;
   return CG_SUCCESS;
 }
 
@@ -530,6 +554,8 @@ static void state_free(state_t *S) {
   free(S->dx);
   free(S->gl);
   free(S->rg);
+  free(S->sx);
+  free(S->strict);
   free(S->lower);
   free(S->stuck);
 }
@@ -540,13 +566,14 @@ static cg_status_t state_make(state_t *S, uint32_t *levels, const cg_plan_t *p, 
   S->lower = calloc(n, sizeof *S->lower);
   S->keyed = malloc(n * sizeof *S->keyed);
   S->own_col = calloc(n, sizeof *S->own_col);
+  S->strict = calloc(n, sizeof *S->strict);
   S->stuck = calloc(n, 1);
   S->rep = malloc(n * sizeof *S->rep);
   S->pred = malloc(n * sizeof *S->pred);
   S->part = malloc((p->n_comms ? p->n_comms : 1) * sizeof *S->part);
   S->heard = calloc(n_pt ? n_pt : 1, sizeof *S->heard);
   S->n_heard = n_pt;
-  if (!S->lower || !S->stuck || !S->keyed || !S->own_col || !S->rep || !S->pred || !S->part || !S->heard)
+  if (!S->lower || !S->stuck || !S->keyed || !S->own_col || !S->strict || !S->rep || !S->pred || !S->part || !S->heard)
     return cg_fail(CG_ERR_NO_MEMORY, "allocating send/receive levels");
   memset(levels, 0, n * sizeof *levels);
   for (uint32_t s = 0; s < n; s++) S->keyed[s] = S->rep[s] = S->pred[s] = NONE;

@@ -18,9 +18,15 @@
  *       pipeline rank 1 has groups at levels 0, 1, 4, 5 and rank 0 at 0, 5, so
  *       the level-5 pair follows 3 groups on one side and 1 on the other); that
  *       is fine, a group only waits for lower levels.
+ *   (d) the units cannot wait for each other in a cycle across ranks: a unit
+ *       is posted once the units of its members' dependencies and the unit
+ *       before it on its lane are done, and done once every member's match
+ *       (a collective: every other rank's) was posted; the graph of these
+ *       events over all ranks, gathered on rank 0, is acyclic.
  * Cases: a forwarding ring recorded receive-first, a pipeline forward and
  * back, a token passed around the ring several times, a cycle that must be
- * reported, random programs. */
+ * reported, a chain from one communicator through another and back (the
+ * random-DAG hang), random programs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -458,7 +464,7 @@ static int check_no_wait_cycle(const comms_t *w, const leveled_t *lv, const char
   return ok;
 }
 
-/* All three checks, (c) only where no rank has a chain between
+/* All four checks, (c) only where no rank has a chain between
  * communicators; the verdict is the same on every rank. Returns whether (c)
  * was checked; *raised (if not NULL): whether the exchange changed a level on
  * some rank. */
@@ -742,6 +748,19 @@ START_TEST(levels__a_chain_through_another_communicator) {
   if (rank == 0) printf("a chain through another communicator: rank 0's units %s\n", text);
   int ok = check_no_wait_cycle(&w, &lv, "a chain through another communicator");
   ck_assert_all_ranks(ok, "a chain through another communicator: no cycle of units across ranks");
+  /* and no more groups than that takes: A's in one, B's in two */
+  static const uint32_t want[14] = {[3] = 0, [4] = 0, [5] = 0, [6] = 0, [8] = 0, [9] = 0, [10] = 1, [11] = 1};
+  ok = 1;
+  for (uint32_t node = 3; node < 12 && peer != rank; node++) {
+    uint32_t s = step_of_node(lv.plan, node);
+    if (node == 7) continue;
+    if (s == NONE || lv.level[s] != want[node]) {
+      fprintf(stderr, "rank %d: chain: node #%u has level %u, expected %u\n", rank, node, s == NONE ? NONE : lv.level[s],
+              want[node]);
+      ok = 0;
+    }
+  }
+  ck_assert_all_ranks(ok, "a chain through another communicator: levels");
   ck_assert(!check_all(&w, &lv, "a chain through another communicator", NULL)); /* a chain: (c) not compared */
   leveled_free(&lv);
   cg_graph_destroy(g);
