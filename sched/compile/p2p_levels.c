@@ -94,6 +94,8 @@ typedef struct heard {
   unsigned char *last; /* the last round's hellos and data, to see whether anything changed */
   size_t last_bytes;
   uint32_t last_hello_bytes;
+  unsigned char *sent; /* what this rank said last (its entries, unpadded) */
+  size_t sent_bytes;
 } heard_t;
 
 typedef struct state {
@@ -358,8 +360,8 @@ static const char cycle_text[] =
 /* "rank r's node #n (level a, then b)" for the sends and receives whose levels
  * changed between two rounds (each rank's data at its round's stride, its
  * sends and receives first), else the ranks whose other data changed. */
-static void describe_change(char *out, size_t size, const uint32_t (*was)[4], const unsigned char *was_data,
-                            size_t was_stride, const uint32_t (*now)[4], const unsigned char *now_data,
+static void describe_change(char *out, size_t size, const uint32_t (*was)[5], const unsigned char *was_data,
+                            size_t was_stride, const uint32_t (*now)[5], const unsigned char *now_data,
                             size_t now_stride, int ranks) {
   size_t len = 0;
   out[0] = 0;
@@ -393,7 +395,7 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
   int size = comm->size, me = comm->rank;
   cg_status_t st = CG_SUCCESS;
   heard_t *h = S ? &S->heard[pi] : NULL;
-  uint32_t (*hellos)[4] = malloc((size_t)size * sizeof *hellos);
+  uint32_t (*hellos)[5] = malloc((size_t)size * sizeof *hellos);
   uint32_t *cursor = calloc(2 * (size_t)size, sizeof *cursor), *have = calloc(2 * (size_t)size, sizeof *have);
   uint32_t *slot = NULL, n_slot = 0;
   level_entry_t *p2p = NULL;
@@ -415,21 +417,41 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
         n_p2p = n_units = 0;
       }
     }
-    uint32_t hello[4] = {n_p2p, n_units, (uint32_t)failed_here, stuck};
+    /* dirty: what I say differs from what I said last; when no rank is, the
+     * round would repeat the last one, and its data need not be sent */
+    uint32_t dirty = 1;
+    if (h && !failed_here) {
+      size_t sent_bytes = n_p2p * sizeof *p2p + n_units * sizeof *units + sizeof stuck;
+      unsigned char *sent = malloc(sent_bytes);
+      if (!sent) goto oom;
+      if (n_p2p) memcpy(sent, p2p, n_p2p * sizeof *p2p);
+      if (n_units) memcpy(sent + n_p2p * sizeof *p2p, units, n_units * sizeof *units);
+      memcpy(sent + sent_bytes - sizeof stuck, &stuck, sizeof stuck);
+      dirty = !h->sent || h->sent_bytes != sent_bytes || memcmp(h->sent, sent, sent_bytes) != 0;
+      free(h->sent);
+      h->sent = sent;
+      h->sent_bytes = sent_bytes;
+    }
+    uint32_t hello[5] = {n_p2p, n_units, (uint32_t)failed_here, stuck, dirty};
     cg_status_t x = cg_control_allgather(comm, hello, hellos, sizeof hello, timeout_s, waiting_in);
     if (x != CG_SUCCESS) {
       st = x;
       goto out;
     }
-    uint32_t max_p = 0, max_u = 0, total = 0, any_stuck = 0;
+    uint32_t max_p = 0, max_u = 0, total = 0, any_stuck = 0, any_dirty = 0;
     for (int r = 0; r < size; r++) {
       any_stuck |= hellos[r][3];
+      any_dirty |= hellos[r][4];
       if (hellos[r][2] && *failed_rank < 0 && r != me) *failed_rank = r;
       if (hellos[r][0] > max_p) max_p = hellos[r][0];
       if (hellos[r][1] > max_u) max_u = hellos[r][1];
       total += hellos[r][0];
     }
     if (failed_here || *failed_rank >= 0) goto out; /* every rank sees the same and stops here */
+    if (!any_dirty && h->last) { /* settled (as below, with the same data) */
+      if (any_stuck && verify) st = cg_fail(CG_ERR_MISMATCH, "%s", cycle_text);
+      goto out;
+    }
     size_t bytes = max_p * sizeof *p2p + max_u * sizeof *units;
     free(mine);
     free(all);
@@ -457,8 +479,8 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
       char which[768] = "";
       size_t hello_bytes = sizeof hello * (size_t)size;
       if (h->last && h->last_hello_bytes == hello_bytes)
-        describe_change(which, sizeof which, (const uint32_t(*)[4])(h->last + h->last_bytes - hello_bytes), h->last,
-                        (h->last_bytes - hello_bytes) / (size_t)size, (const uint32_t(*)[4])hellos, all, bytes, size);
+        describe_change(which, sizeof which, (const uint32_t(*)[5])(h->last + h->last_bytes - hello_bytes), h->last,
+                        (h->last_bytes - hello_bytes) / (size_t)size, (const uint32_t(*)[5])hellos, all, bytes, size);
       st = cg_fail(CG_ERR_UNSUPPORTED,
                    "the groups of its sends and receives did not settle in %d passes over the communicators (chains "
                    "through other communicators); still changing: %s",
@@ -471,7 +493,7 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
     h->last_hello_bytes = (uint32_t)(sizeof hello * (size_t)size);
     all = NULL;
     if (same) {
-      if (any_stuck) st = cg_fail(CG_ERR_MISMATCH, "%s", cycle_text);
+      if (any_stuck && verify) st = cg_fail(CG_ERR_MISMATCH, "%s", cycle_text);
       goto out;
     }
     /* Without a cycle no level exceeds a chain of messages on the
@@ -541,6 +563,7 @@ static void state_free(state_t *S) {
   for (uint32_t i = 0; S->heard && i < S->n_heard; i++) {
     free(S->heard[i].units);
     free(S->heard[i].last);
+    free(S->heard[i].sent);
   }
   free(S->heard);
   free(S->keyed);
