@@ -33,10 +33,10 @@
  * another in order of their agreed id, the same order on every rank; a chain
  * from A through B back to A needs A settled again after B, and communicators
  * may cover different ranks, with no collective over all. So every rank makes
- * PASSES passes over its communicators, then a last one to verify: if any rank
- * of a communicator would still change anything there, cg_compile fails on
- * every rank of it, naming the nodes, rather than leave matching operations at
- * levels that differ. Levels only grow; without a cycle none exceeds twice the
+ * PASSES passes over its communicators (alternating directions), then a last
+ * one to verify: if any rank of a communicator would still change anything
+ * there, cg_compile fails on every rank of it, naming the nodes, rather than
+ * leave matching operations at levels that differ. Levels only grow; without a cycle none exceeds twice the
  * number of messages on the communicator. With one (a receive on each side
  * that its own send waits for) they grow without end: that program hangs on
  * any transport, and is reported. Every decision to stop is taken on what all
@@ -52,11 +52,16 @@
 #include "plan_internal.h"
 #include "rank_check.h"
 
-/* Passes over the communicators before the verifying one: enough for chains
- * that alternate between communicators a few times (each pass carries a chain
- * over every communicator in id order, and at least one step back). A
- * constant, so that every rank of a communicator settles it as often. */
-#define PASSES 4
+/* Passes over the communicators before the verifying one, in increasing id
+ * order, then decreasing, and so on (the same order on every rank, so no two
+ * ranks wait for each other on two communicators): a chain through
+ * communicators in either order settles in one pass (a pipeline's forward and
+ * backward chains), one that turns back k times in about k / 2 (a token
+ * passed back and forth over two communicators gains about one level a pass:
+ * test_mpi_levels has one that is too long, and refused). A constant, so
+ * that every rank of a communicator settles it as often; a pass where nothing
+ * changes costs one small allgather per communicator. */
+#define PASSES 16
 #define COLLECTIVE_LEVEL UINT32_MAX
 #define NONE UINT32_MAX
 
@@ -367,21 +372,23 @@ static void describe_change(char *out, size_t size, const uint32_t (*was)[5], co
   out[0] = 0;
   for (int r = 0; r < ranks && len + 80 < size; r++) {
     int named = 0;
-    if (was[r][0] != now[r][0] || was[r][1] != now[r][1]) {
-      len += (size_t)snprintf(out + len, size - len, "%sthe entries of rank %d", len ? ", " : "", r);
-      continue;
-    }
-    for (uint32_t i = 0; i < now[r][0] && len + 80 < size; i++) {
+    for (uint32_t i = 0, shown = 0; was[r][0] == now[r][0] && i < now[r][0] && len + 80 < size; i++) {
       level_entry_t a, b;
       memcpy(&a, was_data + (size_t)r * was_stride + i * sizeof a, sizeof a);
       memcpy(&b, now_data + (size_t)r * now_stride + i * sizeof b, sizeof b);
       if (a.level == b.level) continue;
+      named = 1;
+      if (shown++ == 4) {
+        len += (size_t)snprintf(out + len, size - len, ", ...");
+        break;
+      }
       len += (size_t)snprintf(out + len, size - len, "%srank %d's node #%u (level %u, then %u)", len ? ", " : "", r,
                               b.node, a.level, b.level);
-      named = 1;
     }
-    if (!named && was_stride == now_stride &&
-        memcmp(was_data + (size_t)r * was_stride, now_data + (size_t)r * now_stride, now_stride) != 0)
+    int differ = was[r][0] != now[r][0] || was[r][1] != now[r][1] || was[r][3] != now[r][3] ||
+                 (was_stride == now_stride &&
+                  memcmp(was_data + (size_t)r * was_stride, now_data + (size_t)r * now_stride, now_stride) != 0);
+    if (!named && differ)
       len += (size_t)snprintf(out + len, size - len, "%swhat rank %d's groups wait for", len ? ", " : "", r);
   }
 }
@@ -628,10 +635,10 @@ cg_status_t cg_p2p_levels(uint32_t *levels, const cg_plan_t *p, const cg_partici
   /* every participant in every pass, even after a failure here or on another
    * communicator: its ranks wait for this one's word */
   for (int pass = 0; pt && pass <= PASSES; pass++)
-    for (uint32_t i = 0; i < pt->n; i++) {
-      uint32_t c = NONE;
-      for (uint32_t k = 0; mine == CG_SUCCESS && k < p->n_comms && c == NONE; k++)
-        if (p->comms[k].comm == pt->comms[i]) c = k;
+    for (uint32_t k = 0; k < pt->n; k++) {
+      uint32_t i = pass % 2 ? pt->n - 1 - k : k, c = NONE;
+      for (uint32_t q = 0; mine == CG_SUCCESS && q < p->n_comms && c == NONE; q++)
+        if (p->comms[q].comm == pt->comms[i]) c = q;
       int failed_rank = -1;
       char waiting_in[512];
       snprintf(waiting_in, sizeof waiting_in, "%s (settling send/receive levels)", where);

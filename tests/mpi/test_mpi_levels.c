@@ -768,6 +768,70 @@ START_TEST(levels__a_chain_through_another_communicator) {
 }
 END_TEST
 
+/* A token that goes back and forth between pairs of ranks (even, odd),
+ * alternating communicators: message k goes on A from the even rank to the
+ * odd one for even k, on B back for odd k, and each forwards the one before.
+ * Message k must be above message k - 2 on its communicator, and only the
+ * other communicator's exchange tells a rank so (the chain goes through the
+ * peer), so each message takes about a pass over the communicators: a short token
+ * settles; a long one does not within the passes cg_compile makes, and every
+ * rank says so alike, naming nodes, rather than leave levels that differ. */
+static cg_status_t zigzag(comms_t *w, int hops, uint32_t *levels_out, uint32_t *nodes_out) {
+  static int32_t buf[128][N];
+  ck_assert_int_le(hops, 128);
+  int rank = cg_mpi_rank(), peer = rank ^ 1, even = rank % 2 == 0;
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  cg_node_t nodes[128];
+  for (int k = 0; k < hops && peer < cg_mpi_size(); k++) {
+    cg_comm_t *c = w->c[k % 2];
+    int sending = (k % 2 == 0) == even;
+    if (sending)
+      ck_assert_cg_ok(cg_send(&nodes[k], g, c, buf[k > 0 ? k - 1 : 127], N, CG_INT32, peer));
+    else
+      ck_assert_cg_ok(cg_recv(&nodes[k], g, c, buf[k], N, CG_INT32, peer));
+  }
+  cg_plan_t *plan;
+  ck_assert_cg_ok(cg_compile(&plan, g, NULL)); /* a host plan: no exchange */
+  uint32_t *levels = calloc(plan->n_steps + 1, sizeof *levels);
+  ck_assert(levels);
+  cg_status_t st = exchanged_levels(levels, plan);
+  for (int k = 0; st == CG_SUCCESS && k < hops && peer < cg_mpi_size(); k++) {
+    uint32_t s = step_of_node(plan, nodes[k].index);
+    levels_out[k] = s == NONE ? NONE : levels[s];
+    nodes_out[k] = nodes[k].index;
+  }
+  free(levels);
+  cg_plan_destroy(plan);
+  cg_graph_destroy(g);
+  return st;
+}
+
+START_TEST(levels__a_token_between_two_communicators) {
+  comms_t w;
+  comms_make(&w);
+  int rank = cg_mpi_rank(), paired = (rank ^ 1) < cg_mpi_size();
+  uint32_t levels[128], nodes[128];
+  enum { SHORT = 8, LONG = 80 };
+  cg_status_t st = zigzag(&w, SHORT, levels, nodes);
+  int ok = st == CG_SUCCESS;
+  for (int k = 0; ok && paired && k < SHORT; k++)
+    if (k >= 2 && levels[k] <= levels[k - 2]) {
+      fprintf(stderr, "rank %d: token between communicators: message %d (node #%u) has level %u, message %d %u\n",
+              rank, k, nodes[k], levels[k], k - 2, levels[k - 2]);
+      ok = 0;
+    }
+  if (st != CG_SUCCESS) fprintf(stderr, "rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
+  ck_assert_all_ranks(ok, "a short token between two communicators: levels");
+  st = zigzag(&w, LONG, levels, nodes);
+  ok = st == CG_ERR_UNSUPPORTED && strstr(cg_error_last(), "did not settle") && strstr(cg_error_last(), "node #");
+  if (!ok) fprintf(stderr, "rank %d: long token: %s: %s\n", rank, cg_status_string(st), st ? cg_error_last() : "");
+  if (rank == 0 && ok) printf("a long token between two communicators: %s\n", cg_error_last());
+  ck_assert_all_ranks(ok, "a long token between two communicators: refused alike on every rank");
+  comms_free(&w);
+}
+END_TEST
+
 /* ---- random programs, the same on every rank (drawn from the shared seed):
  * ring exchanges with random shifts recorded send first or receive first,
  * some forwarding what an earlier one received, host functions, a few
@@ -897,6 +961,7 @@ int main(void) {
   tcase_add_test(hand, levels__a_later_lower_level_goes_first);
   tcase_add_test(hand, levels__a_cycle_across_ranks_is_reported);
   tcase_add_test(hand, levels__a_chain_through_another_communicator);
+  tcase_add_test(hand, levels__a_token_between_two_communicators);
   suite_add_tcase(s, hand);
   TCase *random = cg_mpi_tcase("random");
   tcase_add_test(random, levels__random_programs_match_across_ranks);
