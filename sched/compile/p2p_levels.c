@@ -107,6 +107,7 @@ typedef struct state {
   const cg_plan_t *p;
   uint32_t n; /* steps */
   int closed;  /* D over whole units (a device plan); else over dependencies only (see cg_p2p_levels) */
+  int settled; /* the last sweep raised nothing, and nothing was heard since: another would change nothing */
   uint32_t *levels, *lower;
   uint8_t *stuck;      /* a send or receive whose dependencies wait for the collective closing its interval */
   uint32_t *keyed;     /* the plan communicator of a step on its step list, else NONE */
@@ -322,8 +323,9 @@ static cg_status_t sweep(state_t *S, int *raised) {
  * goes on in the next round of the exchange). */
 static cg_status_t settle_here(state_t *S, uint32_t max) {
   cg_status_t st = CG_SUCCESS;
-  int raised = 1;
+  int raised = !S->settled;
   for (uint32_t k = 0; k < max && raised && st == CG_SUCCESS; k++) st = sweep(S, &raised);
+  S->settled = st == CG_SUCCESS && !raised;
   return st;
 }
 
@@ -535,6 +537,7 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
     free(h->units);
     h->units = heard;
     h->n_units = 0;
+    S->settled = 0; /* what the others' units wait for may have changed */
     for (int r = 0; r < size; r++) {
       const unsigned char *d = h->last + (size_t)r * bytes;
       for (uint32_t i = 0; i < hellos[r][0]; i++) {
@@ -545,7 +548,7 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
         uint32_t q = cursor[key]++;
         if (q >= have[key]) continue; /* unmatched: only with the cross-rank check off */
         uint32_t s = slot[key * n_slot + q];
-        if (e.level > S->lower[s]) S->lower[s] = e.level;
+        if (e.level > S->lower[s]) S->lower[s] = e.level, S->settled = 0;
       }
       for (uint32_t i = 0; r != me && i < hellos[r][1]; i++)
         memcpy(&h->units[h->n_units++], d + max_p * sizeof(level_entry_t) + i * sizeof(unit_entry_t),
