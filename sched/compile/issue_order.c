@@ -21,6 +21,12 @@
  * group is complete (a chain through other communicators makes two groups
  * wait for each other's members) does the lowest ready send or receive open a
  * group of its level with the first run of ready ones, up to one that waits.
+ * The agreed levels of a device plan are meant to rule that out (a level is
+ * above every group its own group would wait for, across communicators and
+ * ranks; test_mpi_levels checks that the units never wait for each other in
+ * a cycle across ranks), so there this is a safety net; host plans, whose
+ * local levels follow dependencies only, use it, and post each member on its
+ * own anyway.
  *
  * A send (receive) becomes ready only after the previous send to (receive
  * from) the same peer has been issued, and its level is at least that one's,

@@ -18,9 +18,15 @@
  *       pipeline rank 1 has groups at levels 0, 1, 4, 5 and rank 0 at 0, 5, so
  *       the level-5 pair follows 3 groups on one side and 1 on the other); that
  *       is fine, a group only waits for lower levels.
+ *   (d) the units cannot wait for each other in a cycle across ranks: a unit
+ *       is posted once the units of its members' dependencies and the unit
+ *       before it on its lane are done, and done once every member's match
+ *       (a collective: every other rank's) was posted; the graph of these
+ *       events over all ranks, gathered on rank 0, is acyclic.
  * Cases: a forwarding ring recorded receive-first, a pipeline forward and
  * back, a token passed around the ring several times, a cycle that must be
- * reported, random programs. */
+ * reported, a chain from one communicator through another and back (the
+ * random-DAG hang), random programs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,7 +278,193 @@ static int check_matches(const comms_t *w, const leveled_t *lv, int units, const
   return ok;
 }
 
-/* All three checks, (c) only where no rank has a chain between
+/* ---- (d) the units cannot wait for each other in a cycle across ranks. A
+ * unit is posted once the units holding its members' dependencies and the
+ * unit before it on its lane (a stream, on a device) are done; it is done once
+ * it is posted and, for each member, the peer's unit holding its match (every
+ * other rank's, for a collective) is posted: a receive completes only once its
+ * send was posted, and the other way round. Each rank describes its units;
+ * rank 0 builds the graph over "posted" and "done" of every unit of every
+ * rank and checks that it is acyclic (Kahn). */
+
+/* per unit: lane predecessor, count and units of local dependencies, count
+ * and (slot, kind, peer, ordinal) of matches; kind 2: a collective, ordinal
+ * its interval */
+static int32_t *describe_units(const comms_t *w, const cg_plan_t *p, int *len) {
+  size_t cap = 4 + (size_t)p->n_units * 3 + (size_t)p->n_steps * 6, n = 0;
+  for (uint32_t s = 0; s < p->n_steps; s++) cap += p->steps[s].n_deps;
+  int32_t *d = malloc(cap * sizeof *d);
+  uint32_t *ordinal = calloc((size_t)p->n_steps + 1, sizeof *ordinal);
+  ck_assert(d && ordinal);
+  /* ordinal of each send (receive) among those to (from) its peer on its communicator */
+  for (uint32_t ci = 0; ci < p->n_comms; ci++)
+    for (uint32_t k = 0; k < p->comms[ci].n_steps; k++) {
+      uint32_t s = p->comms[ci].steps[k];
+      for (uint32_t j = 0; j < k; j++) {
+        const cg_step_t *a = &p->steps[p->comms[ci].steps[j]], *b = &p->steps[s];
+        ordinal[s] += is_p2p(a) && is_p2p(b) && a->op_kind == b->op_kind && a->root == b->root;
+      }
+    }
+  d[n++] = (int32_t)p->n_units;
+  for (uint32_t u = 0; u < p->n_units; u++) {
+    int32_t prev = -1;
+    for (uint32_t v = 0; v < u; v++)
+      if (p->units[v].lane == p->units[u].lane) prev = (int32_t)v;
+    d[n++] = prev;
+    size_t at = n++;
+    d[at] = 0;
+    for (uint32_t k = 0; k < p->units[u].n; k++) {
+      const cg_step_t *s = &p->steps[p->issue_order[p->units[u].first + k]];
+      for (uint32_t e = 0; e < s->n_deps; e++) {
+        d[n++] = (int32_t)p->steps[s->deps[e]].unit;
+        d[at]++;
+      }
+    }
+    at = n++;
+    d[at] = 0;
+    for (uint32_t k = 0; k < p->units[u].n; k++) {
+      uint32_t index = p->issue_order[p->units[u].first + k];
+      const cg_step_t *s = &p->steps[index];
+      int slot = -1;
+      for (int c = 0; c < 3; c++)
+        if (s->kind == CG_STEP_COLLECTIVE && s->comm == w->c[c]) slot = c;
+      if (slot < 0) continue;
+      int32_t m[4] = {slot, is_p2p(s) ? s->op_kind == CG_NODE_RECV : 2, is_p2p(s) ? s->root : -1,
+                      is_p2p(s) ? (int32_t)ordinal[index] : (int32_t)s->group};
+      memcpy(d + n, m, sizeof m);
+      n += 4;
+      d[at]++;
+    }
+  }
+  free(ordinal);
+  *len = (int)n;
+  return d;
+}
+
+/* Rank 0 checks; every rank gets the verdict. */
+static int check_no_wait_cycle(const comms_t *w, const leveled_t *lv, const char *what) {
+  int size = cg_mpi_size(), me = cg_mpi_rank(), len, hdr[6], ok = 1;
+  int32_t *mine = describe_units(w, lv->plan, &len);
+  for (int c = 0; c < 3; c++) {
+    hdr[2 * c] = w->color[c];
+    cg_comm_rank(&hdr[2 * c + 1], w->c[c]);
+  }
+  int *hdrs = malloc(6 * (size_t)size * sizeof *hdrs), *lens = malloc((size_t)size * sizeof *lens),
+      *displs = malloc((size_t)size * sizeof *displs);
+  ck_assert(hdrs && lens && displs);
+  MPI_Allgather(hdr, 6, MPI_INT, hdrs, 6, MPI_INT, MPI_COMM_WORLD);
+  MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (int r = 0; me == 0 && r < size; r++) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  int32_t *all = malloc(((size_t)total + 1) * sizeof *all);
+  ck_assert(all);
+  MPI_Gatherv(mine, len, MPI_INT32_T, all, lens, displs, MPI_INT32_T, 0, MPI_COMM_WORLD);
+  if (me == 0) {
+    /* unit u of rank r: node 2 * (base[r] + u) is its posting, + 1 its completion */
+    int *base = malloc(((size_t)size + 1) * sizeof *base), n_nodes = 0;
+    const int32_t **unit_at = NULL; /* description of each unit */
+    ck_assert(base);
+    for (int r = 0; r < size; r++) {
+      base[r] = n_nodes;
+      n_nodes += all[displs[r]];
+    }
+    base[size] = n_nodes;
+    unit_at = malloc(((size_t)n_nodes + 1) * sizeof *unit_at);
+    ck_assert(unit_at);
+    for (int r = 0; r < size; r++) {
+      const int32_t *d = all + displs[r] + 1;
+      for (int u = 0; u < all[displs[r]]; u++) {
+        unit_at[base[r] + u] = d;
+        d += 2 + d[1];
+        d += 1 + 4 * d[0];
+      }
+    }
+    /* edges: from, to (from must happen before to) */
+    size_t cap = 16, n_edges = 0;
+    int *edges = malloc(cap * 2 * sizeof *edges);
+    ck_assert(edges);
+#define EDGE(a, b)                                                   \
+  do {                                                               \
+    if (n_edges == cap) edges = realloc(edges, (cap *= 2) * 2 * sizeof *edges); \
+    ck_assert(edges);                                                \
+    edges[2 * n_edges] = (a);                                        \
+    edges[2 * n_edges++ + 1] = (b);                                  \
+  } while (0)
+    for (int r = 0; r < size; r++)
+      for (int u = base[r]; u < base[r + 1]; u++) {
+        const int32_t *d = unit_at[u];
+        if (d[0] >= 0) EDGE(2 * (base[r] + d[0]) + 1, 2 * u);
+        for (int e = 0; e < d[1]; e++) EDGE(2 * (base[r] + d[2 + e]) + 1, 2 * u);
+        EDGE(2 * u, 2 * u + 1);
+        const int32_t *m = d + 2 + d[1];
+        for (int k = 0; k < m[0]; k++) {
+          const int32_t *x = m + 1 + 4 * k;
+          int slot = x[0], kind = x[1], found = 0;
+          for (int q = 0; q < size; q++) {
+            if (hdrs[6 * q + 2 * slot] != hdrs[6 * r + 2 * slot]) continue; /* another half */
+            if (kind < 2 && hdrs[6 * q + 2 * slot + 1] != x[2]) continue;
+            if (kind == 2 && q == r) continue;
+            for (int v = base[q]; v < base[q + 1] && !found; v++) {
+              const int32_t *mv = unit_at[v] + 2 + unit_at[v][1];
+              for (int j = 0; j < mv[0]; j++) {
+                const int32_t *y = mv + 1 + 4 * j;
+                int hit = y[0] == slot && (kind == 2 ? y[1] == 2 && y[3] == x[3]
+                                                     : y[1] == !kind && y[2] == hdrs[6 * r + 2 * slot + 1] &&
+                                                           y[3] == x[3]);
+                if (hit) {
+                  EDGE(2 * v, 2 * u + 1);
+                  found = kind < 2;
+                }
+              }
+            }
+          }
+        }
+      }
+#undef EDGE
+    /* Kahn: what is left over lies on a cycle or waits for one */
+    int *indeg = calloc(2 * (size_t)n_nodes + 1, sizeof *indeg), *queue = malloc((2 * (size_t)n_nodes + 1) * sizeof *queue);
+    ck_assert(indeg && queue);
+    for (size_t e = 0; e < n_edges; e++) indeg[edges[2 * e + 1]]++;
+    int head = 0, tail = 0;
+    for (int x = 0; x < 2 * n_nodes; x++)
+      if (!indeg[x]) queue[tail++] = x;
+    while (head < tail) {
+      int x = queue[head++];
+      for (size_t e = 0; e < n_edges; e++)
+        if (edges[2 * e] == x && --indeg[edges[2 * e + 1]] == 0) queue[tail++] = edges[2 * e + 1];
+    }
+    if (tail < 2 * n_nodes) {
+      ok = 0;
+      fprintf(stderr, "%s: %d of %d unit events wait in a cycle across ranks (or for one):", what, 2 * n_nodes - tail,
+              2 * n_nodes);
+      for (int x = 0, shown = 0; x < 2 * n_nodes && shown < 12; x++)
+        if (indeg[x]) {
+          int r = 0;
+          while (base[r + 1] <= x / 2) r++;
+          fprintf(stderr, " rank %d unit %d %s;", r, x / 2 - base[r], x % 2 ? "done" : "posted");
+          shown++;
+        }
+      fprintf(stderr, "\n");
+    }
+    free(indeg);
+    free(queue);
+    free(edges);
+    free(unit_at);
+    free(base);
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  free(mine);
+  free(hdrs);
+  free(lens);
+  free(displs);
+  free(all);
+  return ok;
+}
+
+/* All four checks, (c) only where no rank has a chain between
  * communicators; the verdict is the same on every rank. Returns whether (c)
  * was checked; *raised (if not NULL): whether the exchange changed a level on
  * some rank. */
@@ -282,7 +474,8 @@ static int check_all(const comms_t *w, const leveled_t *lv, const char *what, in
   /* without a chain here every group of this rank is a complete one */
   int mine[4] = {!chain, check_rules(lv, what), chain || check_units_by_level(lv, what), !changed};
   MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  int compared = all[0], ok = all[1] && all[2] && check_matches(w, lv, compared, what);
+  int acyclic = check_no_wait_cycle(w, lv, what); /* every rank takes part */
+  int compared = all[0], ok = all[1] && all[2] && check_matches(w, lv, compared, what) && acyclic;
   ck_assert_msg(ok, "%s: failed (seed %llu; stderr says where)", what, (unsigned long long)cg_test_seed());
   if (raised) *raised = !all[3];
   return compared;
@@ -503,6 +696,147 @@ START_TEST(levels__a_cycle_across_ranks_is_reported) {
 }
 END_TEST
 
+/* Two communicators A and B over the same ranks, in pairs (a rank without a
+ * pair exchanges with itself). Every rank records:
+ *   #0 A allgather; #1 B scatter; #2 B allreduce;
+ *   #3 A receive from itself, #4 A send to itself;
+ *   #5 B send to the peer, #6 B receive from the peer;
+ *   #7 a host function;
+ *   #8 A receive from the peer; #9 A send to the peer, after #6;
+ *   #10 B receive from the peer; #11 B send to the peer, after #8;
+ *   #12 A broadcast; #13 B allreduce.
+ * Levels that follow chains within a communicator only put all of A's and
+ * all of B's sends and receives at level 0: my A group {#3 #4 #8} waits for
+ * the peer's #9, which waits for its B group {#5 #6 #10 #11}, whose #11 waits
+ * for its #8, whose group waits for my #9, which waits for my B group, whose
+ * #11 waits for my #8: a deadlock on a device. #11 must be a level above #5
+ * (its chain reaches the peer's #9, which waits for the peer's #6, the match
+ * of my #5), and with it #10: {#5 #6} {#10 #11}, A in one group. */
+START_TEST(levels__a_chain_through_another_communicator) {
+  static int32_t ag_in[N], ag_out[64 * N], sc[64 * N], sc_out[N], ar[N], ar_out[N], self_in[N], self_out[N];
+  static int32_t b_out[N], b_in[N], host[N], a_in[N], a_out[N], b_in2[N], b_out2[N], bc[N], ar2[N], ar2_out[N];
+  comms_t w;
+  comms_make(&w);
+  int rank = cg_mpi_rank(), size = cg_mpi_size(), peer = rank ^ 1;
+  ck_assert_int_le(size, 64);
+  if (peer >= size) peer = rank;
+  cg_comm_t *a = w.c[0], *b = w.c[1];
+  cg_range_t hr = {host, sizeof host};
+  cg_access_t ha = host_access(&hr, 1, &hr, 1);
+  cg_node_t n6, n8, n9, n11;
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_allgather(NULL, g, a, ag_in, ag_out, N, CG_INT32));
+  ck_assert_cg_ok(cg_scatter(NULL, g, b, sc, sc_out, N, CG_INT32, 0));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, b, ar, ar_out, N, CG_INT32, CG_SUM));
+  ck_assert_cg_ok(cg_recv(NULL, g, a, self_in, N, CG_INT32, rank));
+  ck_assert_cg_ok(cg_send(NULL, g, a, self_out, N, CG_INT32, rank));
+  ck_assert_cg_ok(cg_send(NULL, g, b, b_out, N, CG_INT32, peer));
+  ck_assert_cg_ok(cg_recv(&n6, g, b, b_in, N, CG_INT32, peer));
+  ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &ha));
+  ck_assert_cg_ok(cg_recv(&n8, g, a, a_in, N, CG_INT32, peer));
+  ck_assert_cg_ok(cg_send(&n9, g, a, a_out, N, CG_INT32, peer));
+  ck_assert_cg_ok(cg_depend(g, n6, n9));
+  ck_assert_cg_ok(cg_recv(NULL, g, b, b_in2, N, CG_INT32, peer));
+  ck_assert_cg_ok(cg_send(&n11, g, b, b_out2, N, CG_INT32, peer));
+  ck_assert_cg_ok(cg_depend(g, n8, n11));
+  ck_assert_cg_ok(cg_broadcast(NULL, g, a, bc, bc, N, CG_INT32, 0));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, b, ar2, ar2_out, N, CG_INT32, CG_SUM));
+  leveled_t lv;
+  leveled_make(&lv, g);
+  const char *text = units_text(lv.plan);
+  if (rank == 0) printf("a chain through another communicator: rank 0's units %s\n", text);
+  int ok = check_no_wait_cycle(&w, &lv, "a chain through another communicator");
+  ck_assert_all_ranks(ok, "a chain through another communicator: no cycle of units across ranks");
+  /* and no more groups than that takes: A's in one, B's in two */
+  static const uint32_t want[14] = {[3] = 0, [4] = 0, [5] = 0, [6] = 0, [8] = 0, [9] = 0, [10] = 1, [11] = 1};
+  ok = 1;
+  for (uint32_t node = 3; node < 12 && peer != rank; node++) {
+    uint32_t s = step_of_node(lv.plan, node);
+    if (node == 7) continue;
+    if (s == NONE || lv.level[s] != want[node]) {
+      fprintf(stderr, "rank %d: chain: node #%u has level %u, expected %u\n", rank, node, s == NONE ? NONE : lv.level[s],
+              want[node]);
+      ok = 0;
+    }
+  }
+  ck_assert_all_ranks(ok, "a chain through another communicator: levels");
+  ck_assert(!check_all(&w, &lv, "a chain through another communicator", NULL)); /* a chain: (c) not compared */
+  leveled_free(&lv);
+  cg_graph_destroy(g);
+  comms_free(&w);
+}
+END_TEST
+
+/* A token that goes back and forth between pairs of ranks (even, odd),
+ * alternating communicators: message k goes on A from the even rank to the
+ * odd one for even k, on B back for odd k, and each forwards the one before.
+ * Message k must be above message k - 2 on its communicator, and only the
+ * other communicator's exchange tells a rank so (the chain goes through the
+ * peer), so each message takes about a pass over the communicators: a short token
+ * settles; a long one does not within the passes cg_compile makes, and every
+ * rank says so alike, naming nodes, rather than leave levels that differ. */
+static cg_status_t zigzag(comms_t *w, int hops, uint32_t *levels_out, uint32_t *nodes_out) {
+  static int32_t buf[128][N];
+  ck_assert_int_le(hops, 128);
+  int rank = cg_mpi_rank(), peer = rank ^ 1, even = rank % 2 == 0;
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  cg_node_t nodes[128];
+  if (peer >= cg_mpi_size()) /* a rank without a pair still takes part in both communicators' exchanges */
+    for (int c = 0; c < 2; c++) {
+      ck_assert_cg_ok(cg_recv(NULL, g, w->c[c], buf[2 * c], N, CG_INT32, rank));
+      ck_assert_cg_ok(cg_send(NULL, g, w->c[c], buf[2 * c + 1], N, CG_INT32, rank));
+    }
+  for (int k = 0; k < hops && peer < cg_mpi_size(); k++) {
+    cg_comm_t *c = w->c[k % 2];
+    int sending = (k % 2 == 0) == even;
+    if (sending)
+      ck_assert_cg_ok(cg_send(&nodes[k], g, c, buf[k > 0 ? k - 1 : 127], N, CG_INT32, peer));
+    else
+      ck_assert_cg_ok(cg_recv(&nodes[k], g, c, buf[k], N, CG_INT32, peer));
+  }
+  cg_plan_t *plan;
+  ck_assert_cg_ok(cg_compile(&plan, g, NULL)); /* a host plan: no exchange */
+  uint32_t *levels = calloc(plan->n_steps + 1, sizeof *levels);
+  ck_assert(levels);
+  cg_status_t st = exchanged_levels(levels, plan);
+  for (int k = 0; st == CG_SUCCESS && k < hops && peer < cg_mpi_size(); k++) {
+    uint32_t s = step_of_node(plan, nodes[k].index);
+    levels_out[k] = s == NONE ? NONE : levels[s];
+    nodes_out[k] = nodes[k].index;
+  }
+  free(levels);
+  cg_plan_destroy(plan);
+  cg_graph_destroy(g);
+  return st;
+}
+
+START_TEST(levels__a_token_between_two_communicators) {
+  comms_t w;
+  comms_make(&w);
+  int rank = cg_mpi_rank(), paired = (rank ^ 1) < cg_mpi_size();
+  uint32_t levels[128], nodes[128];
+  enum { SHORT = 8, LONG = 80 };
+  cg_status_t st = zigzag(&w, SHORT, levels, nodes);
+  int ok = st == CG_SUCCESS;
+  for (int k = 0; ok && paired && k < SHORT; k++)
+    if (k >= 2 && levels[k] <= levels[k - 2]) {
+      fprintf(stderr, "rank %d: token between communicators: message %d (node #%u) has level %u, message %d %u\n",
+              rank, k, nodes[k], levels[k], k - 2, levels[k - 2]);
+      ok = 0;
+    }
+  if (st != CG_SUCCESS) fprintf(stderr, "rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
+  ck_assert_all_ranks(ok, "a short token between two communicators: levels");
+  st = zigzag(&w, LONG, levels, nodes);
+  ok = st == CG_ERR_UNSUPPORTED && strstr(cg_error_last(), "did not settle") && strstr(cg_error_last(), "node #");
+  if (!ok) fprintf(stderr, "rank %d: long token: %s: %s\n", rank, cg_status_string(st), st ? cg_error_last() : "");
+  if (rank == 0 && ok) printf("a long token between two communicators: %s\n", cg_error_last());
+  ck_assert_all_ranks(ok, "a long token between two communicators: refused alike on every rank");
+  comms_free(&w);
+}
+END_TEST
+
 /* ---- random programs, the same on every rank (drawn from the shared seed):
  * ring exchanges with random shifts recorded send first or receive first,
  * some forwarding what an earlier one received, host functions, a few
@@ -631,6 +965,8 @@ int main(void) {
   tcase_add_test(hand, levels__token_around_the_ring);
   tcase_add_test(hand, levels__a_later_lower_level_goes_first);
   tcase_add_test(hand, levels__a_cycle_across_ranks_is_reported);
+  tcase_add_test(hand, levels__a_chain_through_another_communicator);
+  tcase_add_test(hand, levels__a_token_between_two_communicators);
   suite_add_tcase(s, hand);
   TCase *random = cg_mpi_tcase("random");
   tcase_add_test(random, levels__random_programs_match_across_ranks);
