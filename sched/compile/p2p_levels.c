@@ -67,22 +67,33 @@
 
 static int is_p2p_step(const cg_step_t *s) { return s->kind == CG_STEP_COLLECTIVE && cg_kind_is_p2p(s->op_kind); }
 
-/* D is kept per (communicator, interval) of that communicator: a cell says
- * whether the collective closing the interval is reached (COLL), and the
- * highest level of its sends and receives reached, plus one (0: none). Kept
- * apart, so that reaching a collective does not hide which group of the
- * interval is reached too: that is what tells which operation to raise. */
-#define COLL ((uint64_t)1 << 63)
-static uint64_t cell_of(const cg_step_t *st, uint32_t level) {
-  return is_p2p_step(st) ? (uint64_t)level + 1 : COLL;
+/* D is kept per communicator as the latest unit of its stream reached, a key
+ * that orders units as the stream does: (interval, level plus one) for a group
+ * of sends and receives, (interval, COLL) for the collective closing the
+ * interval; 0 for none. Waiting for a unit is waiting for every one before it
+ * on the stream, so one key per communicator says all that a chain waits for
+ * there, and D costs steps x communicators, not steps x intervals (a plan of a
+ * thousand collectives). A second key per communicator is the latest group of
+ * sends and receives reached, collectives left out: a step whose chain reaches
+ * the collective closing its own interval is stuck, and the group of its
+ * interval it reaches too still tells which operation to raise. */
+#define COLL UINT32_MAX
+#define KEYS 2 /* per communicator: every unit; groups of sends and receives only */
+static uint64_t key_of(const cg_step_t *st, uint32_t level) {
+  return (uint64_t)st->group << 32 | (is_p2p_step(st) ? (uint64_t)level + 1 : COLL);
 }
-static uint32_t cell_level(uint64_t v) { return (uint32_t)v; } /* the level plus one, or 0 */
+static uint32_t key_interval(uint64_t v) { return (uint32_t)(v >> 32); }
+static uint32_t key_level(uint64_t v) { return (uint32_t)v; } /* the level plus one, COLL, or 0 */
+/* The level plus one of `interval` that a groups-only key reaches, or 0. */
+static uint32_t level_in(uint64_t groups_key, uint32_t interval) {
+  return groups_key && key_interval(groups_key) == interval ? key_level(groups_key) : 0;
+}
 
 /* What a rank says about one of its units (its interval and level): it waits
- * for `value` of (comm, d_interval). */
+ * for `all` and `groups` (the two keys) of communicator `comm`. */
 typedef struct unit_entry {
-  uint32_t interval, level, d_interval, pad;
-  uint64_t comm, value;
+  uint32_t interval, level;
+  uint64_t comm, all, groups;
 } unit_entry_t;
 
 typedef struct level_entry {
@@ -115,53 +126,44 @@ typedef struct state {
   uint32_t *part;      /* per plan communicator: its participant, or NONE */
   heard_t *heard;      /* per participant */
   uint32_t n_heard;
-  uint64_t *col_comm;  /* D's columns: (communicator id, interval); the plan's first, then those heard of */
-  uint32_t *col_interval;
-  uint32_t n_cols, cap_cells;
-  uint32_t *own_col; /* per keyed step: the column of its communicator and interval */
-  uint64_t *ex, *dx, *gl, *rg; /* n * n_cols: D over dependencies; D; the unit's local part; the others' part */
+  uint64_t *col_comm;  /* D's columns: communicator ids, the plan's first, then those heard of */
+  uint32_t n_cols, cap_cols;
+  uint32_t *own_col; /* per keyed step: the column of its communicator */
+  uint64_t *ex, *dx, *gl, *rg; /* n * KEYS * n_cols: D over dependencies; D; the unit's local part; the others' part */
   uint64_t *sx;                /* D through dependencies alone */
   uint32_t *strict;            /* per keyed step: the level plus one of its interval that its dependencies reach */
 } state_t;
 
-static uint32_t col_index(const state_t *S, uint64_t comm, uint32_t interval) {
+static uint32_t col_index(const state_t *S, uint64_t comm) {
   for (uint32_t k = 0; k < S->n_cols; k++)
-    if (S->col_comm[k] == comm && S->col_interval[k] == interval) return k;
+    if (S->col_comm[k] == comm) return k;
   return NONE;
 }
 
-static int add_col(state_t *S, uint64_t comm, uint32_t interval) {
-  uint32_t k = col_index(S, comm, interval);
-  if (k == NONE) {
-    k = S->n_cols++;
-    S->col_comm[k] = comm;
-    S->col_interval[k] = interval;
-  }
-  return (int)k;
+static uint32_t add_col(state_t *S, uint64_t comm) {
+  uint32_t k = col_index(S, comm);
+  if (k == NONE) S->col_comm[k = S->n_cols++] = comm;
+  return k;
 }
 
-/* D's columns: every interval of the plan's communicators, then every one
- * heard of; a new one grows every array. */
+/* D's columns: the plan's communicators, then every one heard of; a new one
+ * grows every array. */
 static cg_status_t gather_cols(state_t *S) {
   const cg_plan_t *p = S->p;
-  uint32_t need = 1;
-  for (uint32_t c = 0; c < p->n_comms; c++) need += p->comms[c].n_steps;
+  uint32_t need = p->n_comms + 1;
   for (uint32_t i = 0; i < S->n_heard; i++) need += S->heard[i].n_units;
   uint64_t *comm = realloc(S->col_comm, need * sizeof *comm);
-  if (comm) S->col_comm = comm;
-  uint32_t *interval = realloc(S->col_interval, need * sizeof *interval);
-  if (interval) S->col_interval = interval;
-  if (!comm || !interval) return cg_fail(CG_ERR_NO_MEMORY, "settling send/receive groups");
+  if (!comm) return cg_fail(CG_ERR_NO_MEMORY, "settling send/receive groups");
+  S->col_comm = comm;
   S->n_cols = 0;
-  for (uint32_t c = 0; c < p->n_comms; c++)
-    for (uint32_t k = 0; k < p->comms[c].n_steps; k++) {
-      uint32_t s = p->comms[c].steps[k];
-      S->own_col[s] = (uint32_t)add_col(S, p->comms[c].comm->id, p->steps[s].group);
-    }
+  for (uint32_t c = 0; c < p->n_comms; c++) {
+    uint32_t k = add_col(S, p->comms[c].comm->id);
+    for (uint32_t q = 0; q < p->comms[c].n_steps; q++) S->own_col[p->comms[c].steps[q]] = k;
+  }
   for (uint32_t i = 0; i < S->n_heard; i++)
-    for (uint32_t e = 0; e < S->heard[i].n_units; e++) add_col(S, S->heard[i].units[e].comm, S->heard[i].units[e].d_interval);
-  if ((size_t)S->n_cols > S->cap_cells) {
-    size_t cells = (size_t)(S->n ? S->n : 1) * S->n_cols;
+    for (uint32_t e = 0; e < S->heard[i].n_units; e++) add_col(S, S->heard[i].units[e].comm);
+  if (S->n_cols > S->cap_cols) {
+    size_t cells = (size_t)(S->n ? S->n : 1) * KEYS * S->n_cols;
     free(S->ex);
     free(S->dx);
     free(S->gl);
@@ -172,9 +174,9 @@ static cg_status_t gather_cols(state_t *S) {
     S->dx = malloc(cells * sizeof *S->dx);
     S->gl = malloc(cells * sizeof *S->gl);
     S->rg = malloc(cells * sizeof *S->rg);
-    S->cap_cells = 0;
+    S->cap_cols = 0;
     if (!S->ex || !S->dx || !S->gl || !S->rg || !S->sx) return cg_fail(CG_ERR_NO_MEMORY, "settling send/receive groups");
-    S->cap_cells = S->n_cols;
+    S->cap_cols = S->n_cols;
   }
   return CG_SUCCESS;
 }
@@ -214,17 +216,35 @@ static void units_of(state_t *S, uint32_t c) {
   }
 }
 
-static uint64_t join_cell(uint64_t a, uint64_t b) {
-  return ((a | b) & COLL) | (cell_level(a) > cell_level(b) ? cell_level(a) : cell_level(b));
-}
-
 static int join(uint64_t *to, const uint64_t *from, uint32_t n) {
   int changed = 0;
-  for (uint32_t k = 0; k < n; k++) {
-    uint64_t v = join_cell(to[k], from[k]);
-    if (v != to[k]) to[k] = v, changed = 1;
-  }
+  for (uint32_t k = 0; k < n; k++)
+    if (from[k] > to[k]) to[k] = from[k], changed = 1;
   return changed;
+}
+
+/* Adds a step of its own unit to its D (keys at d + KEYS * own column). */
+static int join_own(uint64_t *d, const cg_step_t *t, uint32_t level) {
+  uint64_t key = key_of(t, level), both[KEYS] = {key, is_p2p_step(t) ? key : 0};
+  return join(d, both, KEYS);
+}
+
+static int unit_cmp(const void *a, const void *b) {
+  const unit_entry_t *x = a, *y = b;
+  if (x->interval != y->interval) return x->interval < y->interval ? -1 : 1;
+  return x->level < y->level ? -1 : x->level > y->level;
+}
+
+/* The first of the units heard (sorted) at (interval, level), or n. */
+static uint32_t first_unit(const heard_t *h, uint32_t interval, uint32_t level) {
+  uint32_t lo = 0, hi = h->n_units;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    const unit_entry_t *u = &h->units[mid];
+    if (u->interval < interval || (u->interval == interval && u->level < level)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /* D of every step under the current levels, then the levels that D asks for.
@@ -237,7 +257,7 @@ static cg_status_t sweep(state_t *S, int *raised) {
   const cg_plan_t *p = S->p;
   cg_status_t st = gather_cols(S);
   if (st != CG_SUCCESS) return st;
-  uint32_t m = S->n_cols;
+  uint32_t m = KEYS * S->n_cols;
   size_t cells = (size_t)S->n * m;
   for (uint32_t c = 0; c < p->n_comms; c++) units_of(S, c);
   memset(S->dx, 0, cells * sizeof *S->dx);
@@ -250,11 +270,12 @@ static cg_status_t sweep(state_t *S, int *raised) {
     const heard_t *h = &S->heard[S->part[c]];
     const cg_step_t *t = &p->steps[s];
     uint32_t level = is_p2p_step(t) ? S->levels[s] : COLLECTIVE_LEVEL;
-    for (uint32_t e = 0; e < h->n_units; e++)
-      if (h->units[e].interval == t->group && h->units[e].level == level) {
-        uint64_t *cell = &S->rg[(size_t)s * m + col_index(S, h->units[e].comm, h->units[e].d_interval)];
-        *cell = join_cell(*cell, h->units[e].value);
-      }
+    for (uint32_t e = first_unit(h, t->group, level);
+         e < h->n_units && h->units[e].interval == t->group && h->units[e].level == level; e++) {
+      uint64_t *cell = &S->rg[(size_t)s * m + KEYS * col_index(S, h->units[e].comm)];
+      const uint64_t keys[KEYS] = {h->units[e].all, h->units[e].groups};
+      join(cell, keys, KEYS);
+    }
   }
   /* to a fixed point: a unit's local part collects members later in index
    * order, and a stream predecessor may come later too */
@@ -275,8 +296,7 @@ static cg_status_t sweep(state_t *S, int *raised) {
         changed |= join(dx, &S->rg[(size_t)r * m], m);
         if (S->pred[r] != NONE) changed |= join(dx, &S->dx[(size_t)S->pred[r] * m], m);
       }
-      uint64_t *own = &dx[S->own_col[s]], v = join_cell(*own, cell_of(t, S->levels[s]));
-      if (v != *own) *own = v, changed = 1;
+      changed |= join_own(&dx[KEYS * S->own_col[s]], t, S->levels[s]);
     }
   }
   /* D over dependencies alone (one pass: dependencies come first): what a
@@ -287,8 +307,8 @@ static cg_status_t sweep(state_t *S, int *raised) {
     uint64_t *sx = &S->sx[(size_t)s * m];
     for (uint32_t e = 0; e < t->n_deps; e++) join(sx, &S->sx[(size_t)t->deps[e] * m], m);
     if (S->keyed[s] == NONE) continue;
-    S->strict[s] = cell_level(sx[S->own_col[s]]);
-    sx[S->own_col[s]] = join_cell(sx[S->own_col[s]], cell_of(t, S->levels[s]));
+    S->strict[s] = level_in(sx[KEYS * S->own_col[s] + 1], t->group);
+    join_own(&sx[KEYS * S->own_col[s]], t, S->levels[s]);
   }
   /* Raises that dependencies, matches and the posting order ask for are all
    * made at once. Those that only the grouping asks for (a unit's member
@@ -308,11 +328,11 @@ static cg_status_t sweep(state_t *S, int *raised) {
       need = S->levels[t->post_after];
     if (S->strict[s] > need) need = S->strict[s];
     const uint64_t *ex = &S->ex[(size_t)s * m];
-    uint64_t here = ex[S->own_col[s]];
-    if (cell_level(here) > need && cell_level(here) > S->levels[s]) later = s, later_need = cell_level(here);
-    S->stuck[s] = (here & COLL) != 0;
-    for (uint32_t k = 0; k < m; k++) /* a later interval of the communicator: after the closing collective */
-      if (ex[k] && S->col_comm[k] == S->col_comm[S->own_col[s]] && S->col_interval[k] > t->group) S->stuck[s] = 1;
+    const uint64_t *here = &ex[KEYS * S->own_col[s]];
+    uint32_t reached = level_in(here[1], t->group);
+    if (reached > need && reached > S->levels[s]) later = s, later_need = reached;
+    /* the collective closing its interval, or anything after it */
+    S->stuck[s] = here[0] >= ((uint64_t)t->group << 32 | COLL);
     if (need > S->levels[s]) S->levels[s] = need, *raised = 1;
   }
   if (later != NONE && later_need > S->levels[later]) S->levels[later] = later_need, *raised = 1;
@@ -335,10 +355,10 @@ static cg_status_t my_entries(state_t *S, uint32_t c, level_entry_t **p2p, uint3
                               uint32_t *n_units) {
   const cg_plan_t *p = S->p;
   const cg_plan_comm_t *pc = &p->comms[c];
-  uint32_t m = S->n_cols;
+  uint32_t m = KEYS * S->n_cols;
   *n_p2p = *n_units = 0;
   *p2p = malloc((pc->n_steps + 1) * sizeof **p2p);
-  *units = malloc(((size_t)pc->n_steps * (m ? m : 1) + 1) * sizeof **units);
+  *units = malloc(((size_t)pc->n_steps * (S->n_cols ? S->n_cols : 1) + 1) * sizeof **units);
   uint64_t *v = malloc((m ? m : 1) * sizeof *v);
   if (!*p2p || !*units || !v) {
     free(v);
@@ -353,8 +373,9 @@ static cg_status_t my_entries(state_t *S, uint32_t c, level_entry_t **p2p, uint3
     memcpy(v, &S->gl[(size_t)s * m], m * sizeof *v);
     if (S->pred[s] != NONE) join(v, &S->dx[(size_t)S->pred[s] * m], m);
     uint32_t level = is_p2p_step(t) ? S->levels[s] : COLLECTIVE_LEVEL;
-    for (uint32_t q = 0; q < m; q++)
-      if (v[q]) (*units)[(*n_units)++] = (unit_entry_t){t->group, level, S->col_interval[q], 0, S->col_comm[q], v[q]};
+    for (uint32_t q = 0; q < S->n_cols; q++)
+      if (v[KEYS * q] || v[KEYS * q + 1])
+        (*units)[(*n_units)++] = (unit_entry_t){t->group, level, S->col_comm[q], v[KEYS * q], v[KEYS * q + 1]};
   }
   free(v);
   return CG_SUCCESS;
@@ -554,6 +575,7 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
         memcpy(&h->units[h->n_units++], d + max_p * sizeof(level_entry_t) + i * sizeof(unit_entry_t),
                sizeof(unit_entry_t));
     }
+    qsort(h->units, h->n_units, sizeof *h->units, unit_cmp); /* looked up by unit in every sweep */
   }
 oom:
   st = cg_fail(CG_ERR_NO_MEMORY, "settling the send/receive groups");
@@ -581,7 +603,6 @@ static void state_free(state_t *S) {
   free(S->pred);
   free(S->part);
   free(S->col_comm);
-  free(S->col_interval);
   free(S->own_col);
   free(S->ex);
   free(S->dx);

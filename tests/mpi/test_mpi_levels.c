@@ -66,8 +66,8 @@ static cg_status_t exchanged_levels(uint32_t *levels, const cg_plan_t *p) {
   return st;
 }
 
-static void leveled_make(leveled_t *lv, cg_graph_t *g) {
-  ck_assert_cg_ok(cg_compile(&lv->plan, g, NULL));
+static void leveled_make_opts(leveled_t *lv, cg_graph_t *g, const cg_compile_opts_t *opts) {
+  ck_assert_cg_ok(cg_compile(&lv->plan, g, opts));
   cg_plan_t *p = lv->plan;
   uint32_t n = p->n_steps;
   lv->local = malloc((n + 1) * sizeof *lv->local);
@@ -88,6 +88,8 @@ static void leveled_make(leveled_t *lv, cg_graph_t *g) {
       for (uint32_t a = 0; a < d; a++) lv->reach[(size_t)a * n + b] |= lv->reach[(size_t)a * n + d];
     }
 }
+
+static void leveled_make(leveled_t *lv, cg_graph_t *g) { leveled_make_opts(lv, g, NULL); }
 
 static void leveled_free(leveled_t *lv) {
   cg_plan_destroy(lv->plan);
@@ -925,6 +927,37 @@ static void record(cg_graph_t *g, const program_t *p, const comms_t *w, int32_t 
   }
 }
 
+/* What a chain waits for is kept per communicator, not per interval: a plan
+ * of many collectives (fusion off) with sends and receives among them, on
+ * their own communicator and on the collectives' one, settles within the
+ * test's time limit (kept per interval, 1000 collectives took minutes). */
+START_TEST(levels__a_thousand_collectives_with_messages_settle) {
+  enum { OPS = 1200, LEN = 4 };
+  static int32_t buf[OPS + 1][LEN];
+  comms_t w;
+  comms_make(&w);
+  int r = cg_mpi_rank(), n = cg_mpi_size();
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int i = 0; i < OPS; i++) {
+    ck_assert_cg_ok(cg_allreduce(NULL, g, w.c[0], buf[i], buf[i], LEN, CG_INT32, CG_SUM));
+    if (i % 40 != 0) continue;
+    cg_comm_t *c = w.c[i % 120 == 0 ? 0 : 1]; /* now and then among the collectives */
+    ck_assert_cg_ok(cg_send(NULL, g, c, buf[i], LEN, CG_INT32, (r + 1) % n));
+    ck_assert_cg_ok(cg_recv(NULL, g, c, buf[i + 1], LEN, CG_INT32, (r + n - 1) % n));
+  }
+  cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
+  opts.fusion = 0;
+  leveled_t lv;
+  leveled_make_opts(&lv, g, &opts);
+  ck_assert_uint_ge(lv.plan->n_steps, OPS);
+  check_all(&w, &lv, "a thousand collectives", NULL);
+  leveled_free(&lv);
+  cg_graph_destroy(g);
+  comms_free(&w);
+}
+END_TEST
+
 START_TEST(levels__random_programs_match_across_ranks) {
   static int32_t slot[SLOTS][N];
   comms_t w;
@@ -967,8 +1000,12 @@ int main(void) {
   tcase_add_test(hand, levels__a_cycle_across_ranks_is_reported);
   tcase_add_test(hand, levels__a_chain_through_another_communicator);
   tcase_add_test(hand, levels__a_token_between_two_communicators);
+  tcase_add_test(hand, levels__a_thousand_collectives_with_messages_settle);
   suite_add_tcase(s, hand);
-  TCase *random = cg_mpi_tcase("random");
+  /* 200 programs, each settled in 17 passes over three communicators: on four
+   * ranks sharing two cores that is about 35 s alone, twice that beside other
+   * suites */
+  TCase *random = cg_mpi_tcase_limit("random", 300);
   tcase_add_test(random, levels__random_programs_match_across_ranks);
   suite_add_tcase(s, random);
   return cg_mpi_test_main(s);
