@@ -162,8 +162,8 @@ static cg_status_t gather_cols(state_t *S) {
   }
   for (uint32_t i = 0; i < S->n_heard; i++)
     for (uint32_t e = 0; e < S->heard[i].n_units; e++) add_col(S, S->heard[i].units[e].comm);
-  if (S->n_cols > S->cap_cols) {
-    size_t cells = (size_t)(S->n ? S->n : 1) * KEYS * S->n_cols;
+  if (S->n_cols > S->cap_cols || !S->dx) { /* allocated once at least: a plan may have no communicator */
+    size_t cells = (size_t)(S->n ? S->n : 1) * KEYS * (S->n_cols ? S->n_cols : 1);
     free(S->ex);
     free(S->dx);
     free(S->gl);
