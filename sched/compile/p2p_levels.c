@@ -74,9 +74,14 @@ static int is_p2p_step(const cg_step_t *s) { return s->kind == CG_STEP_COLLECTIV
  * on the stream, so one key per communicator says all that a chain waits for
  * there, and D costs steps x communicators, not steps x intervals (a plan of a
  * thousand collectives). A second key per communicator is the latest group of
- * sends and receives reached, collectives left out: a step whose chain reaches
- * the collective closing its own interval is stuck, and the group of its
- * interval it reaches too still tells which operation to raise. */
+ * sends and receives reached, collectives left out: it tells which group of
+ * its own interval a step reaches, and so which operation to raise, also
+ * where the step reaches the collective closing its interval (it is stuck
+ * then). Where that key lies in a later interval the step is stuck too and
+ * is no candidate for a raise: raising it would not free it, since its new
+ * group would still wait for its old one on the stream. Dependencies only
+ * point back in a communicator's order, so with D over dependencies alone
+ * (host plans, and the levels' strict part) the key never lies there. */
 #define COLL UINT32_MAX
 #define KEYS 2 /* per communicator: every unit; groups of sends and receives only */
 static uint64_t key_of(const cg_step_t *st, uint32_t level) {
@@ -654,6 +659,8 @@ cg_status_t cg_p2p_levels(uint32_t *levels, const cg_plan_t *p, const cg_partici
      * dependencies only, a level above every one of its interval that leads
      * to it. With them, D covers whole units from the start. */
     if (mine == CG_SUCCESS) mine = settle_here(&S, 4 * S.n + 8);
+    if (mine == CG_SUCCESS && !pt && !S.settled) /* local chains settle in a few sweeps */
+      mine = cg_fail(CG_ERR_INTERNAL, "the local levels of sends and receives did not settle in %u sweeps", 4 * S.n + 8);
     if (mine != CG_SUCCESS) snprintf(detail, sizeof detail, "%s: %s", where, cg_error_last());
   }
   /* every participant in every pass, even after a failure here or on another
