@@ -21,11 +21,23 @@ static size_t step_bytes(const cg_step_t *s) {
   return bytes;
 }
 
+/* The fixed cost assumed where the profile cannot tell fixed cost from
+ * bandwidth (every collective of one size): about what one small NCCL
+ * allreduce captured in a graph costs on NVLink. Taking the whole measured
+ * time as fixed cost instead makes bytes free, and then one bucket after the
+ * whole backward always looks best: over NCCL's sockets transport a profiled
+ * 32 MiB bucket (15 ms) made every candidate the default. The candidates at
+ * larger alpha scales, and timing them, cover a higher fixed cost. */
+#define ALPHA_PRIOR_US 10.0
+
 /* alpha + bytes / bytes_per_us through the communicator's collective steps
- * (least squares; with one size, or a fit that is not physical, alpha is the
- * fastest step and the bandwidth the best any step reached beyond it). */
+ * (least squares). With one size, or a fit that is not physical, alpha is the
+ * fastest step's time capped at ALPHA_PRIOR_US and the bandwidth the best
+ * the largest steps reached beyond it: large steps are the ones that measure
+ * bandwidth. */
 static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, const cg_profile_t *prof) {
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, fastest = INFINITY;
+  size_t largest = 0;
   const cg_plan_comm_t *pc = &plan->comms[c];
   for (uint32_t k = 0; k < pc->n_steps; k++) {
     const cg_step_t *s = &plan->steps[pc->steps[k]];
@@ -34,8 +46,9 @@ static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, con
     if (y < 0.1) y = 0.1;
     n++, sx += x, sy += y, sxx += x * x, sxy += x * y;
     if (y < fastest) fastest = y;
+    if (step_bytes(s) > largest) largest = step_bytes(s);
   }
-  *out = (cg_comm_cost_t){pc->comm, n ? fastest : 1.0, INFINITY};
+  *out = (cg_comm_cost_t){pc->comm, n ? fmin(fastest, ALPHA_PRIOR_US) : 1.0, INFINITY};
   double det = n * sxx - sx * sx;
   double slope = det > 0 ? (n * sxy - sx * sy) / det : 0, alpha = n ? (sy - slope * sx) / n : 0;
   if (slope > 0 && alpha >= 0) {
@@ -43,14 +56,14 @@ static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, con
     out->bytes_per_us = 1.0 / slope;
     return;
   }
+  double best = 0;
   for (uint32_t k = 0; k < pc->n_steps; k++) {
     const cg_step_t *s = &plan->steps[pc->steps[k]];
-    if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) continue;
+    if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER || step_bytes(s) != largest) continue;
     double beyond = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]] - out->alpha_us;
-    double rate = beyond > 0 ? (double)step_bytes(s) / beyond : INFINITY;
-    if (out->bytes_per_us == INFINITY || (rate < INFINITY && rate > out->bytes_per_us)) out->bytes_per_us = rate;
+    if (beyond > 0 && (double)largest / beyond > best) best = (double)largest / beyond;
   }
-  if (!(out->bytes_per_us < INFINITY)) out->bytes_per_us = 1e6; /* nothing moved: bandwidth plays no part */
+  out->bytes_per_us = best > 0 ? best : 1e6; /* nothing moved: bandwidth plays no part */
 }
 
 /* When the plan's collective step `s` could start: its inputs' ready time
