@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_stats.h"
 #include "commgraph.h"
 #include "commgraph/mpi.h"
 
@@ -29,11 +30,6 @@
 enum { DIRECT_BLOCKING, DIRECT_NONBLOCKING, PLAN_RUN, PLAN_START_WAIT, PLAN_RUN_UNPRINTED, N_MODES };
 static const char *mode_names[N_MODES] = {"MPI_Allreduce", "MPI_Iallreduce+Wait", "cg_plan_run", "plan start+wait",
                                           "run, no fingerprint"};
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static void check(cg_status_t st, const char *what) {
   if (st != CG_SUCCESS) {
@@ -149,8 +145,7 @@ int main(int argc, char **argv) {
         double med[N_MODES];
         printf("%10zu %4d", bytes, ops);
         for (int m = 0; m < N_MODES; m++) {
-          qsort(t[m], ROUNDS, sizeof(double), cmp_double);
-          med[m] = t[m][ROUNDS / 2];
+          med[m] = cg_bench_median(t[m], ROUNDS);
           printf(" %17.1f us", med[m] * 1e6);
         }
         printf(" %9.3f %9.3f %9.3f\n", med[PLAN_RUN] / med[DIRECT_BLOCKING], med[PLAN_RUN] / med[DIRECT_NONBLOCKING],

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "agreement.h"
+#include "bench_stats.h"
 #include "commgraph.h"
 #include "commgraph/mpi.h"
 #include "lower.h"
@@ -35,11 +36,6 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 static void fail(const char *what, cg_status_t st) {
@@ -90,11 +86,10 @@ static int measure(double *local_s, double *agreed_s, uint32_t *steps, int n_ops
   }
   for (int m = 0; m < 2; m++) {
     MPI_Allreduce(MPI_IN_PLACE, t[m], ROUNDS, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    qsort(t[m], ROUNDS, sizeof t[m][0], cmp_double);
   }
   *steps = p->n_steps;
-  *local_s = t[0][ROUNDS / 2];
-  *agreed_s = t[1][ROUNDS / 2];
+  *local_s = cg_bench_median(t[0], ROUNDS);
+  *agreed_s = cg_bench_median(t[1], ROUNDS);
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   free(local);
   free(agreed);

@@ -60,15 +60,9 @@ static void *xcalloc(size_t n, size_t size) {
   return p;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* This rank's median of v[0 .. n), then the largest over ranks. */
 static double slowest_median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  double mine = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, most = 0;
+  double mine = cg_bench_median(v, n), most = 0;
   MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return most;
 }

@@ -16,16 +16,6 @@ _Noreturn void cg_bench_fail(const char *what, const char *why) {
   abort(); /* MPI_Abort does not return; this says so to the compiler */
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-double cg_bench_median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 cg_comm_t *cg_bench_nccl_comm(int device, ncclComm_t *nccl) {
   cg_comm_t *comm = NULL;
   cg_comm_opts_t opts = CG_COMM_OPTS_INIT;

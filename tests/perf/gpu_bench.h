@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "bench_stats.h"
 #include "commgraph.h"
 #include "nccl_settle.h"
 
@@ -31,8 +32,6 @@ _Noreturn void cg_bench_fail(const char *what, const char *why);
     if (s_ != CG_SUCCESS) cg_bench_fail(#call, cg_error_last());          \
   } while (0)
 
-/* Median of v[0..n) (sorts v). */
-double cg_bench_median(double *v, int n);
 
 /* A commgraph communicator of the NCCL backend over MPI_COMM_WORLD on
  * `device`, and the program's NCCL communicator of it (cg_comm_nccl). */
