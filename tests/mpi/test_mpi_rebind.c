@@ -3,73 +3,18 @@
  * their members stop (or start) being contiguous; the in-place form and the
  * overlap rule; refusals that change nothing; a running plan is not rebound;
  * and many random rebinding rounds, each checked byte for byte against the
- * reference executor run on a graph recorded over the new buffers. */
+ * reference executor run on a graph recorded over the new buffers. The
+ * programs over one pool that the fused and random tests rebind, and their
+ * check against the reference, are in rebind_programs.c; the calls asserted on
+ * every rank in rebind_support.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kind_cases.h"
 #include "mpi_test.h"
-
-static cg_comm_t *world(void) {
-  cg_comm_t *c = NULL;
-  ck_assert_cg_ok(cg_comm_create(&c, MPI_COMM_WORLD, NULL));
-  return c;
-}
-
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  ck_assert_ptr_nonnull(p);
-  return p;
-}
-
-static cg_plan_t *compile_all(cg_graph_t *g, const char *what) {
-  cg_plan_t *plan = NULL;
-  cg_status_t st = cg_compile(&plan, g, NULL);
-  char text[700];
-  snprintf(text, sizeof text, "%s: cg_compile: %s", what, st == CG_SUCCESS ? "" : cg_error_last());
-  ck_assert_all_ranks(st == CG_SUCCESS, text);
-  return plan;
-}
-
-/* Runs the plan once, blocking or with start and test. */
-static void run_all(cg_plan_t *plan, int nonblocking, const char *what) {
-  cg_status_t st;
-  if (nonblocking) {
-    int done = 0;
-    st = cg_plan_start(plan);
-    while (st == CG_SUCCESS && !done) st = cg_plan_test(&done, plan); /* no assertion per poll */
-  } else {
-    st = cg_plan_run(plan);
-  }
-  char text[700];
-  snprintf(text, sizeof text, "%s: running the plan: %s", what, st == CG_SUCCESS ? "" : cg_error_last());
-  /* said at once: the other ranks may be waiting for this one's messages */
-  if (st != CG_SUCCESS) fprintf(stderr, "rank %d: %s\n", cg_mpi_rank(), text);
-  ck_assert_all_ranks(st == CG_SUCCESS, text);
-}
-
-static void rebind_ok(cg_plan_t *plan, const cg_rebind_t *binds, size_t n, const char *what) {
-  cg_status_t st = cg_plan_rebind(plan, binds, n);
-  char text[700];
-  snprintf(text, sizeof text, "%s: cg_plan_rebind returned %s: %s", what, cg_status_string(st),
-           st == CG_SUCCESS ? "" : cg_error_last());
-  ck_assert_all_ranks(st == CG_SUCCESS, text);
-}
-
-/* A refusal with one of the statuses in `allowed` (CG_SUCCESS ends the list)
- * on every rank. */
-static void rebind_refused(cg_plan_t *plan, const cg_rebind_t *binds, size_t n, const cg_status_t *allowed,
-                           const char *what) {
-  cg_status_t st = cg_plan_rebind(plan, binds, n);
-  int ok = 0;
-  for (const cg_status_t *a = allowed; *a != CG_SUCCESS; a++) ok |= st == *a;
-  char text[700];
-  snprintf(text, sizeof text, "%s: cg_plan_rebind returned %s (%s), expected %s%s%s", what, cg_status_string(st),
-           st == CG_SUCCESS ? "" : cg_error_last(), cg_status_string(allowed[0]),
-           allowed[1] != CG_SUCCESS ? " or " : "", allowed[1] != CG_SUCCESS ? cg_status_string(allowed[1]) : "");
-  ck_assert_all_ranks(ok, text);
-}
+#include "rebind_programs.h"
+#include "rebind_support.h"
 
 static const cg_status_t invalid_argument[] = {CG_ERR_INVALID_ARGUMENT, CG_SUCCESS};
 static const cg_status_t alias_or_invalid[] = {CG_ERR_ALIAS, CG_ERR_INVALID_ARGUMENT, CG_SUCCESS};
@@ -146,8 +91,8 @@ typedef struct snapshot {
 
 static void snap(snapshot_t *s, const kcase_t *cases, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    s->a[i] = xmalloc(cases[i].a_bytes + 2 * CG_KC_GUARD);
-    s->b[i] = xmalloc(cases[i].b_bytes + 2 * CG_KC_GUARD);
+    s->a[i] = rb_xmalloc(cases[i].a_bytes + 2 * CG_KC_GUARD);
+    s->b[i] = rb_xmalloc(cases[i].b_bytes + 2 * CG_KC_GUARD);
     memcpy(s->a[i], cases[i].a, cases[i].a_bytes + 2 * CG_KC_GUARD);
     memcpy(s->b[i], cases[i].b, cases[i].b_bytes + 2 * CG_KC_GUARD);
   }
@@ -175,7 +120,7 @@ static void free_snapshot(snapshot_t *s, size_t n) {
 }
 
 START_TEST(rebind__every_kind_lands_in_new_buffers_and_leaves_old_ones_alone) {
-  cg_comm_t *comm[2] = {world(), world()};
+  cg_comm_t *comm[2] = {rb_world(), rb_world()};
   kcase_t a[KC_MAX], b[KC_MAX], again[KC_MAX];
   memset(a, 0, sizeof a);
   memset(b, 0, sizeof b);
@@ -185,11 +130,11 @@ START_TEST(rebind__every_kind_lands_in_new_buffers_and_leaves_old_ones_alone) {
   cg_graph_t *g;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   for (size_t i = 0; i < n; i++) record_case(h[i], g, comm[i % 2], &a[i]);
-  cg_plan_t *plan = compile_all(g, "every kind");
+  cg_plan_t *plan = rb_compile_all(g, "every kind");
   cg_graph_destroy(g); /* node handles stay usable for rebinding: they are plain values */
 
   char why[600] = "", what[700];
-  run_all(plan, 0, "set A");
+  rb_run_all(plan, 0, "set A");
   int ok = cases_right(a, n, why, sizeof why);
   snprintf(what, sizeof what, "set A before rebinding: %s", why);
   ck_assert_all_ranks(ok, what);
@@ -201,8 +146,8 @@ START_TEST(rebind__every_kind_lands_in_new_buffers_and_leaves_old_ones_alone) {
   cg_rebind_t binds[2 * KC_MAX];
   size_t nb = 0;
   for (size_t i = 0; i < n; i++) nb += case_binds(binds + nb, h[i], &b[i]);
-  rebind_ok(plan, binds, nb, "every node to set B");
-  run_all(plan, 1, "set B");
+  rb_rebind_ok(plan, binds, nb, "every node to set B");
+  rb_run_all(plan, 1, "set B");
   ok = cases_right(b, n, why, sizeof why);
   snprintf(what, sizeof what, "set B: %s", why);
   ck_assert_all_ranks(ok, what);
@@ -222,8 +167,8 @@ START_TEST(rebind__every_kind_lands_in_new_buffers_and_leaves_old_ones_alone) {
   snap(&sb, b, n);
   nb = 0;
   for (size_t i = 0; i < n; i++) nb += case_binds(binds + nb, h[i], &a[i]);
-  rebind_ok(plan, binds, nb, "every node back to set A");
-  run_all(plan, 0, "set A again");
+  rb_rebind_ok(plan, binds, nb, "every node back to set A");
+  rb_run_all(plan, 0, "set A again");
   ok = cases_right(a, n, why, sizeof why);
   snprintf(what, sizeof what, "set A after rebinding back: %s", why);
   ck_assert_all_ranks(ok, what);
@@ -246,281 +191,7 @@ START_TEST(rebind__every_kind_lands_in_new_buffers_and_leaves_old_ones_alone) {
 END_TEST
 
 /* ---- programs over one pool of memory, checked against the reference
- *
- * Every buffer is a region of a pool; the plan's pool and the reference's
- * start byte-identical, the plan runs on its pool, the reference executor on
- * a graph recorded over the same offsets of its own pool, and the pools must
- * end byte-identical (regions that are only written start poisoned). Region 0
- * of a node is what it reads (or its whole buffer in place), region 1 what it
- * writes. A node of kind CG_NODE_SEND stands for a ring: a send to rank+shift
- * and a receive from rank-shift. */
-
-#define P_MAX 24
-#define NO_OFF ((size_t)-1)
-
-typedef struct pnode {
-  cg_node_kind_t kind;
-  cg_dtype_t dtype;
-  cg_redop_t op;
-  int root; /* root, or the ring's shift */
-  size_t count;
-  int inplace; /* allreduce, broadcast, allgather */
-  int comm;
-} pnode_t;
-
-typedef struct pprog {
-  pnode_t nodes[P_MAX];
-  int n;
-  cg_comm_t *comms[2];
-  size_t off[P_MAX][2]; /* the current binding: byte offsets of regions 0 and 1 (NO_OFF: none) */
-  size_t half;          /* the pool is two halves of this many bytes */
-  char *pool[2];        /* the plan's, the reference's */
-  cg_node_t h[P_MAX][2];
-  uint64_t local;       /* this rank's random stream, for placements (sizes differ between ranks) */
-} pprog_t;
-
-static size_t es_of(const pnode_t *p) { return cg_dtype_size(p->dtype); }
-
-/* Bytes of regions 0 and 1 on this rank. */
-static void region_bytes(const pnode_t *p, size_t r[2]) {
-  int me = cg_mpi_rank(), n = cg_mpi_size(), root = me == p->root;
-  size_t c = p->count, all = c * (size_t)n;
-  switch (p->kind) {
-    case CG_NODE_ALLREDUCE: r[0] = c, r[1] = p->inplace ? 0 : c; break;
-    case CG_NODE_BROADCAST: r[0] = p->inplace || root ? c : 0, r[1] = p->inplace ? 0 : c; break;
-    case CG_NODE_REDUCE: r[0] = c, r[1] = root ? c : 0; break;
-    case CG_NODE_ALLGATHER: r[0] = p->inplace ? all : c, r[1] = p->inplace ? 0 : all; break;
-    case CG_NODE_REDUCE_SCATTER: r[0] = all, r[1] = c; break;
-    case CG_NODE_ALLTOALL: r[0] = all, r[1] = all; break;
-    default: r[0] = c, r[1] = c; break; /* ring */
-  }
-  r[0] *= es_of(p);
-  r[1] *= es_of(p);
-}
-
-/* The node's send and recv pointers in `pool` under offsets `off`. */
-static void pointers(const pnode_t *p, const size_t off[2], char *pool, const void **send, void **recv) {
-  char *r0 = off[0] == NO_OFF ? NULL : pool + off[0], *r1 = off[1] == NO_OFF ? NULL : pool + off[1];
-  *send = r0;
-  *recv = r1;
-  if (p->inplace && p->kind == CG_NODE_ALLGATHER) {
-    *recv = r0;
-    *send = r0 + (size_t)cg_mpi_rank() * p->count * es_of(p);
-  } else if (p->inplace) {
-    *recv = r0;
-  }
-}
-
-static void record_prog(cg_graph_t *g, pprog_t *pg, int ref) {
-  int me = cg_mpi_rank(), n = cg_mpi_size();
-  for (int i = 0; i < pg->n; i++) {
-    const pnode_t *p = &pg->nodes[i];
-    const void *send;
-    void *recv;
-    pointers(p, pg->off[i], pg->pool[ref], &send, &recv);
-    cg_comm_t *c = pg->comms[p->comm];
-    cg_node_t scratch[2], *h = ref ? scratch : pg->h[i];
-    if (p->kind == CG_NODE_SEND) {
-      ck_assert_cg_ok(cg_send(&h[0], g, c, send, p->count, p->dtype, (me + p->root) % n));
-      ck_assert_cg_ok(cg_recv(&h[1], g, c, recv, p->count, p->dtype, (me + n - p->root) % n));
-    } else {
-      cg_test_call_t call = {p->kind, c, send, recv, p->count, p->dtype, p->op, p->root};
-      cg_status_t st = cg_test_record(&h[0], g, &call);
-      ck_assert_msg(st == CG_SUCCESS, "recording node %d (%s): %s", i, cg_node_kind_name(p->kind), cg_error_last());
-    }
-  }
-}
-
-/* The entries that point node i at offsets `off` of the plan's pool. */
-static size_t prog_binds(cg_rebind_t *out, const pprog_t *pg, int i, const size_t off[2]) {
-  const void *send;
-  void *recv;
-  pointers(&pg->nodes[i], off, pg->pool[0], &send, &recv);
-  if (pg->nodes[i].kind == CG_NODE_SEND) {
-    out[0] = (cg_rebind_t){pg->h[i][0], send, NULL};
-    out[1] = (cg_rebind_t){pg->h[i][1], NULL, recv};
-    return 2;
-  }
-  out[0] = (cg_rebind_t){pg->h[i][0], send, recv};
-  return 1;
-}
-
-static uint64_t local_next(pprog_t *pg) {
-  uint64_t x = pg->local;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  pg->local = x;
-  return x * 0x2545F4914F6CDD1Dull;
-}
-
-static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-/* Every region back to back from `base`: regions 0 of all nodes in record
- * order, then regions 1, each aligned to its element size only (as
- * cg_arena_alloc places them), so fusible neighbours are contiguous. */
-static size_t layout_packed(pprog_t *pg, size_t base, size_t offs[P_MAX][2]) {
-  size_t at = base;
-  for (int r = 0; r < 2; r++)
-    for (int i = 0; i < pg->n; i++) {
-      size_t bytes[2];
-      region_bytes(&pg->nodes[i], bytes);
-      if (!bytes[r]) {
-        offs[i][r] = NO_OFF;
-        continue;
-      }
-      at = align_up(at, es_of(&pg->nodes[i]));
-      offs[i][r] = at;
-      at += bytes[r];
-    }
-  ck_assert_uint_le(at, base + pg->half);
-  return at;
-}
-
-/* Byte intervals taken by the regions in offs (for nodes with mask[i] set). */
-typedef struct taken {
-  size_t lo[4 * P_MAX], hi[4 * P_MAX];
-  int n;
-} taken_t;
-
-static void take(taken_t *t, const pprog_t *pg, size_t offs[P_MAX][2], const int *mask) {
-  for (int i = 0; i < pg->n; i++) {
-    if (mask && !mask[i]) continue;
-    size_t bytes[2];
-    region_bytes(&pg->nodes[i], bytes);
-    for (int r = 0; r < 2; r++)
-      if (offs[i][r] != NO_OFF) {
-        ck_assert_int_lt(t->n, 4 * P_MAX);
-        t->lo[t->n] = offs[i][r];
-        t->hi[t->n++] = offs[i][r] + bytes[r];
-      }
-  }
-}
-
-/* A place for `bytes` in [lo, hi) at least 64 bytes from every taken
- * interval, aligned to 16: random tries, then the first gap that fits. */
-static size_t place(pprog_t *pg, taken_t *t, size_t lo, size_t hi, size_t bytes) {
-  const size_t gap = 64;
-  ck_assert_uint_gt(hi - lo, bytes + 4 * gap);
-  for (int attempt = 0; attempt < 400; attempt++) {
-    size_t at = lo + align_up((size_t)(local_next(pg) % (hi - lo - bytes - gap)), 16);
-    int free_here = at + bytes + gap <= hi;
-    for (int k = 0; k < t->n && free_here; k++) free_here = at + bytes + gap <= t->lo[k] || t->hi[k] + gap <= at;
-    if (free_here) return at;
-  }
-  for (size_t at = align_up(lo + gap, 16); at + bytes + gap <= hi; at += 16) {
-    int free_here = 1;
-    for (int k = 0; k < t->n && free_here; k++) free_here = at + bytes + gap <= t->lo[k] || t->hi[k] + gap <= at;
-    if (free_here) return at;
-  }
-  ck_abort_msg("rank %d: no room for %zu bytes in [%zu, %zu)", cg_mpi_rank(), bytes, lo, hi);
-  return 0;
-}
-
-/* New places in [lo, hi) for the regions of the nodes with move[i] set, apart
- * from each other and from everything in `t` (which grows). */
-static void layout_scattered(pprog_t *pg, taken_t *t, size_t lo, size_t hi, const int *move,
-                             size_t offs[P_MAX][2]) {
-  for (int i = 0; i < pg->n; i++) {
-    if (!move[i]) continue;
-    size_t bytes[2];
-    region_bytes(&pg->nodes[i], bytes);
-    for (int r = 0; r < 2; r++) {
-      if (!bytes[r]) {
-        offs[i][r] = NO_OFF;
-        continue;
-      }
-      offs[i][r] = place(pg, t, lo, hi, bytes[r]);
-      ck_assert_int_lt(t->n, 4 * P_MAX);
-      t->lo[t->n] = offs[i][r];
-      t->hi[t->n++] = offs[i][r] + bytes[r];
-    }
-  }
-}
-
-/* Room for the program: each half of the pool holds it twice, and besides
- * that the largest region (with its gaps) once more than there can be
- * intervals taken in it, so that however scattered they are, some free gap
- * fits any region (pigeonhole). */
-static void prog_alloc(pprog_t *pg) {
-  size_t total = 0, largest = 0;
-  for (int i = 0; i < pg->n; i++) {
-    size_t bytes[2];
-    region_bytes(&pg->nodes[i], bytes);
-    total += bytes[0] + bytes[1] + 16;
-    for (int r = 0; r < 2; r++) largest = bytes[r] > largest ? bytes[r] : largest;
-  }
-  /* every rank the same size (sizes differ by rank): the largest */
-  unsigned long long mine[2] = {total, largest}, most[2] = {0, 0};
-  MPI_Allreduce(mine, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  pg->half = align_up(2 * (size_t)most[0] + (4 * P_MAX + 1) * ((size_t)most[1] + 256) + 4096, 256);
-  for (int k = 0; k < 2; k++) pg->pool[k] = xmalloc(2 * pg->half);
-  pg->local = (cg_test_seed() ^ ((uint64_t)cg_mpi_rank() + 1) * 0x9E3779B97F4A7C15ull) | 1;
-}
-
-static void prog_free(pprog_t *pg) {
-  free(pg->pool[0]);
-  free(pg->pool[1]);
-}
-
-/* Fresh values in every region 0 (per rank, per round), the poison pattern
- * in every region 1 and a round-dependent byte elsewhere; both pools alike. */
-static void prog_fill(pprog_t *pg, uint64_t round) {
-  int n = cg_mpi_size();
-  memset(pg->pool[0], (int)(0x11 + round % 100), 2 * pg->half);
-  for (int i = 0; i < pg->n; i++) {
-    const pnode_t *p = &pg->nodes[i];
-    size_t bytes[2];
-    region_bytes(p, bytes);
-    if (bytes[0])
-      cg_mpi_test_fill(pg->pool[0] + pg->off[i][0], bytes[0] / es_of(p), p->dtype, p->op, n,
-                       cg_test_seed() ^ round * 0x9E3779B97F4A7C15ull, (uint64_t)cg_mpi_rank() * 1000 + (uint64_t)i);
-    if (bytes[1]) memset(pg->pool[0] + pg->off[i][1], CG_MPI_POISON, bytes[1]);
-  }
-  memcpy(pg->pool[1], pg->pool[0], 2 * pg->half);
-}
-
-/* Runs the reference over the current binding and compares the pools: 1 on
- * every rank if they match everywhere (else the first difference is printed). */
-static int prog_matches_reference(pprog_t *pg, const char *what) {
-  cg_graph_t *ref;
-  ck_assert_cg_ok(cg_graph_create(&ref, NULL));
-  record_prog(ref, pg, 1);
-  ck_assert_cg_ok(cg_reference_run(ref));
-  cg_graph_destroy(ref);
-  size_t bytes = 2 * pg->half, at = 0;
-  int ok = memcmp(pg->pool[0], pg->pool[1], bytes) == 0;
-  if (!ok) {
-    while (pg->pool[0][at] == pg->pool[1][at]) at++;
-    int node = -1, region = -1;
-    for (int i = 0; i < pg->n; i++) {
-      size_t rb[2];
-      region_bytes(&pg->nodes[i], rb);
-      for (int r = 0; r < 2; r++)
-        if (pg->off[i][r] != NO_OFF && at >= pg->off[i][r] && at < pg->off[i][r] + rb[r]) node = i, region = r;
-    }
-    fprintf(stderr, "rank %d: %s: pool byte %zu differs from the reference (plan 0x%02x, reference 0x%02x): %s\n",
-            cg_mpi_rank(), what, at, (unsigned char)pg->pool[0][at], (unsigned char)pg->pool[1][at],
-            node < 0 ? "outside every node's current buffers (an old or foreign buffer was written)" : "");
-    if (node >= 0)
-      fprintf(stderr, "rank %d:   it lies in region %d of node %d (%s %s count %zu%s)\n", cg_mpi_rank(), region, node,
-              cg_node_kind_name(pg->nodes[node].kind), cg_dtype_name(pg->nodes[node].dtype), pg->nodes[node].count,
-              pg->nodes[node].inplace ? " in place" : "");
-  }
-  return cg_mpi_all(ok);
-}
-
-static void prog_run_and_check(pprog_t *pg, cg_plan_t *plan, uint64_t round, int nonblocking, const char *what) {
-  prog_fill(pg, round);
-  run_all(plan, nonblocking, what);
-  ck_assert_all_ranks(prog_matches_reference(pg, what), what);
-}
-
-static void prog_add(pprog_t *pg, cg_node_kind_t kind, cg_dtype_t dtype, cg_redop_t op, int root, size_t count,
-                     int inplace, int comm) {
-  ck_assert_int_lt(pg->n, P_MAX);
-  pg->nodes[pg->n++] = (pnode_t){kind, dtype, op, root, count, inplace, comm};
-}
+ * (rebind_programs.h: the pool, its layouts and the comparison) */
 
 static size_t copy_bytes(const cg_plan_t *plan) {
   cg_plan_stats_t st;
@@ -545,8 +216,8 @@ START_TEST(rebind__fused_members_scattered_and_back_to_contiguous) {
   int n = cg_mpi_size();
   pprog_t *pg = calloc(1, sizeof *pg);
   ck_assert_ptr_nonnull(pg);
-  pg->comms[0] = world();
-  pg->comms[1] = world();
+  pg->comms[0] = rb_world();
+  pg->comms[1] = rb_world();
   static const size_t ar[] = {1, 17, 256, 1000, 3, 4099};
   for (size_t i = 0; i < 6; i++) prog_add(pg, CG_NODE_ALLREDUCE, CG_FLOAT32, CG_SUM, -1, ar[i], 0, 0);
   static const size_t ip[] = {5, 64, 1, 300};
@@ -559,12 +230,12 @@ START_TEST(rebind__fused_members_scattered_and_back_to_contiguous) {
   for (size_t i = 0; i < 3; i++) prog_add(pg, CG_NODE_REDUCE_SCATTER, CG_INT8, CG_MAX, -1, rs[i], 0, 0);
   prog_add(pg, CG_NODE_SEND, CG_INT32, CG_SUM, 1, 77, 0, 0);
   prog_alloc(pg);
-  size_t packed_end = layout_packed(pg, 0, pg->off);
+  size_t packed_end = prog_layout_packed(pg, 0, pg->off);
 
   cg_graph_t *g;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
-  record_prog(g, pg, 0);
-  cg_plan_t *plan = compile_all(g, "runs of fusible collectives");
+  prog_record(g, pg, 0);
+  cg_plan_t *plan = rb_compile_all(g, "runs of fusible collectives");
   cg_graph_destroy(g);
   cg_plan_stats_t st;
   ck_assert_cg_ok(cg_plan_stats(&st, plan));
@@ -580,12 +251,12 @@ START_TEST(rebind__fused_members_scattered_and_back_to_contiguous) {
   int all[P_MAX], some[P_MAX];
   for (int i = 0; i < P_MAX; i++) all[i] = i < pg->n, some[i] = 0;
   size_t offs[P_MAX][2];
-  taken_t t = {.n = 0};
-  layout_scattered(pg, &t, pg->half, 2 * pg->half, all, offs);
+  prog_taken_t t = {.n = 0};
+  prog_layout_scattered(pg, &t, pg->half, 2 * pg->half, all, offs);
   cg_rebind_t binds[2 * P_MAX];
   size_t nb = 0;
   for (int i = 0; i < pg->n; i++) nb += prog_binds(binds + nb, pg, i, offs[i]);
-  rebind_ok(plan, binds, nb, "every node to scattered buffers");
+  rb_rebind_ok(plan, binds, nb, "every node to scattered buffers");
   memcpy(pg->off, offs, sizeof offs);
   size_t scattered_copies = copy_bytes(plan);
   if (fused)
@@ -596,10 +267,10 @@ START_TEST(rebind__fused_members_scattered_and_back_to_contiguous) {
   prog_run_and_check(pg, plan, 3, 0, "scattered layout, run again");
 
   /* back to contiguous: the very buffers it was compiled with */
-  layout_packed(pg, 0, offs);
+  prog_layout_packed(pg, 0, offs);
   nb = 0;
   for (int i = 0; i < pg->n; i++) nb += prog_binds(binds + nb, pg, i, offs[i]);
-  rebind_ok(plan, binds, nb, "every node back to contiguous buffers");
+  rb_rebind_ok(plan, binds, nb, "every node back to contiguous buffers");
   memcpy(pg->off, offs, sizeof offs);
   ck_assert_uint_eq(copy_bytes(plan), packed_copies);
   prog_run_and_check(pg, plan, 4, 0, "contiguous again");
@@ -608,11 +279,11 @@ START_TEST(rebind__fused_members_scattered_and_back_to_contiguous) {
    * the second half: the rest stays contiguous */
   some[1] = some[3] = some[11] = 1;
   t.n = 0;
-  layout_scattered(pg, &t, pg->half, 2 * pg->half, some, offs);
+  prog_layout_scattered(pg, &t, pg->half, 2 * pg->half, some, offs);
   nb = 0;
   for (int i = 0; i < pg->n; i++)
     if (some[i]) nb += prog_binds(binds + nb, pg, i, offs[i]);
-  rebind_ok(plan, binds, nb, "three members moved out of their buckets");
+  rb_rebind_ok(plan, binds, nb, "three members moved out of their buckets");
   memcpy(pg->off, offs, sizeof offs);
   if (fused)
     ck_assert_msg(copy_bytes(plan) > packed_copies, "rank %d: members moved out of a contiguous bucket, yet "
@@ -622,10 +293,10 @@ START_TEST(rebind__fused_members_scattered_and_back_to_contiguous) {
   /* and contiguous once more, somewhere else: past the compiled layout in the
    * first half (where nothing lies now; the three that moved out are in the
    * second half), at an odd multiple of 8 bytes */
-  layout_packed(pg, align_up(packed_end, 8) + 24, offs);
+  prog_layout_packed(pg, prog_align_up(packed_end, 8) + 24, offs);
   nb = 0;
   for (int i = 0; i < pg->n; i++) nb += prog_binds(binds + nb, pg, i, offs[i]);
-  rebind_ok(plan, binds, nb, "every node to contiguous buffers elsewhere");
+  rb_rebind_ok(plan, binds, nb, "every node to contiguous buffers elsewhere");
   memcpy(pg->off, offs, sizeof offs);
   ck_assert_uint_eq(copy_bytes(plan), packed_copies);
   prog_run_and_check(pg, plan, 6, 0, "contiguous elsewhere");
@@ -659,13 +330,13 @@ static int all_poison(const void *p, size_t bytes) {
 }
 
 static int32_t *poisoned_ints(size_t n) {
-  int32_t *p = xmalloc(n * sizeof *p);
+  int32_t *p = rb_xmalloc(n * sizeof *p);
   memset(p, CG_MPI_POISON, n * sizeof *p);
   return p;
 }
 
 START_TEST(rebind__in_place_form_must_be_kept) {
-  cg_comm_t *c = world();
+  cg_comm_t *c = rb_world();
   int me = cg_mpi_rank(), n = cg_mpi_size();
   int32_t *x = poisoned_ints(IP_N), *x2 = poisoned_ints(IP_N), *x3 = poisoned_ints(IP_N), *y3 = poisoned_ints(IP_N);
   int32_t *u = poisoned_ints(IP_N), *v = poisoned_ints(IP_N), *w = poisoned_ints(2 * IP_N);
@@ -676,7 +347,7 @@ START_TEST(rebind__in_place_form_must_be_kept) {
   ck_assert_cg_ok(cg_allreduce(&a, g, c, x, x, IP_N, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_allreduce(&b, g, c, u, v, IP_N, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_allgather(&ga, g, c, ag + (size_t)me * IP_N, ag, IP_N, CG_INT32));
-  cg_plan_t *plan = compile_all(g, "in-place allreduce and allgather, out-of-place allreduce");
+  cg_plan_t *plan = rb_compile_all(g, "in-place allreduce and allgather, out-of-place allreduce");
   cg_graph_destroy(g);
 
   /* checks the current buffers after a run on inputs from `salt` */
@@ -690,7 +361,7 @@ START_TEST(rebind__in_place_form_must_be_kept) {
     memset(v, CG_MPI_POISON, IP_N * sizeof *v);                                        \
     memset(cag, CG_MPI_POISON, (size_t)n * IP_N * sizeof *cag);                        \
     fill_rank(cag + (size_t)me * IP_N, IP_N, 3 * salt);                                \
-    run_all(plan, salt % 2, label);                                                    \
+    rb_run_all(plan, salt % 2, label);                                                 \
     int ok_ = 1;                                                                       \
     for (size_t i = 0; i < IP_N; i++) ok_ &= cx[i] == sum_of(i, salt) && v[i] == sum_of(i, 2 * salt); \
     for (int r = 0; r < n; r++)                                                        \
@@ -702,8 +373,8 @@ START_TEST(rebind__in_place_form_must_be_kept) {
 
   /* in place to in place elsewhere: fine */
   cg_rebind_t ok_binds[] = {{a, x2, x2}, {ga, ag2 + (size_t)me * IP_N, ag2}};
-  rebind_ok(plan, ok_binds, 2, "in place to other in-place buffers");
-  int32_t *old_x = xmalloc(IP_N * sizeof *old_x), *old_ag = xmalloc((size_t)n * IP_N * sizeof *old_ag);
+  rb_rebind_ok(plan, ok_binds, 2, "in place to other in-place buffers");
+  int32_t *old_x = rb_xmalloc(IP_N * sizeof *old_x), *old_ag = rb_xmalloc((size_t)n * IP_N * sizeof *old_ag);
   memcpy(old_x, x, IP_N * sizeof *x);
   memcpy(old_ag, ag, (size_t)n * IP_N * sizeof *ag);
   cx = x2;
@@ -714,20 +385,21 @@ START_TEST(rebind__in_place_form_must_be_kept) {
 
   /* in place to two separate buffers */
   cg_rebind_t split[] = {{a, x3, y3}};
-  rebind_refused(plan, split, 1, invalid_argument, "an in-place allreduce given separate send and recv");
+  rb_rebind_refused(plan, split, 1, invalid_argument, "an in-place allreduce given separate send and recv");
   /* out of place to in place */
   cg_rebind_t joined[] = {{b, w, w}};
-  rebind_refused(plan, joined, 1, alias_or_invalid, "an out-of-place allreduce given send == recv");
+  rb_rebind_refused(plan, joined, 1, alias_or_invalid, "an out-of-place allreduce given send == recv");
   /* out of place to overlapping, not in place */
   cg_rebind_t shifted[] = {{b, w + 1, w}};
-  rebind_refused(plan, shifted, 1, alias_or_invalid, "an out-of-place allreduce given overlapping send and recv");
+  rb_rebind_refused(plan, shifted, 1, alias_or_invalid, "an out-of-place allreduce given overlapping send and recv");
   /* in-place allgather with the send block at another rank's place */
   cg_rebind_t wrong_block[] = {{ga, ag + (size_t)((me + 1) % n) * IP_N, ag}};
   if (n > 1)
-    rebind_refused(plan, wrong_block, 1, alias_or_invalid, "an in-place allgather whose send is another rank's block");
+    rb_rebind_refused(plan, wrong_block, 1, alias_or_invalid,
+                      "an in-place allgather whose send is another rank's block");
   /* in-place allgather to separate buffers */
   cg_rebind_t ag_split[] = {{ga, x3, ag}};
-  rebind_refused(plan, ag_split, 1, invalid_argument, "an in-place allgather given a separate send buffer");
+  rb_rebind_refused(plan, ag_split, 1, invalid_argument, "an in-place allgather given a separate send buffer");
   ck_assert_all_ranks(all_poison(x3, IP_N * sizeof *x3) && all_poison(y3, IP_N * sizeof *y3) &&
                       all_poison(w, 2 * IP_N * sizeof *w), "refused buffers untouched");
   IP_RUN("after the refusals: still on the last buffers that were accepted");
@@ -767,8 +439,8 @@ static int ov_right(const ov_bufs_t *o, int salt) {
 }
 
 START_TEST(rebind__overlap_with_another_node_is_refused_unless_it_was_there_at_compile) {
-  cg_comm_t *c = world();
-  int32_t *mem = xmalloc(20 * OV_N * 4); /* room for three sets of five buffers, and spares */
+  cg_comm_t *c = rb_world();
+  int32_t *mem = rb_xmalloc(20 * OV_N * 4); /* room for three sets of five buffers, and spares */
   memset(mem, CG_MPI_POISON, 20 * OV_N * 4);
   ov_bufs_t s1 = {mem, mem + OV_N, mem + 2 * OV_N, mem + 3 * OV_N, mem + 4 * OV_N};
   ov_bufs_t s2 = {mem + 5 * OV_N, mem + 6 * OV_N, mem + 7 * OV_N, mem + 8 * OV_N, mem + 9 * OV_N};
@@ -779,45 +451,45 @@ START_TEST(rebind__overlap_with_another_node_is_refused_unless_it_was_there_at_c
   ck_assert_cg_ok(cg_allreduce(&a, g, c, s1.x1, s1.y1, OV_N, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_allreduce(&b, g, c, s1.x2, s1.y2, OV_N, CG_INT32, CG_SUM));
   ck_assert_cg_ok(cg_allreduce(&cc, g, c, s1.y1, s1.z, OV_N, CG_INT32, CG_SUM));
-  cg_plan_t *plan = compile_all(g, "two independent allreduces and one reading the first's output");
+  cg_plan_t *plan = rb_compile_all(g, "two independent allreduces and one reading the first's output");
   cg_graph_destroy(g);
   ov_fill(&s1, 1);
-  run_all(plan, 0, "as compiled");
+  rb_run_all(plan, 0, "as compiled");
   ck_assert_all_ranks(ov_right(&s1, 1), "results as compiled");
 
   /* overlaps the plan does not order: refused */
   cg_rebind_t write_on_write[] = {{b, s1.x2, s1.y1}};
-  rebind_refused(plan, write_on_write, 1, alias_or_invalid, "b writing into a's output");
+  rb_rebind_refused(plan, write_on_write, 1, alias_or_invalid, "b writing into a's output");
   cg_rebind_t write_on_read[] = {{b, s1.x2, s1.x1 + 3}};
-  rebind_refused(plan, write_on_read, 1, alias_or_invalid, "b writing over part of a's input");
+  rb_rebind_refused(plan, write_on_read, 1, alias_or_invalid, "b writing over part of a's input");
   cg_rebind_t read_of_write[] = {{b, s1.z + OV_N / 2, s1.y2}};
-  rebind_refused(plan, read_of_write, 1, alias_or_invalid, "b reading half of c's output");
+  rb_rebind_refused(plan, read_of_write, 1, alias_or_invalid, "b reading half of c's output");
   cg_rebind_t c_reads_b[] = {{cc, s1.y2, s1.z}};
-  rebind_refused(plan, c_reads_b, 1, alias_or_invalid, "c reading b's output (a dependency the plan lacks)");
+  rb_rebind_refused(plan, c_reads_b, 1, alias_or_invalid, "c reading b's output (a dependency the plan lacks)");
   /* a batch whose second entry is bad changes nothing, first entry included */
   cg_rebind_t half_bad[] = {{a, s2.x1, s2.y1}, {b, s1.x2, s1.y1}};
-  rebind_refused(plan, half_bad, 2, alias_or_invalid, "a good entry followed by an overlapping one");
+  rb_rebind_refused(plan, half_bad, 2, alias_or_invalid, "a good entry followed by an overlapping one");
   ov_fill(&s1, 2);
-  run_all(plan, 1, "after the refusals");
+  rb_run_all(plan, 1, "after the refusals");
   ck_assert_all_ranks(ov_right(&s1, 2) && all_poison(s2.y1, OV_N * 4),
                       "after refusals the plan still runs on the compiled buffers");
 
   /* the overlap that was there at compile, kept: a and c move together */
   cg_rebind_t together[] = {{cc, s2.y1, s2.z}, {a, s2.x1, s2.y1}, {b, s2.x2, s2.y2}};
-  rebind_ok(plan, together, 3, "a and c moved together, keeping c reading a's output");
-  int32_t *keep = xmalloc(5 * OV_N * 4);
+  rb_rebind_ok(plan, together, 3, "a and c moved together, keeping c reading a's output");
+  int32_t *keep = rb_xmalloc(5 * OV_N * 4);
   memcpy(keep, mem, 5 * OV_N * 4);
   ov_fill(&s2, 3);
-  run_all(plan, 0, "moved together");
+  rb_run_all(plan, 0, "moved together");
   ck_assert_all_ranks(ov_right(&s2, 3), "results after moving a and c together");
   ck_assert_all_ranks(memcmp(keep, mem, 5 * OV_N * 4) == 0, "the compiled buffers are left alone");
 
   /* dropping that overlap is allowed too: c now reads a buffer nobody writes */
   fill_rank(spare, OV_N, 7);
   cg_rebind_t apart[] = {{cc, spare, s2.z}};
-  rebind_ok(plan, apart, 1, "c reading a buffer of its own");
+  rb_rebind_ok(plan, apart, 1, "c reading a buffer of its own");
   ov_fill(&s2, 4);
-  run_all(plan, 1, "c apart");
+  rb_run_all(plan, 1, "c apart");
   int ok = 1;
   for (size_t i = 0; i < OV_N; i++)
     ok &= s2.y1[i] == sum_of(i, 4) && s2.y2[i] == sum_of(i, 54) && s2.z[i] == sum_of(i, 7);
@@ -840,7 +512,7 @@ START_TEST(rebind__overlap_with_another_node_is_refused_unless_it_was_there_at_c
   memset(s2.y1, CG_MPI_POISON, OV_N * 4);
   memset(s2.y2, CG_MPI_POISON, OV_N * 4);
   memset(s2.z, CG_MPI_POISON, OV_N * 4);
-  run_all(plan, 0, "after trading");
+  rb_run_all(plan, 0, "after trading");
   ok = 1;
   for (size_t i = 0; i < OV_N; i++)
     ok &= accepted ? s2.y2[i] == sum_of(i, 8) && s2.y1[i] == sum_of(i, 9)
@@ -858,7 +530,7 @@ END_TEST
 /* ---- handles and arguments that are refused, and change nothing */
 
 START_TEST(rebind__bad_handles_and_arguments_are_refused_and_change_nothing) {
-  cg_comm_t *c = world();
+  cg_comm_t *c = rb_world();
   int me = cg_mpi_rank(), n = cg_mpi_size();
   enum { N = 33 };
   int32_t *x = poisoned_ints(N), *y = poisoned_ints(N), *x2 = poisoned_ints(N), *y2 = poisoned_ints(N);
@@ -876,37 +548,37 @@ START_TEST(rebind__bad_handles_and_arguments_are_refused_and_change_nothing) {
   ck_assert_cg_ok(cg_host_func(&hf, g, cg_test_noop, NULL, &reads_y));
   ck_assert_cg_ok(cg_send(&snd, g, c, out, N, CG_INT32, (me + 1) % n));
   ck_assert_cg_ok(cg_recv(&rcv, g, c, in, N, CG_INT32, (me + n - 1) % n));
-  cg_plan_t *plan = compile_all(g, "allreduce, barrier, host function, ring");
+  cg_plan_t *plan = rb_compile_all(g, "allreduce, barrier, host function, ring");
   ck_assert_cg_ok(cg_graph_create(&g2, NULL));
   ck_assert_cg_ok(cg_allreduce(&other, g2, c, x2, y2, N, CG_INT32, CG_SUM)); /* index 0, like a */
   ck_assert_uint_eq(other.index, a.index);
 
   cg_rebind_t from_other[] = {{other, x2, y2}};
-  rebind_refused(plan, from_other, 1, invalid_node, "a node of another graph");
+  rb_rebind_refused(plan, from_other, 1, invalid_node, "a node of another graph");
   cg_rebind_t past_end[] = {{{a.graph, 1000}, x2, y2}};
-  rebind_refused(plan, past_end, 1, node_or_argument, "a node index past the graph's end");
+  rb_rebind_refused(plan, past_end, 1, node_or_argument, "a node index past the graph's end");
   cg_rebind_t null_node[] = {{CG_NODE_NULL, x2, y2}};
-  rebind_refused(plan, null_node, 1, node_or_argument, "CG_NODE_NULL");
+  rb_rebind_refused(plan, null_node, 1, node_or_argument, "CG_NODE_NULL");
   cg_rebind_t barrier_buf[] = {{bar, x2, NULL}};
-  rebind_refused(plan, barrier_buf, 1, invalid_argument, "a barrier given a buffer");
+  rb_rebind_refused(plan, barrier_buf, 1, invalid_argument, "a barrier given a buffer");
   cg_rebind_t host_buf[] = {{hf, NULL, y2}};
-  rebind_refused(plan, host_buf, 1, invalid_argument, "a host function given a buffer");
+  rb_rebind_refused(plan, host_buf, 1, invalid_argument, "a host function given a buffer");
   cg_rebind_t send_recv[] = {{snd, spare, y2}};
-  rebind_refused(plan, send_recv, 1, invalid_argument, "a send node given a recv buffer");
+  rb_rebind_refused(plan, send_recv, 1, invalid_argument, "a send node given a recv buffer");
   cg_rebind_t recv_send[] = {{rcv, spare, y2}};
-  rebind_refused(plan, recv_send, 1, invalid_argument, "a receive node given a send buffer");
+  rb_rebind_refused(plan, recv_send, 1, invalid_argument, "a receive node given a send buffer");
   cg_rebind_t recv_in_send[] = {{rcv, spare, NULL}};
-  rebind_refused(plan, recv_in_send, 1, invalid_argument, "a receive node's buffer passed as send");
+  rb_rebind_refused(plan, recv_in_send, 1, invalid_argument, "a receive node's buffer passed as send");
   cg_rebind_t no_send[] = {{a, NULL, y2}};
-  rebind_refused(plan, no_send, 1, invalid_argument, "an allreduce without a send buffer");
+  rb_rebind_refused(plan, no_send, 1, invalid_argument, "an allreduce without a send buffer");
   cg_rebind_t good_then_bad[] = {{a, x2, y2}, {bar, spare, NULL}};
-  rebind_refused(plan, good_then_bad, 2, invalid_argument, "a good entry, then a barrier given a buffer");
+  rb_rebind_refused(plan, good_then_bad, 2, invalid_argument, "a good entry, then a barrier given a buffer");
   ck_assert_cg_status(cg_plan_rebind(NULL, good_then_bad, 1), CG_ERR_INVALID_ARGUMENT);
   ck_assert_cg_status(cg_plan_rebind(plan, NULL, 1), CG_ERR_INVALID_ARGUMENT);
 
   fill_rank(x, N, 1);
   fill_rank(out, N, 2);
-  run_all(plan, 0, "after the refusals");
+  rb_run_all(plan, 0, "after the refusals");
   int ok = 1;
   for (size_t i = 0; i < N; i++) ok &= y[i] == sum_of(i, 1) && in[i] == ((me + n - 1) % n) * 1000 + (int32_t)i + 2;
   ck_assert_all_ranks(ok, "the plan still runs on its compiled buffers");
@@ -914,11 +586,11 @@ START_TEST(rebind__bad_handles_and_arguments_are_refused_and_change_nothing) {
 
   /* and the right way round the ring rebinds fine */
   cg_rebind_t ring[] = {{rcv, NULL, spare}, {snd, x2, NULL}};
-  rebind_ok(plan, ring, 2, "the ring's send and receive to other buffers");
+  rb_rebind_ok(plan, ring, 2, "the ring's send and receive to other buffers");
   fill_rank(x, N, 3);
   fill_rank(x2, N, 4);
   memset(in, CG_MPI_POISON, N * 4);
-  run_all(plan, 1, "ring rebound");
+  rb_run_all(plan, 1, "ring rebound");
   ok = 1;
   for (size_t i = 0; i < N; i++) ok &= y[i] == sum_of(i, 3) && spare[i] == ((me + n - 1) % n) * 1000 + (int32_t)i + 4;
   ck_assert_all_ranks(ok && all_poison(in, N * 4), "the ring's receive lands in its new buffer only");
@@ -934,14 +606,14 @@ END_TEST
 /* ---- a running plan */
 
 START_TEST(rebind__a_running_plan_is_not_rebound) {
-  cg_comm_t *c = world();
+  cg_comm_t *c = rb_world();
   enum { N = 1 << 16 };
   int32_t *x = poisoned_ints(N), *y = poisoned_ints(N), *x2 = poisoned_ints(N), *y2 = poisoned_ints(N);
   cg_node_t a;
   cg_graph_t *g;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(&a, g, c, x, y, N, CG_INT32, CG_SUM));
-  cg_plan_t *plan = compile_all(g, "one allreduce");
+  cg_plan_t *plan = rb_compile_all(g, "one allreduce");
   cg_graph_destroy(g);
   fill_rank(x, N, 5);
   fill_rank(x2, N, 6);
@@ -959,8 +631,8 @@ START_TEST(rebind__a_running_plan_is_not_rebound) {
   int ok = 1;
   for (size_t i = 0; i < N; i++) ok &= y[i] == sum_of(i, 5);
   ck_assert_all_ranks(ok && all_poison(y2, N * 4), "the run completes on the old buffers");
-  rebind_ok(plan, to2, 1, "the same rebinding once the run is over");
-  run_all(plan, 0, "rebound after the run");
+  rb_rebind_ok(plan, to2, 1, "the same rebinding once the run is over");
+  rb_run_all(plan, 0, "rebound after the run");
   ok = 1;
   for (size_t i = 0; i < N; i++) ok &= y2[i] == sum_of(i, 6);
   ck_assert_all_ranks(ok, "results in the new buffers");
@@ -984,42 +656,8 @@ END_TEST
 #define RANDOM_PROGRAMS 6
 #define RANDOM_ROUNDS 20
 
-static void random_prog(pprog_t *pg) {
-  static const cg_node_kind_t kinds[] = {CG_NODE_ALLREDUCE, CG_NODE_ALLREDUCE, CG_NODE_BROADCAST, CG_NODE_REDUCE,
-                                         CG_NODE_ALLGATHER, CG_NODE_REDUCE_SCATTER, CG_NODE_ALLTOALL, CG_NODE_SEND};
-  static const cg_dtype_t dtypes[] = {CG_INT32, CG_FLOAT32, CG_FLOAT64, CG_INT8, CG_INT64};
-  static const cg_redop_t ops[] = {CG_SUM, CG_MAX, CG_MIN};
-  static const size_t counts[] = {1, 2, 3, 7, 31, 64, 129, 1000};
-  int n = cg_mpi_size();
-  int target = 6 + (int)cg_test_below(9);
-  while (pg->n < target) {
-    /* a run of one kind, type, reduction and root: fusible neighbours */
-    cg_node_kind_t k = kinds[cg_test_below(sizeof kinds / sizeof kinds[0])];
-    cg_dtype_t d = dtypes[cg_test_below(sizeof dtypes / sizeof dtypes[0])];
-    cg_redop_t op = ops[cg_test_below(3)];
-    int root = k == CG_NODE_SEND ? 1 + (int)cg_test_below((uint64_t)(n > 1 ? n - 1 : 1))
-                                 : (int)cg_test_below((uint64_t)n);
-    int comm = (int)cg_test_below(2), len = 1 + (int)cg_test_below(4);
-    for (int j = 0; j < len && pg->n < target; j++) {
-      int inplace = (k == CG_NODE_ALLREDUCE || k == CG_NODE_BROADCAST || k == CG_NODE_ALLGATHER) &&
-                    cg_test_below(3) == 0;
-      prog_add(pg, k, d, op, root, counts[cg_test_below(sizeof counts / sizeof counts[0])], inplace, comm);
-    }
-  }
-}
-
-/* A node whose region 0 has bytes on every rank. */
-static int reads_everywhere(const pnode_t *p) { return p->kind != CG_NODE_BROADCAST || p->inplace; }
-
-/* The region a node writes on every rank: 0 (in place), 1, or -1 (a reduce
- * writes on its root only). */
-static int written_everywhere(const pnode_t *p) {
-  if (p->inplace) return 0;
-  return p->kind == CG_NODE_REDUCE ? -1 : 1;
-}
-
 START_TEST(rebind__random_rounds_match_the_reference) {
-  cg_comm_t *comms[2] = {world(), world()};
+  cg_comm_t *comms[2] = {rb_world(), rb_world()};
   size_t rounds = 0, refusals = 0, entries = 0;
   const char *v = getenv("CG_REBIND_TEST_VERBOSE"); /* 1: every round on stderr */
   int verbose = v && *v && strcmp(v, "0") != 0;
@@ -1029,21 +667,21 @@ START_TEST(rebind__random_rounds_match_the_reference) {
     ck_assert_ptr_nonnull(pg);
     pg->comms[0] = comms[0];
     pg->comms[1] = comms[1];
-    random_prog(pg);
+    prog_random(pg);
     prog_alloc(pg);
     int home = (int)cg_test_below(2), all[P_MAX];
     for (int i = 0; i < P_MAX; i++) all[i] = i < pg->n;
-    taken_t t = {.n = 0};
+    prog_taken_t t = {.n = 0};
     if (cg_test_below(2))
-      layout_packed(pg, (size_t)home * pg->half, pg->off);
+      prog_layout_packed(pg, (size_t)home * pg->half, pg->off);
     else
-      layout_scattered(pg, &t, (size_t)home * pg->half, (size_t)(home + 1) * pg->half, all, pg->off);
+      prog_layout_scattered(pg, &t, (size_t)home * pg->half, (size_t)(home + 1) * pg->half, all, pg->off);
     cg_graph_t *g;
     ck_assert_cg_ok(cg_graph_create(&g, NULL));
-    record_prog(g, pg, 0);
+    prog_record(g, pg, 0);
     char what[200];
     snprintf(what, sizeof what, "random program %d", prog);
-    cg_plan_t *plan = compile_all(g, what);
+    cg_plan_t *plan = rb_compile_all(g, what);
     cg_graph_destroy(g);
     snprintf(what, sizeof what, "random program %d as compiled", prog);
     prog_run_and_check(pg, plan, (uint64_t)prog << 16, 0, what);
@@ -1057,15 +695,15 @@ START_TEST(rebind__random_rounds_match_the_reference) {
       t.n = 0;
       if (mode == 0 || mode == 4) { /* some nodes within the home half */
         for (int i = 0; i < pg->n; i++) move[i] = cg_test_below(3) == 0;
-        take(&t, pg, pg->off, NULL); /* away from every current buffer, the movers' own too */
-        layout_scattered(pg, &t, (size_t)home * pg->half, (size_t)(home + 1) * pg->half, move, offs);
+        prog_take(&t, pg, pg->off, NULL); /* away from every current buffer, the movers' own too */
+        prog_layout_scattered(pg, &t, (size_t)home * pg->half, (size_t)(home + 1) * pg->half, move, offs);
       } else if (mode == 1 || mode == 2) { /* everything to the other half */
         home = 1 - home;
         memcpy(move, all, sizeof move);
         if (mode == 1)
-          layout_packed(pg, (size_t)home * pg->half + 8 * cg_test_below(4), offs);
+          prog_layout_packed(pg, (size_t)home * pg->half + 8 * cg_test_below(4), offs);
         else
-          layout_scattered(pg, &t, (size_t)home * pg->half, (size_t)(home + 1) * pg->half, move, offs);
+          prog_layout_scattered(pg, &t, (size_t)home * pg->half, (size_t)(home + 1) * pg->half, move, offs);
       } /* mode 3: no rebinding, fresh data only */
       cg_rebind_t binds[2 * P_MAX + 1];
       size_t nb = 0;
@@ -1088,14 +726,15 @@ START_TEST(rebind__random_rounds_match_the_reference) {
         int from = -1, onto = -1;
         for (int tries = 0; tries < 40; tries++) {
           int f = (int)cg_test_below((uint64_t)pg->n), o = (int)cg_test_below((uint64_t)pg->n);
-          if (f != o && !move[f] && reads_everywhere(&pg->nodes[f]) && written_everywhere(&pg->nodes[o]) >= 0) {
+          if (f != o && !move[f] && prog_reads_everywhere(&pg->nodes[f]) &&
+              prog_written_everywhere(&pg->nodes[o]) >= 0) {
             from = f;
             onto = o;
             break;
           }
         }
         if (from >= 0) {
-          size_t bad[2] = {offs[onto][written_everywhere(&pg->nodes[onto])], offs[from][1]};
+          size_t bad[2] = {offs[onto][prog_written_everywhere(&pg->nodes[onto])], offs[from][1]};
           cg_rebind_t extra[2];
           prog_binds(extra, pg, from, bad);
           binds[nb++] = extra[0]; /* the entry that carries region 0 (a ring's send) */
@@ -1112,7 +751,7 @@ START_TEST(rebind__random_rounds_match_the_reference) {
         }
         mode = 0; /* no pair found: an ordinary round */
       }
-      if (nb) rebind_ok(plan, binds, nb, what);
+      if (nb) rb_rebind_ok(plan, binds, nb, what);
       entries += nb;
       memcpy(pg->off, offs, sizeof offs);
       prog_run_and_check(pg, plan, data_round, (int)cg_test_below(2), what);
