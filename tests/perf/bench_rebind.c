@@ -30,9 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_smoke.h"
+#include "bench_stats.h"
 #include "commgraph.h"
 #include "commgraph/mpi.h"
-#include "bench_smoke.h"
 #if CG_BENCH_DEVICE
 #include "commgraph/cuda.h"
 #include "gpu_bench.h"
