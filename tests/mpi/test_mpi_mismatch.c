@@ -7,17 +7,19 @@
  * nothing behind on the communicator.
  *
  * The seed is shared, so every rank draws the same base program and the same
- * injection plan; only the chosen rank then records the deviating version. */
+ * injection plan; only the chosen rank then records the deviating version.
+ * The "comms" case is in test_mpi_mismatch_comms.c; what it shares with this
+ * file is declared in test_mpi_mismatch.h. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mpi_test.h"
+#include "test_mpi_mismatch.h"
 
 #define MAX_OPS 24
 
-static cg_comm_t *world(void) {
+cg_comm_t *mm_world(void) {
   cg_comm_t *c = NULL;
   ck_assert_cg_ok(cg_comm_create(&c, MPI_COMM_WORLD, NULL));
   return c;
@@ -26,11 +28,11 @@ static cg_comm_t *world(void) {
 /* One communicator over all ranks for every test, from a checked fixture: its
  * teardown also runs after a failed test, so nothing leaks, and each test
  * starts on a communicator that earlier (failed) checks have used. */
-static cg_comm_t *comm_w;
-static void comm_setup(void) { comm_w = world(); }
+cg_comm_t *mm_comm_w;
+static void comm_setup(void) { mm_comm_w = mm_world(); }
 static void comm_teardown(void) {
-  cg_comm_destroy(comm_w);
-  comm_w = NULL;
+  cg_comm_destroy(mm_comm_w);
+  mm_comm_w = NULL;
 }
 
 /* ---- buffers: every node gets its own, sized exactly for its layout, so
@@ -55,7 +57,7 @@ static void pool_free(pool_t *pl) {
   pl->n = 0;
 }
 
-static cg_graph_t *new_graph(void) {
+cg_graph_t *mm_new_graph(void) {
   cg_graph_t *g = NULL;
   cg_graph_opts_t opts = CG_GRAPH_OPTS_INIT;
   opts.name = "iteration";
@@ -64,7 +66,7 @@ static cg_graph_t *new_graph(void) {
 }
 
 /* Asserts that a recording call succeeded and names its node. */
-static void named(cg_graph_t *g, cg_status_t recorded, const cg_node_t *node, const char *name) {
+void mm_named(cg_graph_t *g, cg_status_t recorded, const cg_node_t *node, const char *name) {
   ck_assert_msg(recorded == CG_SUCCESS, "recording '%s': %s", name, cg_error_last());
   ck_assert_cg_ok(cg_node_name(g, *node, name));
 }
@@ -146,7 +148,7 @@ static void op_name(char *buf, size_t size, const op_spec_t *o) {
 static cg_graph_t *record_program(cg_comm_t *c, const program_t *p, pool_t *pl, void **recv, size_t *recv_bytes,
                                   int fill) {
   int rank = cg_mpi_rank(), size = cg_mpi_size();
-  cg_graph_t *g = new_graph();
+  cg_graph_t *g = mm_new_graph();
   for (int k = 0; k < p->n; k++) {
     const op_spec_t *o = &p->ops[k];
     if (o->host_before) ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, NULL));
@@ -163,30 +165,16 @@ static cg_graph_t *record_program(cg_comm_t *c, const program_t *p, pool_t *pl, 
     cg_node_t node;
     char name[32];
     op_name(name, sizeof name, o);
-    named(g, cg_test_record(&node, g, &call), &node, name);
+    mm_named(g, cg_test_record(&node, g, &call), &node, name);
     ck_assert_int_eq((int)node.index, node_index(p, k)); /* the expectations rely on it */
   }
   return g;
 }
 
-/* A test that is one call: its START_TEST ... END_TEST on one line. */
-#define ONE_CALL_TEST(name, call) \
-  START_TEST(name) { call; }      \
-  END_TEST
-
 /* ---- what every rank must see */
 
-typedef struct expect {
-  char must[4][300]; /* substrings of the message */
-  int n_must;
-  int alone;         /* a rank whose version no other rank shares; -1: none */
-  int mention[2];    /* ranks the message must name; -1: none */
-} expect_t;
-
-#define ALL_ALONE (-2) /* expect_t.alone: every rank has its own version */
-
 /* The message must name node #index 'name' (as "#index 'name'"). */
-static void expect_node(expect_t *e, int index, const char *name) {
+void mm_expect_node(expect_t *e, int index, const char *name) {
   ck_assert_int_lt(e->n_must, 4);
   snprintf(e->must[e->n_must++], sizeof e->must[0], "#%d '%s'", index, name);
 }
@@ -236,7 +224,7 @@ static void expect_same_on_all_ranks(const char *text, const char *label) {
 
 /* Asserts on every rank that st is CG_SUCCESS everywhere; ranks where it is
  * not print why. */
-static void expect_ok_all(cg_status_t st, const char *what) {
+void mm_expect_ok_all(cg_status_t st, const char *what) {
   if (st != CG_SUCCESS) fprintf(stderr, "rank %d: %s: %s\n", cg_mpi_rank(), what, cg_error_last());
   ck_assert_all_ranks(st == CG_SUCCESS, what);
 }
@@ -247,15 +235,7 @@ static void maybe_print(const char *label, const char *msg) {
   if (cg_mpi_rank() == 0 && env && *env == '1') printf("[%d ranks] %s:\n  %s\n", cg_mpi_size(), label, msg);
 }
 
-/* A compile's result, taken before the test frees its objects: the assertions
- * come after the cleanup, so a failing case leaks nothing into the next. */
-typedef struct outcome {
-  cg_status_t status;
-  int got_plan;
-  char msg[1100];
-} outcome_t;
-
-static outcome_t compile_outcome(cg_graph_t *g) {
+outcome_t mm_compile_outcome(cg_graph_t *g) {
   outcome_t o;
   cg_plan_t *plan = NULL;
   o.status = cg_compile(&plan, g, NULL);
@@ -265,7 +245,7 @@ static outcome_t compile_outcome(cg_graph_t *g) {
   return o;
 }
 
-static void expect_mismatch(const outcome_t *o, const expect_t *e, const char *label) {
+void mm_expect_mismatch(const outcome_t *o, const expect_t *e, const char *label) {
   int size = cg_mpi_size();
   const char *msg = o->msg;
   char why[400] = "";
@@ -368,8 +348,8 @@ static void check_injection(injection_t what, const char *test) {
       random_program(&base, size, 0);
       inject(&base, &dev, what, size);
       pool_t pl = {.n = 0};
-      cg_graph_t *g = record_program(comm_w, rank == deviant ? &dev : &base, &pl, NULL, NULL, 0);
-      outcome_t o = compile_outcome(g);
+      cg_graph_t *g = record_program(mm_comm_w, rank == deviant ? &dev : &base, &pl, NULL, NULL, 0);
+      outcome_t o = mm_compile_outcome(g);
       cg_graph_destroy(g);
       pool_free(&pl);
       int k = first_difference(&base, &dev);
@@ -379,18 +359,18 @@ static void check_injection(injection_t what, const char *test) {
       snprintf(e.must[e.n_must++], sizeof e.must[0], "collective #%d ", k);
       if (k < base.n) {
         op_name(name, sizeof name, &base.ops[k]);
-        expect_node(&e, node_index(&base, k), name);
+        mm_expect_node(&e, node_index(&base, k), name);
       }
       if (k < dev.n) {
         op_name(name, sizeof name, &dev.ops[k]);
-        expect_node(&e, node_index(&dev, k), name);
+        mm_expect_node(&e, node_index(&dev, k), name);
       } else {
         snprintf(e.must[e.n_must++], sizeof e.must[0], "nothing");
       }
       if (k >= base.n) snprintf(e.must[e.n_must++], sizeof e.must[0], "nothing");
       snprintf(label, sizeof label, "%s: rank %d deviates, trial %d (seed %llu)", test, deviant, trial,
                (unsigned long long)cg_test_seed());
-      expect_mismatch(&o, &e, label);
+      mm_expect_mismatch(&o, &e, label);
     }
 }
 
@@ -415,15 +395,15 @@ START_TEST(mismatch__every_rank_differs) {
   while (p.ops[k].kind == CG_NODE_BARRIER) p.ops[k] = random_op(size, k, 0);
   p.ops[k].count += (size_t)rank;
   pool_t pl = {.n = 0};
-  cg_graph_t *g = record_program(comm_w, &p, &pl, NULL, NULL, 0);
-  outcome_t o = compile_outcome(g);
+  cg_graph_t *g = record_program(mm_comm_w, &p, &pl, NULL, NULL, 0);
+  outcome_t o = mm_compile_outcome(g);
   cg_graph_destroy(g);
   pool_free(&pl);
   expect_t e = {.n_must = 0, .alone = ALL_ALONE, .mention = {-1, -1}};
   char name[32];
   op_name(name, sizeof name, &p.ops[k]);
-  expect_node(&e, node_index(&p, k), name);
-  expect_mismatch(&o, &e, "every rank has its own count");
+  mm_expect_node(&e, node_index(&p, k), name);
+  mm_expect_mismatch(&o, &e, "every rank has its own count");
 }
 END_TEST
 
@@ -446,8 +426,8 @@ static cg_graph_t *record_ring(cg_comm_t *c, pool_t *pl, p2p_variant_t v, int d,
   int rank = cg_mpi_rank(), size = cg_mpi_size(), next = (rank + 1) % size, prev = (rank + size - 1) % size;
   char name[48];
   cg_node_t node;
-  cg_graph_t *g = new_graph();
-  named(g, cg_allreduce(&node, g, c, pool_alloc(pl, 16), pool_alloc(pl, 16), 4, CG_INT32, CG_SUM), &node, "coll.a");
+  cg_graph_t *g = mm_new_graph();
+  mm_named(g, cg_allreduce(&node, g, c, pool_alloc(pl, 16), pool_alloc(pl, 16), 4, CG_INT32, CG_SUM), &node, "coll.a");
   size_t send_count = 3 + (size_t)rank, recv_count = 3 + (size_t)prev;
   cg_dtype_t send_dtype = CG_INT32, recv_dtype = CG_INT32;
   if (rank == d && v == P2P_SEND_COUNT) send_count++;
@@ -457,22 +437,22 @@ static cg_graph_t *record_ring(cg_comm_t *c, pool_t *pl, p2p_variant_t v, int d,
   int late = rank == d && v == P2P_GROUP;
   void *send_buf = pool_alloc(pl, send_count * 4);
   snprintf(name, sizeof name, "send.%dto%d", rank, next);
-  if (!late) named(g, cg_send(&node, g, c, send_buf, send_count, send_dtype, next), &node, name);
+  if (!late) mm_named(g, cg_send(&node, g, c, send_buf, send_count, send_dtype, next), &node, name);
   snprintf(name, sizeof name, "recv.%dfrom%d", rank, prev);
-  named(g, cg_recv(&node, g, c, pool_alloc(pl, recv_count * 4), recv_count, recv_dtype, prev), &node, name);
+  mm_named(g, cg_recv(&node, g, c, pool_alloc(pl, recv_count * 4), recv_count, recv_dtype, prev), &node, name);
   if (rank == d && v == P2P_EXTRA_SEND) {
-    named(g, cg_send(&node, g, c, pool_alloc(pl, 28), 7, CG_INT32, q), &node, "lonely");
+    mm_named(g, cg_send(&node, g, c, pool_alloc(pl, 28), 7, CG_INT32, q), &node, "lonely");
   }
   if (rank == q && v == P2P_EXTRA_RECV) {
-    named(g, cg_recv(&node, g, c, pool_alloc(pl, 28), 7, CG_INT32, d), &node, "waiting");
+    mm_named(g, cg_recv(&node, g, c, pool_alloc(pl, 28), 7, CG_INT32, d), &node, "waiting");
   }
   if (rank == d && v == P2P_SELF) {
-    named(g, cg_send(&node, g, c, pool_alloc(pl, 20), 5, CG_INT32, rank), &node, "self.send");
-    named(g, cg_recv(&node, g, c, pool_alloc(pl, 16), 4, CG_INT32, rank), &node, "self.recv");
+    mm_named(g, cg_send(&node, g, c, pool_alloc(pl, 20), 5, CG_INT32, rank), &node, "self.send");
+    mm_named(g, cg_recv(&node, g, c, pool_alloc(pl, 16), 4, CG_INT32, rank), &node, "self.recv");
   }
-  named(g, cg_allreduce(&node, g, c, pool_alloc(pl, 16), pool_alloc(pl, 16), 4, CG_INT32, CG_SUM), &node, "coll.b");
+  mm_named(g, cg_allreduce(&node, g, c, pool_alloc(pl, 16), pool_alloc(pl, 16), 4, CG_INT32, CG_SUM), &node, "coll.b");
   snprintf(name, sizeof name, "send.%dto%d", rank, next);
-  if (late) named(g, cg_send(&node, g, c, send_buf, send_count, send_dtype, next), &node, name);
+  if (late) mm_named(g, cg_send(&node, g, c, send_buf, send_count, send_dtype, next), &node, name);
   return g;
 }
 
@@ -483,28 +463,28 @@ static void check_p2p(p2p_variant_t v, const char *test) {
   for (int di = 0; di < n_devs; di++) {
     int d = devs[di], n = (d + 1) % size, q = (d + 1 + (int)cg_test_below((uint64_t)size - 1)) % size;
     pool_t pl = {.n = 0};
-    cg_graph_t *g = record_ring(comm_w, &pl, v, d, q);
-    outcome_t o = compile_outcome(g);
+    cg_graph_t *g = record_ring(mm_comm_w, &pl, v, d, q);
+    outcome_t o = mm_compile_outcome(g);
     cg_graph_destroy(g);
     pool_free(&pl);
     expect_t e = {.n_must = 0, .alone = -1, .mention = {d, v == P2P_EXTRA_SEND || v == P2P_EXTRA_RECV ? q : n}};
     char name[48], label[160];
     if (v == P2P_EXTRA_SEND) {
-      expect_node(&e, 3, "lonely");
+      mm_expect_node(&e, 3, "lonely");
     } else if (v == P2P_EXTRA_RECV) {
-      expect_node(&e, 3, "waiting");
+      mm_expect_node(&e, 3, "waiting");
     } else if (v == P2P_SELF) {
       e.mention[1] = d;
-      expect_node(&e, 3, "self.send");
-      expect_node(&e, 4, "self.recv");
+      mm_expect_node(&e, 3, "self.send");
+      mm_expect_node(&e, 4, "self.recv");
     } else {
       snprintf(name, sizeof name, "send.%dto%d", d, n);
-      expect_node(&e, v == P2P_GROUP ? 3 : 1, name);
+      mm_expect_node(&e, v == P2P_GROUP ? 3 : 1, name);
       snprintf(name, sizeof name, "recv.%dfrom%d", n, d);
-      expect_node(&e, 2, name);
+      mm_expect_node(&e, 2, name);
     }
     snprintf(label, sizeof label, "%s: rank %d deviates (seed %llu)", test, d, (unsigned long long)cg_test_seed());
-    expect_mismatch(&o, &e, label);
+    mm_expect_mismatch(&o, &e, label);
   }
 }
 
@@ -523,38 +503,38 @@ ONE_CALL_TEST(mismatch__p2p_self_send_count, check_p2p(P2P_SELF, "send to self, 
 START_TEST(match__rank_specific_p2p_compiles_and_runs) {
   int rank = cg_mpi_rank(), size = cg_mpi_size(), next = (rank + 1) % size, prev = (rank + size - 1) % size;
   pool_t pl = {.n = 0};
-  cg_graph_t *g = new_graph();
+  cg_graph_t *g = mm_new_graph();
   int32_t a_in[4], a_out[4];
   for (int i = 0; i < 4; i++) a_in[i] = rank + 1;
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm_w, a_in, a_out, 4, CG_INT32, CG_SUM));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, mm_comm_w, a_in, a_out, 4, CG_INT32, CG_SUM));
   int32_t *ring_out = pool_alloc(&pl, (3 + (size_t)rank) * 4), *ring_in = pool_alloc(&pl, (3 + (size_t)prev) * 4);
   for (int i = 0; i < 3 + rank; i++) ring_out[i] = rank * 100 + i;
-  ck_assert_cg_ok(cg_send(NULL, g, comm_w, ring_out, 3 + (size_t)rank, CG_INT32, next));
-  ck_assert_cg_ok(cg_recv(NULL, g, comm_w, ring_in, 3 + (size_t)prev, CG_INT32, prev));
+  ck_assert_cg_ok(cg_send(NULL, g, mm_comm_w, ring_out, 3 + (size_t)rank, CG_INT32, next));
+  ck_assert_cg_ok(cg_recv(NULL, g, mm_comm_w, ring_in, 3 + (size_t)prev, CG_INT32, prev));
   int32_t *fan = pool_alloc(&pl, 2 * 4 * (size_t)size);
   for (int r = 1; r < size; r++) {
     if (rank == 0) {
       for (int i = 0; i < 2; i++) fan[2 * r + i] = 1000 + 10 * r + i;
-      ck_assert_cg_ok(cg_send(NULL, g, comm_w, fan + 2 * r, 2, CG_INT32, r));
+      ck_assert_cg_ok(cg_send(NULL, g, mm_comm_w, fan + 2 * r, 2, CG_INT32, r));
     } else if (rank == r) {
-      ck_assert_cg_ok(cg_recv(NULL, g, comm_w, fan, 2, CG_INT32, 0));
+      ck_assert_cg_ok(cg_recv(NULL, g, mm_comm_w, fan, 2, CG_INT32, 0));
     }
   }
   int32_t self_out[5], self_in[5] = {0};
   for (int i = 0; i < 5; i++) self_out[i] = 7000 + i;
   if (rank == size - 1) {
-    ck_assert_cg_ok(cg_send(NULL, g, comm_w, self_out, 5, CG_INT32, rank));
-    ck_assert_cg_ok(cg_recv(NULL, g, comm_w, self_in, 5, CG_INT32, rank));
+    ck_assert_cg_ok(cg_send(NULL, g, mm_comm_w, self_out, 5, CG_INT32, rank));
+    ck_assert_cg_ok(cg_recv(NULL, g, mm_comm_w, self_in, 5, CG_INT32, rank));
   }
   int32_t b_in[4] = {1, 1, 1, 1}, b_out[4];
-  ck_assert_cg_ok(cg_allreduce(NULL, g, comm_w, b_in, b_out, 4, CG_INT32, CG_SUM));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, mm_comm_w, b_in, b_out, 4, CG_INT32, CG_SUM));
   double back_out[2] = {rank, rank + 0.5}, back_in[2] = {-1, -1};
-  ck_assert_cg_ok(cg_send(NULL, g, comm_w, back_out, 2, CG_FLOAT64, prev));
-  ck_assert_cg_ok(cg_recv(NULL, g, comm_w, back_in, 2, CG_FLOAT64, next));
+  ck_assert_cg_ok(cg_send(NULL, g, mm_comm_w, back_out, 2, CG_FLOAT64, prev));
+  ck_assert_cg_ok(cg_recv(NULL, g, mm_comm_w, back_in, 2, CG_FLOAT64, next));
 
   cg_plan_t *plan = NULL;
-  expect_ok_all(cg_compile(&plan, g, NULL), "rank-specific point-to-point compiles");
-  expect_ok_all(cg_plan_run(plan), "rank-specific point-to-point runs");
+  mm_expect_ok_all(cg_compile(&plan, g, NULL), "rank-specific point-to-point compiles");
+  mm_expect_ok_all(cg_plan_run(plan), "rank-specific point-to-point runs");
   int ok = a_out[0] == size * (size + 1) / 2 && b_out[3] == size;
   for (int i = 0; i < 3 + prev; i++) ok &= ring_in[i] == prev * 100 + i;
   for (int i = 0; rank > 0 && i < 2; i++) ok &= fan[i] == 1000 + 10 * rank + i;
@@ -567,130 +547,6 @@ START_TEST(match__rank_specific_p2p_compiles_and_runs) {
 }
 END_TEST
 
-/* ---- two communicators over the same ranks, first used in a different order
- * on even and odd ranks: a.0 b.0 a.1 b.1 on even ranks, b.0 a.0 b.1 a.1 on odd
- * ones, so b.1 is node #3 on even ranks and node #2 on odd ones. */
-
-static cg_graph_t *record_two_comms(cg_comm_t *a, cg_comm_t *b, int32_t in[4][8], int32_t out[4][8],
-                                    int a_deviant, int b_deviant) {
-  int rank = cg_mpi_rank();
-  cg_graph_t *g = new_graph();
-  for (int k = 0; k < 4; k++) {
-    int on_b = (k % 2) ^ (rank % 2); /* which communicator the k-th recorded node uses */
-    int step = k / 2;
-    size_t count = 4 + (size_t)step;
-    if (step == 1 && ((on_b && rank == b_deviant) || (!on_b && rank == a_deviant))) count++;
-    int slot = 2 * on_b + step;
-    for (int i = 0; i < 8; i++) in[slot][i] = rank + slot;
-    char name[8];
-    snprintf(name, sizeof name, "%c.%d", on_b ? 'b' : 'a', step);
-    cg_node_t node;
-    named(g, cg_allreduce(&node, g, on_b ? b : a, in[slot], out[slot], count, CG_INT32, CG_SUM), &node, name);
-  }
-  return g;
-}
-
-START_TEST(match__comms_in_different_first_use_order_compile_and_run) {
-  int size = cg_mpi_size();
-  cg_comm_t *a = comm_w, *b = world();
-  int32_t in[4][8], out[4][8];
-  cg_graph_t *g = record_two_comms(a, b, in, out, -1, -1);
-  cg_plan_t *plan = NULL;
-  expect_ok_all(cg_compile(&plan, g, NULL), "two communicators in different first-use orders compile");
-  ck_assert_all_ranks(cg_plan_run(plan) == CG_SUCCESS, "and run");
-  int ok = 1;
-  for (int slot = 0; slot < 4; slot++) ok &= out[slot][3] == size * (size - 1) / 2 + size * slot;
-  ck_assert_all_ranks(ok, "two communicators: allreduce results");
-  cg_plan_destroy(plan);
-  cg_graph_destroy(g);
-  cg_comm_destroy(b);
-}
-END_TEST
-
-START_TEST(mismatch__second_comm_with_different_first_use_order) {
-  int size = cg_mpi_size();
-  cg_comm_t *a = comm_w, *b = world();
-  int32_t in[4][8], out[4][8];
-  cg_graph_t *g = record_two_comms(a, b, in, out, -1, size - 1);
-  outcome_t o = compile_outcome(g);
-  cg_graph_destroy(g);
-  cg_comm_destroy(b);
-  expect_t e = {.n_must = 0, .alone = size - 1, .mention = {-1, -1}};
-  expect_node(&e, 3, "b.1");                        /* rank 0, even */
-  expect_node(&e, (size - 1) % 2 ? 2 : 3, "b.1");   /* the last rank */
-  expect_mismatch(&o, &e, "count + 1 on the second communicator");
-}
-END_TEST
-
-/* Differences on both communicators: every rank must still report the same
- * one, whichever communicator it happened to use first. */
-START_TEST(mismatch__both_comms_one_message) {
-  int size = cg_mpi_size();
-  cg_comm_t *a = comm_w, *b = world();
-  int32_t in[4][8], out[4][8];
-  cg_graph_t *g = record_two_comms(a, b, in, out, 0, size - 1);
-  outcome_t o = compile_outcome(g);
-  cg_graph_destroy(g);
-  cg_comm_destroy(b);
-  expect_t e = {.n_must = 0, .alone = -1, .mention = {-1, -1}};
-  expect_mismatch(&o, &e, "count + 1 on both communicators");
-}
-END_TEST
-
-/* Waits on an MPI_Ibarrier over every rank. Ranks whose graph has the node on
- * `b` may be stuck in b's check, waiting for ranks whose graph never touches
- * b; after a grace period those ranks compile a graph with the same node, the
- * partner the stuck ranks wait for, so the test fails instead of hanging.
- * Returns 1 if this rank had to do that. */
-static int wait_or_unblock(cg_comm_t *b, int has_b) {
-  MPI_Request req;
-  MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  double deadline = MPI_Wtime() + 5.0;
-  int done = 0, unblocked = 0;
-  while (!done) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (done || has_b || unblocked || MPI_Wtime() < deadline) continue;
-    int32_t z[4] = {0}, w[4];
-    cg_graph_t *g = new_graph();
-    ck_assert_cg_ok(cg_allreduce(NULL, g, b, z, w, 4, CG_INT32, CG_SUM));
-    compile_outcome(g); /* succeeds or not: what matters is that the others return */
-    cg_graph_destroy(g);
-    unblocked = 1;
-  }
-  return unblocked;
-}
-
-/* The only node on communicator b is missing on one rank (or is extra on
- * one): that rank's graph never touches b, so it cannot take part in b's
- * check. Every rank must still fail with CG_ERR_MISMATCH naming 'b.0'. */
-static void check_sole_node(int extra, const char *test) {
-  int rank = cg_mpi_rank(), size = cg_mpi_size(), d = size - 1;
-  int has_b = extra ? rank == d : rank != d;
-  cg_comm_t *a = comm_w, *b = world();
-  int32_t x[4] = {0}, y[4], z[4] = {0}, w[4];
-  cg_node_t node;
-  cg_graph_t *g = new_graph();
-  named(g, cg_allreduce(&node, g, a, x, y, 4, CG_INT32, CG_SUM), &node, "a.0");
-  if (has_b) named(g, cg_allreduce(&node, g, b, z, w, 4, CG_INT32, CG_SUM), &node, "b.0");
-  outcome_t o = compile_outcome(g);
-  int unblocked = wait_or_unblock(b, has_b);
-  cg_graph_destroy(g);
-  cg_comm_destroy(b);
-  if (unblocked)
-    fprintf(stderr, "rank %d: %s: cg_compile returned %s here while ranks whose graph uses communicator b waited "
-            "in its check for this rank\n", rank, test, cg_status_string(o.status));
-  char what[200];
-  snprintf(what, sizeof what, "%s: no rank waits in cg_compile for a rank whose graph does not use the "
-           "communicator", test);
-  ck_assert_all_ranks(cg_mpi_all(!unblocked), what);
-  expect_t e = {.n_must = 0, .alone = d, .mention = {-1, -1}};
-  expect_node(&e, 1, "b.0");
-  expect_mismatch(&o, &e, test);
-}
-
-ONE_CALL_TEST(mismatch__sole_node_on_a_comm_missing, check_sole_node(0, "only node on a communicator missing"))
-ONE_CALL_TEST(mismatch__sole_node_on_a_comm_extra, check_sole_node(1, "only node on a communicator is extra"))
-
 /* ---- options, equal programs, and what a failed check leaves behind */
 
 START_TEST(opts__check_ranks_zero_skips_the_check) {
@@ -700,11 +556,11 @@ START_TEST(opts__check_ranks_zero_skips_the_check) {
   random_program(&base, size, 0);
   inject(&base, &dev, INJ_COUNT_PLUS, size);
   pool_t pl = {.n = 0};
-  cg_graph_t *g = record_program(comm_w, rank == size - 1 ? &dev : &base, &pl, NULL, NULL, 0);
+  cg_graph_t *g = record_program(mm_comm_w, rank == size - 1 ? &dev : &base, &pl, NULL, NULL, 0);
   cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
   opts.check_ranks = 0;
   cg_plan_t *plan = NULL;
-  expect_ok_all(cg_compile(&plan, g, &opts), "check_ranks = 0 compiles despite the difference");
+  mm_expect_ok_all(cg_compile(&plan, g, &opts), "check_ranks = 0 compiles despite the difference");
   ck_assert_all_ranks(plan != NULL, "check_ranks = 0 returns a plan");
   cg_plan_destroy(plan); /* never run: it would not match across ranks */
   /* the same graph with the check on does fail, so the difference was real */
@@ -726,12 +582,12 @@ static void compile_and_run_equal_program(const char *label) {
   pool_t pl = {.n = 0};
   void *recv[MAX_OPS];
   size_t bytes[MAX_OPS];
-  cg_graph_t *g = record_program(comm_w, &p, &pl, recv, bytes, 1);
+  cg_graph_t *g = record_program(mm_comm_w, &p, &pl, recv, bytes, 1);
   cg_plan_t *plan = NULL;
-  expect_ok_all(cg_compile(&plan, g, NULL), label);
+  mm_expect_ok_all(cg_compile(&plan, g, NULL), label);
   for (int k = 0; k < p.n; k++)
     if (bytes[k]) memset(recv[k], CG_MPI_POISON, bytes[k]);
-  expect_ok_all(cg_plan_run(plan), label);
+  mm_expect_ok_all(cg_plan_run(plan), label);
   void *got[MAX_OPS];
   for (int k = 0; k < p.n; k++) {
     got[k] = pool_alloc(&pl, bytes[k]);
@@ -771,9 +627,9 @@ START_TEST(cleanup__mismatch_leaves_nothing_behind) {
     random_program(&base, size, 0);
     inject(&base, &dev, INJ_COUNT_MINUS, size);
     pool_t pl = {.n = 0};
-    cg_graph_t *g = round == 0 ? record_program(comm_w, rank == size - 1 ? &dev : &base, &pl, NULL, NULL, 0)
-                               : record_ring(comm_w, &pl, P2P_SEND_DTYPE, 0, -1);
-    outcome_t first = compile_outcome(g), again = compile_outcome(g);
+    cg_graph_t *g = round == 0 ? record_program(mm_comm_w, rank == size - 1 ? &dev : &base, &pl, NULL, NULL, 0)
+                               : record_ring(mm_comm_w, &pl, P2P_SEND_DTYPE, 0, -1);
+    outcome_t first = mm_compile_outcome(g), again = mm_compile_outcome(g);
     cg_graph_destroy(g);
     pool_free(&pl);
     ck_assert_all_ranks(first.status == CG_ERR_MISMATCH && !first.got_plan, "the first compile fails");
@@ -782,8 +638,8 @@ START_TEST(cleanup__mismatch_leaves_nothing_behind) {
     cg_plan_t *plan = NULL;
     compile_and_run_equal_program("an equal program after a mismatch");
     /* point-to-point records travel in the second round: exercise it too */
-    g = record_ring(comm_w, &pl, P2P_EQUAL, -1, -1);
-    expect_ok_all(cg_compile(&plan, g, NULL), "a matching ring after a mismatch compiles");
+    g = record_ring(mm_comm_w, &pl, P2P_EQUAL, -1, -1);
+    mm_expect_ok_all(cg_compile(&plan, g, NULL), "a matching ring after a mismatch compiles");
     ck_assert_all_ranks(cg_plan_run(plan) == CG_SUCCESS, "and runs");
     cg_plan_destroy(plan);
     cg_graph_destroy(g);
@@ -792,11 +648,17 @@ START_TEST(cleanup__mismatch_leaves_nothing_behind) {
 }
 END_TEST
 
-static void add_case(Suite *s, const char *name, const TTest *const *tests, size_t n) {
+/* A case of the suite, on the communicator fixture. */
+static TCase *new_case(Suite *s, const char *name) {
   TCase *tc = cg_mpi_tcase(name);
   tcase_add_checked_fixture(tc, comm_setup, comm_teardown);
-  for (size_t i = 0; i < n; i++) tcase_add_test(tc, tests[i]);
   suite_add_tcase(s, tc);
+  return tc;
+}
+
+static void add_case(Suite *s, const char *name, const TTest *const *tests, size_t n) {
+  TCase *tc = new_case(s, name);
+  for (size_t i = 0; i < n; i++) tcase_add_test(tc, tests[i]);
 }
 #define ADD_CASE(s, name, ...)                                                   \
   do {                                                                           \
@@ -813,9 +675,7 @@ int main(void) {
   ADD_CASE(s, "p2p", mismatch__p2p_send_without_receive, mismatch__p2p_receive_without_send, mismatch__p2p_send_count,
            mismatch__p2p_recv_count, mismatch__p2p_send_dtype, mismatch__p2p_recv_dtype, mismatch__p2p_other_group,
            mismatch__p2p_self_send_count, match__rank_specific_p2p_compiles_and_runs);
-  ADD_CASE(s, "comms", match__comms_in_different_first_use_order_compile_and_run,
-           mismatch__second_comm_with_different_first_use_order, mismatch__both_comms_one_message,
-           mismatch__sole_node_on_a_comm_missing, mismatch__sole_node_on_a_comm_extra);
+  mm_add_comms_tests(new_case(s, "comms"));
   ADD_CASE(s, "lifecycle", opts__check_ranks_zero_skips_the_check, match__equal_programs_compile_and_run,
            cleanup__mismatch_leaves_nothing_behind);
   return cg_mpi_test_main(s);
