@@ -3,10 +3,11 @@
  * CG_ERR_INVALID_ARGUMENT, *out left alone, *is_set 0, the error detail naming
  * the caller, the variable, its value, what it takes and a good value),
  * "never", the K/M/G suffixes, overflow to SIZE_MAX and switches in any case;
- * random good and bad strings for every kind; the stderr report of callers
- * without an error path (where NULL), once per variable and process; and
- * cg_compile refusing a bad CG_TIMEOUT, CG_FUSION or CG_BUCKET_BYTES. Each test
- * sets the variables it reads with setenv and unsets them again. */
+ * the stderr report of callers without an error path (where NULL), once per
+ * variable and process; and cg_compile refusing a bad CG_TIMEOUT, CG_FUSION or
+ * CG_BUCKET_BYTES. Random good and bad strings for every kind are in
+ * test_param_random.c. Each test sets the variables it reads with setenv and
+ * unsets them again. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <ctype.h>
@@ -20,10 +21,8 @@
 #include "error.h"
 #include "param.h"
 #include "plan_internal.h"
+#include "test_param.h"
 #include "test_support.h"
-#include "text.h"
-
-#define WHERE "cg_test"
 
 /* ---- the table */
 
@@ -76,7 +75,7 @@ static int verdict(cg_param_t param, const char *text, cg_status_t st, int set, 
   return 0;
 }
 
-static int seconds_of(const char *text, double *out) {
+int param_seconds_of(const char *text, double *out) {
   double before = *out;
   int set = 7;
   setenv(cg_param_name(CG_PARAM_TIMEOUT), text, 1);
@@ -86,7 +85,7 @@ static int seconds_of(const char *text, double *out) {
   return ok;
 }
 
-static int switch_of(cg_param_t param, const char *text, int *out) {
+int param_switch_of(cg_param_t param, const char *text, int *out) {
   int before = *out, set = 7;
   setenv(cg_param_name(param), text, 1);
   cg_status_t st = cg_param_switch(out, &set, param, WHERE);
@@ -95,7 +94,7 @@ static int switch_of(cg_param_t param, const char *text, int *out) {
   return ok;
 }
 
-static int bytes_of(cg_param_t param, const char *text, size_t *out) {
+int param_bytes_of(cg_param_t param, const char *text, size_t *out) {
   size_t before = *out;
   int set = 7;
   setenv(cg_param_name(param), text, 1);
@@ -105,7 +104,7 @@ static int bytes_of(cg_param_t param, const char *text, size_t *out) {
   return ok;
 }
 
-static int ordinal_of(const char *text, int *out) {
+int param_ordinal_of(const char *text, int *out) {
   int before = *out, set = 7;
   setenv(cg_param_name(CG_PARAM_DEVICE), text, 1);
   cg_status_t st = cg_param_ordinal(out, &set, CG_PARAM_DEVICE, WHERE);
@@ -115,7 +114,7 @@ static int ordinal_of(const char *text, int *out) {
 }
 
 /* Any parameter through its kind's parser: 1 taken, 0 refused. */
-static int parse_as_kind(cg_param_t param, const char *text) {
+int param_parse_as_kind(cg_param_t param, const char *text) {
   double seconds = -1.0;
   int on = -1, ordinal = -1;
   size_t bytes = 12345;
@@ -128,9 +127,9 @@ static int parse_as_kind(cg_param_t param, const char *text) {
       unsetenv(cg_param_name(param));
       return ok;
     }
-    case CG_PARAM_SWITCH: return switch_of(param, text, &on);
+    case CG_PARAM_SWITCH: return param_switch_of(param, text, &on);
     case CG_PARAM_BYTES:
-    case CG_PARAM_BYTES_OR_NEVER: return bytes_of(param, text, &bytes);
+    case CG_PARAM_BYTES_OR_NEVER: return param_bytes_of(param, text, &bytes);
     case CG_PARAM_ORDINAL: {
       int set = 7;
       setenv(cg_param_name(param), text, 1);
@@ -170,7 +169,7 @@ END_TEST
 /* The good value each refusal suggests is taken. */
 START_TEST(param__every_example_parses) {
   for (size_t i = 0; i < N_PARAMS; i++)
-    ck_assert_msg(parse_as_kind(param_table[i].id, param_table[i].example) == 1, "%s=%s (the example) refused",
+    ck_assert_msg(param_parse_as_kind(param_table[i].id, param_table[i].example) == 1, "%s=%s (the example) refused",
                   param_table[i].variable, param_table[i].example);
 }
 END_TEST
@@ -250,7 +249,7 @@ START_TEST(param__seconds_valid) {
   } cases[] = {{"5", 5.0}, {"0.25", 0.25}, {"1e3", 1000.0}, {"120.5", 120.5}, {"1e9", 1e9}, {"0.001", 0.001}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     double out = -1.0;
-    ck_assert_msg(seconds_of(cases[i].text, &out) == 1, "CG_TIMEOUT=%s refused", cases[i].text);
+    ck_assert_msg(param_seconds_of(cases[i].text, &out) == 1, "CG_TIMEOUT=%s refused", cases[i].text);
     ck_assert_msg(out == cases[i].want, "CG_TIMEOUT=%s read as %g", cases[i].text, out);
   }
 }
@@ -261,7 +260,7 @@ START_TEST(param__seconds_refused) {
                                     "1e999", ".", "+5",  " 5",  "5 ", "0x10", "0x1p3", "INF", "1e-400", "e5"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     double out = -1.0;
-    ck_assert_msg(seconds_of(bad[i], &out) == 0, "CG_TIMEOUT=%s accepted", bad[i]);
+    ck_assert_msg(param_seconds_of(bad[i], &out) == 0, "CG_TIMEOUT=%s accepted", bad[i]);
   }
 }
 END_TEST
@@ -273,12 +272,12 @@ START_TEST(param__switch_words_in_any_case) {
   static const char *const off[] = {"0", "off", "no", "false", "OFF", "Off", "NO", "nO", "FALSE", "fAlSe"};
   for (size_t i = 0; i < sizeof on / sizeof on[0]; i++) {
     int out = -1;
-    ck_assert_msg(switch_of(CG_PARAM_FUSION, on[i], &out) == 1, "CG_FUSION=%s refused", on[i]);
+    ck_assert_msg(param_switch_of(CG_PARAM_FUSION, on[i], &out) == 1, "CG_FUSION=%s refused", on[i]);
     ck_assert_msg(out == 1, "CG_FUSION=%s read as %d", on[i], out);
   }
   for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
     int out = -1;
-    ck_assert_msg(switch_of(CG_PARAM_FUSION, off[i], &out) == 1, "CG_FUSION=%s refused", off[i]);
+    ck_assert_msg(param_switch_of(CG_PARAM_FUSION, off[i], &out) == 1, "CG_FUSION=%s refused", off[i]);
     ck_assert_msg(out == 0, "CG_FUSION=%s read as %d", off[i], out);
   }
 }
@@ -289,9 +288,10 @@ START_TEST(param__switch_refused) {
                                     " 1", "1 ", "on ", "y", "n", "enable", "00", "01"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int out = -1;
-    ck_assert_msg(switch_of(CG_PARAM_FUSION, bad[i], &out) == 0, "CG_FUSION=\"%s\" accepted", bad[i]);
+    ck_assert_msg(param_switch_of(CG_PARAM_FUSION, bad[i], &out) == 0, "CG_FUSION=\"%s\" accepted", bad[i]);
     out = -1;
-    ck_assert_msg(switch_of(CG_PARAM_MPI_CUDA_AWARE, bad[i], &out) == 0, "CG_MPI_CUDA_AWARE=\"%s\" accepted", bad[i]);
+    ck_assert_msg(param_switch_of(CG_PARAM_MPI_CUDA_AWARE, bad[i], &out) == 0, "CG_MPI_CUDA_AWARE=\"%s\" accepted",
+                  bad[i]);
   }
 }
 END_TEST
@@ -327,7 +327,7 @@ START_TEST(param__bytes_valid_with_suffixes) {
   for (size_t p = 0; p < sizeof params / sizeof params[0]; p++)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       size_t out = 12345;
-      ck_assert_msg(bytes_of(params[p], cases[i].text, &out) == 1, "%s=%s refused", cg_param_name(params[p]),
+      ck_assert_msg(param_bytes_of(params[p], cases[i].text, &out) == 1, "%s=%s refused", cg_param_name(params[p]),
                     cases[i].text);
       ck_assert_msg(out == cases[i].want, "%s=%s read as %zu, expected %zu", cg_param_name(params[p]), cases[i].text,
                     out, cases[i].want);
@@ -340,9 +340,9 @@ START_TEST(param__bytes_refused) {
                                     " 64", "64 ", "1.5M", "1e6", "0x10", "64iB", "64B",  "never",  "NEVER", "M1", "lots"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     size_t out = 12345;
-    ck_assert_msg(bytes_of(CG_PARAM_BUCKET_BYTES, bad[i], &out) == 0, "CG_BUCKET_BYTES=\"%s\" accepted", bad[i]);
+    ck_assert_msg(param_bytes_of(CG_PARAM_BUCKET_BYTES, bad[i], &out) == 0, "CG_BUCKET_BYTES=\"%s\" accepted", bad[i]);
     out = 12345;
-    ck_assert_msg(bytes_of(CG_PARAM_CHUNK_BYTES, bad[i], &out) == 0, "CG_CHUNK_BYTES=\"%s\" accepted", bad[i]);
+    ck_assert_msg(param_bytes_of(CG_PARAM_CHUNK_BYTES, bad[i], &out) == 0, "CG_CHUNK_BYTES=\"%s\" accepted", bad[i]);
   }
 }
 END_TEST
@@ -354,7 +354,7 @@ START_TEST(param__bytes_overflow_to_size_max) {
                                      "18446744073709551615G", "9999999999999999999M"};
   for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
     size_t out = 12345;
-    ck_assert_msg(bytes_of(CG_PARAM_BUCKET_BYTES, huge[i], &out) == 1, "CG_BUCKET_BYTES=%s refused", huge[i]);
+    ck_assert_msg(param_bytes_of(CG_PARAM_BUCKET_BYTES, huge[i], &out) == 1, "CG_BUCKET_BYTES=%s refused", huge[i]);
     ck_assert_msg(out == SIZE_MAX, "CG_BUCKET_BYTES=%s read as %zu", huge[i], out);
   }
   /* the edges: the largest that fits each shift, and one more */
@@ -366,13 +366,13 @@ START_TEST(param__bytes_overflow_to_size_max) {
     unsigned long long fits = (unsigned long long)(SIZE_MAX >> shifts[s].shift);
     size_t out = 12345;
     snprintf(text, sizeof text, "%llu%s", fits, shifts[s].suffix);
-    ck_assert_msg(bytes_of(CG_PARAM_CHUNK_BYTES, text, &out) == 1, "CG_CHUNK_BYTES=%s refused", text);
+    ck_assert_msg(param_bytes_of(CG_PARAM_CHUNK_BYTES, text, &out) == 1, "CG_CHUNK_BYTES=%s refused", text);
     ck_assert_msg(out == (size_t)fits << shifts[s].shift, "CG_CHUNK_BYTES=%s read as %zu", text, out);
     if (shifts[s].shift) ck_assert_uint_ne(out, SIZE_MAX);
     if (fits == ULLONG_MAX) continue; /* no larger value in the parser's range */
     out = 12345;
     snprintf(text, sizeof text, "%llu%s", fits + 1, shifts[s].suffix);
-    ck_assert_msg(bytes_of(CG_PARAM_CHUNK_BYTES, text, &out) == 1, "CG_CHUNK_BYTES=%s refused", text);
+    ck_assert_msg(param_bytes_of(CG_PARAM_CHUNK_BYTES, text, &out) == 1, "CG_CHUNK_BYTES=%s refused", text);
     ck_assert_msg(out == SIZE_MAX, "CG_CHUNK_BYTES=%s read as %zu", text, out);
   }
 }
@@ -382,20 +382,20 @@ START_TEST(param__never_only_where_the_kind_takes_it) {
   static const char *const never[] = {"never", "NEVER", "Never", "nEvEr"};
   for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
     size_t out = 12345;
-    ck_assert_msg(bytes_of(CG_PARAM_BCAST_CHAIN_BYTES, never[i], &out) == 1, "CG_BCAST_CHAIN_BYTES=%s refused",
+    ck_assert_msg(param_bytes_of(CG_PARAM_BCAST_CHAIN_BYTES, never[i], &out) == 1, "CG_BCAST_CHAIN_BYTES=%s refused",
                   never[i]);
     ck_assert_uint_eq(out, SIZE_MAX);
     out = 12345;
-    ck_assert_msg(bytes_of(CG_PARAM_CHUNK_BYTES, never[i], &out) == 0, "CG_CHUNK_BYTES=%s accepted", never[i]);
+    ck_assert_msg(param_bytes_of(CG_PARAM_CHUNK_BYTES, never[i], &out) == 0, "CG_CHUNK_BYTES=%s accepted", never[i]);
   }
   static const char *const bad[] = {"nevermore", "neve", "never ", " never", "always", "-1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     size_t out = 12345;
-    ck_assert_msg(bytes_of(CG_PARAM_BCAST_CHAIN_BYTES, bad[i], &out) == 0, "CG_BCAST_CHAIN_BYTES=\"%s\" accepted",
+    ck_assert_msg(param_bytes_of(CG_PARAM_BCAST_CHAIN_BYTES, bad[i], &out) == 0, "CG_BCAST_CHAIN_BYTES=\"%s\" accepted",
                   bad[i]);
   }
   size_t out = 0;
-  ck_assert_int_eq(bytes_of(CG_PARAM_BCAST_CHAIN_BYTES, "1M", &out), 1);
+  ck_assert_int_eq(param_bytes_of(CG_PARAM_BCAST_CHAIN_BYTES, "1M", &out), 1);
   ck_assert_uint_eq(out, (size_t)1 << 20);
 }
 END_TEST
@@ -409,7 +409,7 @@ START_TEST(param__ordinal_valid) {
   } cases[] = {{"0", 0}, {"3", 3}, {"07", 7}, {"2147483647", INT_MAX}, {"5 ", 5}, {"5\n", 5}, {"5\t", 5}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int out = -1;
-    ck_assert_msg(ordinal_of(cases[i].text, &out) == 1, "CG_DEVICE=\"%s\" refused", cases[i].text);
+    ck_assert_msg(param_ordinal_of(cases[i].text, &out) == 1, "CG_DEVICE=\"%s\" refused", cases[i].text);
     ck_assert_msg(out == cases[i].want, "CG_DEVICE=\"%s\" read as %d", cases[i].text, out);
   }
 }
@@ -420,193 +420,7 @@ START_TEST(param__ordinal_refused) {
                                     "-0", "1 2", "gpu1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int out = -1;
-    ck_assert_msg(ordinal_of(bad[i], &out) == 0, "CG_DEVICE=\"%s\" accepted", bad[i]);
-  }
-}
-END_TEST
-
-/* ---- random strings, good and bad, for every kind. Good ones are built with
- * their value known; bad ones are good ones spoiled (a character no form
- * takes, in front or behind) or words no kind takes. */
-
-static void random_case(char *text) {
-  for (; *text; text++)
-    if (cg_test_below(2)) *text = (char)toupper((unsigned char)*text);
-}
-
-/* Zeros in front, sometimes. */
-static void leading_zeros(char *text, size_t size) {
-  size_t zeros = cg_test_below(3) ? 0 : cg_test_below(4), n = strlen(text);
-  if (n + zeros + 1 > size) return;
-  memmove(text + zeros, text, n + 1);
-  memset(text, '0', zeros);
-}
-
-/* A good value of `param`'s kind in text[], and what it reads as. */
-typedef struct good_value {
-  double seconds;
-  int on, ordinal;
-  size_t bytes;
-} good_value_t;
-
-static void random_good(char *text, size_t size, good_value_t *want, cg_param_t param) {
-  static const char *const on[] = {"1", "on", "yes", "true"}, *const off[] = {"0", "off", "no", "false"};
-  static const char *const suffixes[] = {"", "K", "KB", "KiB", "M", "MB", "MiB", "G", "GB", "GiB"};
-  static const int shifts[] = {0, 10, 10, 10, 20, 20, 20, 30, 30, 30};
-  switch (cg_param_kind(param)) {
-    case CG_PARAM_SECONDS:
-      if (cg_test_below(2)) { /* k / 2^m: exact in binary and in decimal */
-        uint64_t k = 1 + cg_test_below(1000000);
-        int m = (int)cg_test_below(11);
-        want->seconds = (double)k / (double)(1u << m);
-        /* as a user writes it: with '.', whatever this process's locale */
-        cg_text_format_double(text, size, want->seconds, 10, 1);
-      } else { /* mantissa e exponent, up to 1e9 */
-        uint64_t mant = 1 + cg_test_below(999);
-        int e = (int)cg_test_below(7);
-        double p = 1;
-        for (int i = 0; i < e; i++) p *= 10;
-        want->seconds = (double)mant * p;
-        snprintf(text, size, "%llu%s%d", (unsigned long long)mant, cg_test_below(2) ? "e" : "E", e);
-      }
-      return;
-    case CG_PARAM_SWITCH:
-      want->on = (int)cg_test_below(2);
-      snprintf(text, size, "%s", (want->on ? on : off)[cg_test_below(4)]);
-      random_case(text);
-      return;
-    case CG_PARAM_BYTES_OR_NEVER:
-      if (!cg_test_below(5)) {
-        snprintf(text, size, "never");
-        random_case(text);
-        want->bytes = SIZE_MAX;
-        return;
-      }
-      /* fall through */
-    case CG_PARAM_BYTES: {
-      uint64_t v = cg_test_below(2) ? cg_test_below(4096) : cg_test_rand() >> cg_test_below(64);
-      size_t s = (size_t)cg_test_below(10);
-      snprintf(text, size, "%llu", (unsigned long long)v);
-      leading_zeros(text, size);
-      char suffix[8];
-      snprintf(suffix, sizeof suffix, "%s", suffixes[s]);
-      random_case(suffix);
-      strncat(text, suffix, size - strlen(text) - 1);
-      want->bytes = v > (SIZE_MAX >> shifts[s]) ? SIZE_MAX : (size_t)v << shifts[s];
-      return;
-    }
-    case CG_PARAM_ORDINAL:
-      want->ordinal = (int)(cg_test_rand() % ((uint64_t)INT_MAX + 1));
-      if (cg_test_below(2)) want->ordinal %= 16;
-      snprintf(text, size, "%d", want->ordinal);
-      leading_zeros(text, size);
-      if (!cg_test_below(4)) strncat(text, cg_test_below(2) ? " " : "\t\n", size - strlen(text) - 1);
-      return;
-    case CG_PARAM_PATH:
-      snprintf(text, size, "/tmp/dir%llu", (unsigned long long)cg_test_below(1000));
-      return;
-  }
-}
-
-/* `param`'s good value spoiled: no kind takes it. */
-static void random_bad(char *text, size_t size, cg_param_t param) {
-  static const char *const words[] = {"abc", "lots", "maybe", "perhaps", "nevermore", "x", "?", "-", ".", "+",
-                                      "enable", "disabled", "NaN", "inf", "-inf", "1,000", "0x10", "64T"};
-  static const char junk[] = "xzqXZ#?/,;_%=@!~";
-  good_value_t ignored;
-  switch (cg_test_below(3)) {
-    case 0:
-      snprintf(text, size, "%s", words[cg_test_below(sizeof words / sizeof words[0])]);
-      return;
-    case 1: { /* junk in front; for the sizes a sign too */
-      char good[64];
-      random_good(good, sizeof good, &ignored, param);
-      char front = cg_test_below(2) ? junk[cg_test_below(sizeof junk - 1)] : "-+ \t"[cg_test_below(4)];
-      snprintf(text, size, "%c%s", front, good);
-      return;
-    }
-    default: { /* junk behind */
-      char good[64];
-      random_good(good, sizeof good, &ignored, param);
-      /* a blank behind an ordinal is taken (trimmed) */
-      snprintf(text, size, "%s%c", good, junk[cg_test_below(sizeof junk - 1)]);
-      return;
-    }
-  }
-}
-
-START_TEST(param__random_good_values_of_every_kind) {
-  cg_test_reseed(0x9a0d);
-  char text[96];
-  for (int round = 0; round < 2000; round++) {
-    cg_param_t param = (cg_param_t)cg_test_below(CG_PARAM_COUNT);
-    good_value_t want = {0, 0, 0, 0};
-    random_good(text, sizeof text, &want, param);
-    double seconds = -1.0;
-    int on = -1, ordinal = -1;
-    size_t bytes = 12345;
-    switch (cg_param_kind(param)) {
-      case CG_PARAM_SECONDS:
-        ck_assert_msg(seconds_of(text, &seconds) == 1, "CG_TIMEOUT=\"%s\" refused (seed %llu)", text,
-                      (unsigned long long)cg_test_seed());
-        ck_assert_msg(seconds == want.seconds, "CG_TIMEOUT=\"%s\" read as %.17g, expected %.17g", text, seconds,
-                      want.seconds);
-        break;
-      case CG_PARAM_SWITCH:
-        ck_assert_msg(switch_of(param, text, &on) == 1, "%s=\"%s\" refused", cg_param_name(param), text);
-        ck_assert_int_eq(on, want.on);
-        break;
-      case CG_PARAM_BYTES:
-      case CG_PARAM_BYTES_OR_NEVER:
-        ck_assert_msg(bytes_of(param, text, &bytes) == 1, "%s=\"%s\" refused", cg_param_name(param), text);
-        ck_assert_msg(bytes == want.bytes, "%s=\"%s\" read as %zu, expected %zu", cg_param_name(param), text, bytes,
-                      want.bytes);
-        break;
-      case CG_PARAM_ORDINAL:
-        ck_assert_msg(ordinal_of(text, &ordinal) == 1, "CG_DEVICE=\"%s\" refused", text);
-        ck_assert_int_eq(ordinal, want.ordinal);
-        break;
-      case CG_PARAM_PATH: ck_assert_int_eq(parse_as_kind(param, text), 1); break;
-    }
-    setenv(cg_param_name(param), text, 1);
-    ck_assert_cg_ok(cg_param_check(param, WHERE));
-    unsetenv(cg_param_name(param));
-  }
-}
-END_TEST
-
-START_TEST(param__random_bad_values_of_every_kind) {
-  cg_test_reseed(0xbad0);
-  char text[96];
-  for (int round = 0; round < 2000; round++) {
-    cg_param_t param = (cg_param_t)cg_test_below(CG_PARAM_COUNT);
-    if (cg_param_kind(param) == CG_PARAM_PATH) continue; /* any text is a path */
-    random_bad(text, sizeof text, param);
-    ck_assert_msg(parse_as_kind(param, text) == 0, "%s=\"%s\" accepted (seed %llu)", cg_param_name(param), text,
-                  (unsigned long long)cg_test_seed());
-  }
-}
-END_TEST
-
-/* Any bytes at all: either taken (and then again, the same) or refused with a
- * detail of printable characters that names the variable. */
-START_TEST(param__random_bytes_never_crash_and_are_shown_printable) {
-  cg_test_reseed(0xb17e5);
-  char text[160];
-  for (int round = 0; round < 3000; round++) {
-    cg_param_t param = (cg_param_t)cg_test_below(CG_PARAM_COUNT);
-    size_t n = 1 + cg_test_below(cg_test_below(8) ? 12 : sizeof text - 1);
-    for (size_t i = 0; i < n; i++) {
-      unsigned c = cg_test_below(4) ? (unsigned char)"0123456789kKmMgGbBiI.eE-+ nevroNfyst"[cg_test_below(36)]
-                                    : (unsigned)(1 + cg_test_below(255));
-      text[i] = (char)c;
-    }
-    text[n] = '\0';
-    int taken = parse_as_kind(param, text); /* checks the detail word for word */
-    if (!taken) {
-      for (const char *c = cg_error_last(); *c; c++) ck_assert_msg(isprint((unsigned char)*c), "unprintable detail");
-      ck_assert_uint_le(strlen(cg_error_last()), 400);
-    }
+    ck_assert_msg(param_ordinal_of(bad[i], &out) == 0, "CG_DEVICE=\"%s\" accepted", bad[i]);
   }
 }
 END_TEST
@@ -618,11 +432,11 @@ START_TEST(param__long_and_unprintable_values_are_shown_safely) {
   text[0] = 'x';
   text[sizeof text - 1] = '\0';
   size_t out = 1;
-  ck_assert_int_eq(bytes_of(CG_PARAM_BUCKET_BYTES, text, &out), 0); /* the detail: checked in the helper */
+  ck_assert_int_eq(param_bytes_of(CG_PARAM_BUCKET_BYTES, text, &out), 0); /* the detail: checked in the helper */
   ck_assert_ptr_nonnull(strstr(cg_error_last(), "...' is not"));
   ck_assert_ptr_null(strstr(cg_error_last(), text));
   int on = -1;
-  ck_assert_int_eq(switch_of(CG_PARAM_FUSION, "o\x01n\x1b[31m", &on), 0);
+  ck_assert_int_eq(param_switch_of(CG_PARAM_FUSION, "o\x01n\x1b[31m", &on), 0);
   ck_assert_str_eq(cg_error_last(), WHERE ": environment variable CG_FUSION='o?n?[31m' is not 0/off/no/false or "
                                           "1/on/yes/true (unset it or give e.g. 0)");
 }
@@ -685,7 +499,7 @@ START_TEST(param__no_error_path_reports_once_on_stderr) {
   ck_assert_str_eq(text, "commgraph: environment variable CG_MPI_CUDA_AWARE='perhaps' is not 0 or 1 (unset it or "
                          "give e.g. 1); ignored\n");
   /* a good value still parses after the report */
-  ck_assert_int_eq(switch_of(CG_PARAM_MPI_CUDA_AWARE, "1", &out), 1);
+  ck_assert_int_eq(param_switch_of(CG_PARAM_MPI_CUDA_AWARE, "1", &out), 1);
   ck_assert_int_eq(out, 1);
 }
 END_TEST
@@ -836,9 +650,7 @@ static Suite *suite(void) {
 
   tc = tcase_create("random");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, param__random_good_values_of_every_kind);
-  tcase_add_test(tc, param__random_bad_values_of_every_kind);
-  tcase_add_test(tc, param__random_bytes_never_crash_and_are_shown_printable);
+  param_add_random_tests(tc);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("refusal");
