@@ -21,6 +21,13 @@ void cg_test_set_seed(uint64_t value);
 /* Uniform in [0, bound). */
 uint64_t cg_test_below(uint64_t bound);
 
+/* ck_assert for hot loops: Check logs every passing ck_assert, which costs a
+ * system call each. */
+#define REQUIRE(cond, ...)                  \
+  do {                                      \
+    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
+  } while (0)
+
 #define ck_assert_cg_ok(expr)                                                                           \
   do {                                                                                                 \
     cg_status_t cg_test_status_ = (expr);                                                              \

@@ -12,13 +12,6 @@
 #include "plan_internal.h"
 #include "test_support.h"
 
-/* ck_assert for hot loops: Check logs every passing ck_assert, which costs a
- * system call each. */
-#define REQUIRE(cond, ...)                  \
-  do {                                      \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 /* A node's handle in `g` from its index. */
 cg_node_t compile_node(const cg_graph_t *g, uint32_t index);
 

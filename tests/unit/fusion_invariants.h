@@ -11,12 +11,6 @@
 #include "plan_internal.h"
 #include "test_support.h"
 
-/* ck_assert for hot loops: Check logs every passing ck_assert. */
-#define REQUIRE(cond, ...)                  \
-  do {                                      \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 enum { MAX_COMMS = 3, MAX_NODES = 120 };
 
 /* What a node touches, written out from the headers; in the arena of

@@ -103,7 +103,7 @@ static uint32_t collectives(const cg_plan_t *plan) {
 START_TEST(cost_model__distinct_sizes_recover_the_true_cost) {
   cg_test_reseed(0xc057u + (uint64_t)_i);
   int n = 4 + (int)cg_test_below(MAX_N - 4);
-  size_t counts[MAX_N];
+  size_t counts[MAX_N] = {0};
   for (int k = 0; k < n; k++) counts[k] = 256 * (1 + (size_t)k) + 4 * cg_test_below(50000);
   double alpha = 5 + (double)cg_test_below(60), bw = 1000 + (double)cg_test_below(400000);
   backward_t b;
@@ -111,7 +111,9 @@ START_TEST(cost_model__distinct_sizes_recover_the_true_cost) {
   cg_plan_t *plan = compile(&b, 0, 0);
   ck_assert_uint_eq(collectives(plan), (uint32_t)n);
   /* each layer outlasts the largest collective: no queueing on the communicator */
-  cg_profile_t prof = simulate(plan, alpha + 4.0 * 51000 * MAX_N / bw * 8 + 100, alpha, bw);
+  size_t largest = 0;
+  for (int k = 0; k < n; k++) largest = counts[k] > largest ? counts[k] : largest;
+  cg_profile_t prof = simulate(plan, alpha + (double)(largest * sizeof(float)) / bw + 100, alpha, bw);
   cg_tuning_t t = {0};
   ck_assert_cg_ok(cg_cost_model_make(&t, plan, b.g, &prof, "test"));
   ck_assert_uint_eq(t.n_costs, 1);

@@ -10,13 +10,6 @@
 #include "graph_view.h"
 #include "test_support.h"
 
-/* ck_assert for hot loops: Check logs every passing ck_assert, which costs a
- * system call each. */
-#define REQUIRE(cond, ...)                 \
-  do {                                     \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 /* ---- inspecting a graph (test_hazard.c) */
 
 /* Causes of the edge from -> to, 0 if there is none; checks that the edge is

@@ -11,12 +11,6 @@
 #include "heap.h"
 #include "test_support.h"
 
-/* ck_assert for hot loops: Check logs every passing ck_assert. */
-#define REQUIRE(cond, ...)                  \
-  do {                                      \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 static uint32_t *alloc_u32(size_t n) {
   uint32_t *p = malloc((n ? n : 1) * sizeof *p);
   REQUIRE(p, "out of memory");

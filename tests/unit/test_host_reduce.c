@@ -11,13 +11,6 @@
 #include "mpi/host_reduce.h"
 #include "test_support.h"
 
-/* ck_assert for hot loops: Check logs every passing ck_assert, which costs a
- * system call each. */
-#define REQUIRE(cond, ...)                  \
-  do {                                      \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 /* ---- the two 16-bit formats, from their definitions */
 
 typedef struct format16 {

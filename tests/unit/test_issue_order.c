@@ -17,12 +17,6 @@
 #include "plan_internal.h"
 #include "test_support.h"
 
-/* ck_assert for hot loops: Check logs every passing ck_assert. */
-#define REQUIRE(cond, ...)                  \
-  do {                                      \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 #define NONE UINT32_MAX
 
 static cg_node_t node_(const cg_graph_t *g, uint32_t index) { return (cg_node_t){g->serial, index}; }

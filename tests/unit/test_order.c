@@ -9,13 +9,6 @@
 #include "comm_order.h"
 #include "test_support.h"
 
-/* ck_assert for hot loops: Check logs every passing ck_assert, which costs a
- * system call each. */
-#define REQUIRE(cond, ...)                 \
-  do {                                     \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 
 /* The rule, the slow way: repeatedly emit the smallest-index node whose
  * predecessors have all been emitted. */
