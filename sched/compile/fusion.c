@@ -16,11 +16,15 @@
 #define DEFAULT_BUCKET_BYTES ((size_t)25 << 20)
 
 /* Buckets whose members wait for compute between them (a gradient's backward
- * runs after the bucket opened) stop at these sizes when the library picks
- * the bucket size, so their communication overlaps the compute still to come
- * instead of waiting for all of it: the first bucket on a communicator at
- * 1 MiB, the later ones at 25 MiB (PyTorch DDP's first and later bucket
- * caps). A bucket size given by the options or CG_BUCKET_BYTES is kept. */
+ * runs after the bucket opened) close once they hold these sizes when the
+ * library picks the bucket size, so their communication overlaps the compute
+ * still to come instead of waiting for all of it: the first bucket on a
+ * communicator at 1 MiB, the later ones at 25 MiB. These are PyTorch DDP's
+ * caps, applied as DDP applies them: the member that reaches the cap still
+ * joins. Stopping below the cap instead made more and smaller buckets
+ * (GPT-2's layers of 27 MiB each split in two), and where communication is
+ * the critical path each extra bucket costs a collective's fixed cost. A
+ * bucket size given by the options or CG_BUCKET_BYTES is kept. */
 #define OVERLAP_FIRST_BYTES ((size_t)1 << 20)
 #define OVERLAP_BUCKET_BYTES ((size_t)25 << 20)
 
@@ -117,17 +121,20 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     return NEVER;
   }
   size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
-  cg_fuse_why_t full = CG_FUSE_FULL;
-  /* compute ran since the bucket opened: this member's inputs come later
-   * than the first member's (re-checked each time it is asked) */
-  if (s->library_size && s->compute_done != b->compute_epoch) {
-    size_t overlap = b->index == 0 ? OVERLAP_FIRST_BYTES : OVERLAP_BUCKET_BYTES;
-    if (overlap < cap) cap = overlap, full = CG_FUSE_OVERLAP;
-  }
   /* a first member larger than the bucket size fills it alone */
   if (b->bytes > cap || bytes > cap - b->bytes) {
-    *why = full;
+    *why = CG_FUSE_FULL;
     return NEVER;
+  }
+  /* compute ran since the bucket opened: this member's inputs come later
+   * than the first member's (re-checked each time it is asked), so the
+   * bucket closes once it holds its overlap size */
+  if (s->library_size && s->compute_done != b->compute_epoch) {
+    size_t overlap = b->index == 0 ? OVERLAP_FIRST_BYTES : OVERLAP_BUCKET_BYTES;
+    if (overlap < cap && b->bytes >= overlap) {
+      *why = CG_FUSE_OVERLAP;
+      return NEVER;
+    }
   }
   if (s->feeds_other[last]) {
     *why = CG_FUSE_FEEDS;

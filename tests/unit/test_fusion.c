@@ -254,6 +254,60 @@ START_TEST(fusion__buckets_overlap_compute) {
 }
 END_TEST
 
+/* The overlap sizes apply as PyTorch DDP applies its caps: a bucket that
+ * waits for compute closes once it holds at least its overlap size, the
+ * member that reaches it included; the communicator's own size (25 MiB
+ * offline) is never exceeded. Random gradient sizes (16 KiB to 3 MiB, in the
+ * same backward as above) against that rule computed here. */
+START_TEST(fusion__overlap_buckets_close_at_their_size_as_in_ddp) {
+  enum { N = 48, MAX_FLOATS = 3 << 18 };
+  const size_t first = (size_t)1 << 20, later = (size_t)25 << 20, cap = (size_t)25 << 20;
+  cg_comm_t *comm = offline(0, 2);
+  float *grads = calloc((size_t)N * MAX_FLOATS, sizeof *grads);
+  static float act[N + 1];
+  ck_assert_ptr_nonnull(grads);
+  cg_test_reseed(0x0bd1);
+  for (int round = 0; round < 20; round++) {
+    size_t floats[N];
+    cg_graph_t *g = fusion_new_graph();
+    for (int k = N - 1; k >= 0; k--) {
+      floats[k] = 4096 + (size_t)cg_test_below(MAX_FLOATS - 4096 + 1);
+      cg_access_t access = CG_ACCESS_INIT;
+      float *grad = grads + (size_t)k * MAX_FLOATS;
+      cg_range_t reads[] = {{&act[k + 1], sizeof(float)}};
+      cg_range_t writes[] = {{&act[k], sizeof(float)}, {grad, floats[k] * sizeof(float)}};
+      access.everything = 0, access.reads = reads, access.n_reads = 1, access.writes = writes, access.n_writes = 2;
+      ck_assert_cg_ok(cg_host_func(NULL, g, cg_test_noop, NULL, &access));
+      ck_assert_cg_ok(cg_allreduce(NULL, g, comm, grad, grad, floats[k], CG_FLOAT32, CG_SUM));
+    }
+    cg_plan_t *plan = fused(g, 0);
+    /* the reference: gradients N-1 down to 0, as recorded */
+    uint32_t want[N], n_want = 0, members = 0;
+    size_t bytes = 0;
+    for (int k = N - 1; k >= 0; k--) {
+      size_t b = floats[k] * sizeof(float), overlap = n_want == 0 ? first : later;
+      if (members && (bytes >= overlap || bytes + b > cap)) want[n_want++] = members, members = 0, bytes = 0;
+      members++, bytes += b;
+    }
+    want[n_want++] = members;
+    /* a bucket of one collective is no bucket: the plan lists the others */
+    uint32_t got = 0;
+    for (uint32_t b = 0; b < n_want; b++) {
+      if (want[b] == 1) continue;
+      ck_assert_msg(got < plan->n_buckets && plan->buckets[got].n_members == want[b],
+                    "round %d: bucket %u holds %u members, DDP's rule gives %u", round, got,
+                    got < plan->n_buckets ? plan->buckets[got].n_members : 0, want[b]);
+      got++;
+    }
+    ck_assert_uint_eq(plan->n_buckets, got);
+    cg_plan_destroy(plan);
+    cg_graph_destroy(g);
+  }
+  free(grads);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
 /* Tuned boundaries (cg_plan_tune's fusion, with a hand-made tuning): the
  * same backward as above; gradient k ready (N - k) ms after the start. A
  * collective of 512 KiB costing 15 us goes as soon as its gradient is ready;
@@ -590,19 +644,19 @@ END_TEST
 
 static Suite *suite(void) {
   Suite *s = suite_create("fusion");
-  const TTest *tests[][10] = {
+  const TTest *tests[][12] = {
       {fusion__random_graphs_keep_invariants, fusion__ten_allreduces_fuse_into_one_bucket,
        fusion__bucket_size_splits_buckets, fusion__dependent_allreduces_do_not_fuse, fusion__different_keys_do_not_fuse,
        fusion__bucket_bytes_from_the_environment, fusion__stats_count_copies,
        fusion__bucket_never_holds_back_other_communication, fusion__buckets_overlap_compute,
-       fusion__tuned_boundaries_follow_the_cost_model},
+       fusion__overlap_buckets_close_at_their_size_as_in_ddp, fusion__tuned_boundaries_follow_the_cost_model},
       {fusion__fence_waits_for_bucket_unpack, fusion__bucket_pack_waits_for_fence},
       {arena__pieces_touch_and_align_to_their_elements, arena__random_allocations_follow_the_model}};
   const char *names[] = {"fusion", "bugs", "arena"};
   for (int c = 0; c < 3; c++) {
     TCase *tc = tcase_create(names[c]);
     tcase_set_timeout(tc, 120);
-    for (int k = 0; k < 10 && tests[c][k]; k++) tcase_add_test(tc, tests[c][k]);
+    for (int k = 0; k < 12 && tests[c][k]; k++) tcase_add_test(tc, tests[c][k]);
     suite_add_tcase(s, tc);
   }
   return s;
