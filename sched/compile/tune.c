@@ -115,10 +115,76 @@ static const double alpha_scales[] = {1, 2, 4, 8};
 #define N_SCALES (sizeof alpha_scales / sizeof alpha_scales[0])
 #define MAX_CANDIDATES (N_SCALES + 1)
 
+/* Profiles `plan` (collective, like any replay) and models it into *tuning;
+ * the plan keeps what it measured (its dump and DOT show it). A rank that
+ * fails returns its failure, and still compiles after it (the caller), so
+ * the others do not wait. */
+static cg_status_t measure(cg_tuning_t *tuning, cg_plan_t *plan, cg_graph_t *graph, const cg_tune_opts_t *opts) {
+  cg_profile_t prof = {0};
+  cg_status_t mine = plan->exec->profile(&prof, plan, opts->replays, opts->stream, WHERE);
+  if (mine != CG_SUCCESS && strncmp(cg_error_last(), WHERE, strlen(WHERE)) != 0) {
+    char detail[2048];
+    snprintf(detail, sizeof detail, "%s", cg_error_last());
+    cg_fail(mine, WHERE ": profiling replays: %s", detail);
+  }
+  if (mine == CG_SUCCESS) mine = cg_cost_model_make(tuning, plan, graph, &prof, WHERE);
+  cg_profile_t *measured = mine == CG_SUCCESS ? calloc(1, sizeof *measured) : NULL;
+  if (measured && cg_profile_copy(measured, &prof, WHERE) == CG_SUCCESS) {
+    if (plan->measured) cg_profile_free(plan->measured);
+    free(plan->measured);
+    plan->measured = measured;
+  } else {
+    free(measured);
+  }
+  cg_profile_free(&prof);
+  return mine;
+}
+
+/* Compiles the model's boundaries at each alpha scale into candidates[*n..],
+ * dropping those that cut as an earlier candidate does. `mine` carries this
+ * rank's failure into the compiles (every compile agrees, so a failure on
+ * one rank ends them all). */
+static cg_status_t add_scaled(cg_plan_t **candidates, uint32_t *n, cg_graph_t *graph, const cg_compile_opts_t *copts,
+                              const cg_tuning_t *tuning, cg_status_t mine) {
+  cg_status_t st = CG_SUCCESS;
+  for (size_t k = 0; k < N_SCALES && st == CG_SUCCESS; k++) {
+    cg_tuning_t scaled = {0};
+    cg_status_t made = mine == CG_SUCCESS ? cg_cost_model_scaled(&scaled, tuning, alpha_scales[k], WHERE) : mine;
+    st = cg_compile_tuning(&candidates[*n], graph, copts, made == CG_SUCCESS ? &scaled : NULL, 0, made);
+    cg_tuning_free(&scaled);
+    if (st != CG_SUCCESS) break;
+    /* buckets are agreed, so every rank drops the same duplicates */
+    int seen = 0;
+    for (uint32_t j = 0; j < *n && !seen; j++) seen = same_buckets(candidates[j], candidates[*n]);
+    if (seen) {
+      cg_plan_destroy(candidates[*n]);
+      candidates[*n] = NULL;
+    } else {
+      (*n)++;
+    }
+  }
+  return st;
+}
+
+/* Times candidates[0..n) (the slowest rank's median replay) and keeps the
+ * fastest, candidates[0] unless another is strictly faster; the others are
+ * destroyed (all of them after a failure). */
+static cg_status_t keep_fastest(cg_plan_t **kept, cg_plan_t **candidates, uint32_t n, cg_status_t st, int replays) {
+  double seconds[MAX_CANDIDATES] = {0};
+  uint32_t best = 0;
+  *kept = NULL;
+  if (st == CG_SUCCESS && n > 1) st = time_all(seconds, candidates, n, replays);
+  for (uint32_t k = 1; st == CG_SUCCESS && k < n; k++)
+    if (seconds[k] < seconds[best]) best = k;
+  for (uint32_t k = 0; k < n; k++)
+    if (st != CG_SUCCESS || k != best) cg_plan_destroy(candidates[k]);
+  if (st == CG_SUCCESS) *kept = candidates[best];
+  return st;
+}
+
 cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, const cg_tune_opts_t *opts) {
   static const cg_tune_opts_t defaults = CG_TUNE_OPTS_INIT;
-  cg_profile_t prof = {0};
-  cg_tuning_t tuning = {0}, scaled = {0};
+  cg_tuning_t tuning = {0};
   cg_status_t st = CG_SUCCESS;
   if (!out || !plan || !graph)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, WHERE ": NULL %s", !out ? "out" : !plan ? "plan" : "graph");
@@ -137,62 +203,39 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
   if (!plan->exec->profile)
     return cg_fail(CG_ERR_UNSUPPORTED, WHERE ": the %s executor cannot profile a plan", plan->exec->name);
   *out = NULL;
-  /* profiling is collective like any replay; a rank that fails here still
-   * compiles (below), carrying its failure, so the others do not wait */
-  cg_status_t mine = plan->exec->profile(&prof, plan, opts->replays, opts->stream, WHERE);
-  if (mine != CG_SUCCESS && strncmp(cg_error_last(), WHERE, strlen(WHERE)) != 0) {
-    char detail[2048];
-    snprintf(detail, sizeof detail, "%s", cg_error_last());
-    cg_fail(mine, WHERE ": profiling replays: %s", detail);
-  }
-  if (mine == CG_SUCCESS) mine = cg_cost_model_make(&tuning, plan, graph, &prof, WHERE);
-  /* the profiled plan keeps what it measured: its dump and DOT show it */
-  cg_profile_t *measured = mine == CG_SUCCESS ? calloc(1, sizeof *measured) : NULL;
-  if (measured && cg_profile_copy(measured, &prof, WHERE) == CG_SUCCESS) {
-    if (plan->measured) cg_profile_free(plan->measured);
-    free(plan->measured);
-    plan->measured = measured;
-  } else {
-    free(measured);
-  }
-  cg_profile_free(&prof);
+  cg_status_t mine = measure(&tuning, plan, graph, opts);
   /* The graph is the plan's, checked when the plan was compiled: no second
    * cross-rank check. The ranks' agreement on the tuning carries a rank's
    * failure (its profile's, say) to the others instead. Candidates: the
    * default boundaries (keeping the tuning, marked "default won", so either
    * kind of winner can be saved), then the model's boundaries at each alpha
-   * scale; every compile agrees, so a failure on one rank ends them all. */
+   * scale. */
   cg_compile_opts_t copts = opts->compile;
   copts.check_ranks = 0;
-  cg_plan_t *candidates[MAX_CANDIDATES] = {NULL};
+  cg_plan_t *candidates[MAX_CANDIDATES] = {NULL}, *kept = NULL;
   uint32_t n = 0;
   st = cg_compile_tuning(&candidates[n], graph, &copts, mine == CG_SUCCESS ? &tuning : NULL, 1, mine);
   if (st == CG_SUCCESS) n++;
-  for (size_t k = 0; k < N_SCALES && st == CG_SUCCESS; k++) {
-    st = cg_cost_model_scaled(&scaled, &tuning, alpha_scales[k], WHERE);
-    cg_status_t compiled = cg_compile_tuning(&candidates[n], graph, &copts, st == CG_SUCCESS ? &scaled : NULL, 0, st);
-    cg_tuning_free(&scaled);
-    if ((st = compiled) != CG_SUCCESS) break;
-    /* buckets are agreed, so every rank drops the same duplicates */
-    int seen = 0;
-    for (uint32_t j = 0; j < n && !seen; j++) seen = same_buckets(candidates[j], candidates[n]);
-    if (seen) {
-      cg_plan_destroy(candidates[n]);
-      candidates[n] = NULL;
-    } else {
-      n++;
-    }
-  }
+  if (st == CG_SUCCESS) st = add_scaled(candidates, &n, graph, &copts, &tuning, CG_SUCCESS);
   cg_tuning_free(&tuning);
   /* the model can be wrong: the candidate that runs fastest on the slowest
    * rank is kept; the default unless another is strictly faster */
-  double seconds[MAX_CANDIDATES] = {0};
-  uint32_t best = 0;
-  if (st == CG_SUCCESS && n > 1) st = time_all(seconds, candidates, n, opts->replays);
-  for (uint32_t k = 1; st == CG_SUCCESS && k < n; k++)
-    if (seconds[k] < seconds[best]) best = k;
-  for (uint32_t k = 0; k < n; k++)
-    if (st != CG_SUCCESS || k != best) cg_plan_destroy(candidates[k]);
-  if (st == CG_SUCCESS) *out = candidates[best];
+  st = keep_fastest(&kept, candidates, n, st, opts->replays);
+  /* Where the model's boundaries won, it is refined once around them: the
+   * default plan's profile has the default's collectives, few and large,
+   * competing with the compute, and says little about the cost of the
+   * smaller ones the winner sends during it (what they cost, what they slow
+   * down). The winner is profiled in turn, modelled again, and the new
+   * boundaries are timed against it; it stays unless one is strictly faster. */
+  if (st == CG_SUCCESS && !cg_plan_default_won(kept)) {
+    memset(candidates, 0, sizeof candidates);
+    candidates[0] = kept;
+    n = 1;
+    mine = measure(&tuning, kept, graph, opts);
+    st = add_scaled(candidates, &n, graph, &copts, &tuning, mine);
+    cg_tuning_free(&tuning);
+    st = keep_fastest(&kept, candidates, n, st, opts->replays);
+  }
+  if (st == CG_SUCCESS) *out = kept;
   return st;
 }
