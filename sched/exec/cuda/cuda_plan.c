@@ -56,6 +56,8 @@ void cg_cuda_release(cg_plan_t *p) {
   if (c->launch_done) cudaEventDestroy(c->launch_done);
   free(c->timeout_report);
   if (c->marks) cudaFreeHost(c->marks);
+  free(c->marked);
+  free(c->witness);
   free(c->seq_base);
   if (c->run_done) cudaEventDestroy(c->run_done);
   cg_device_prints_free(c->prints);
@@ -134,7 +136,9 @@ static cg_status_t capture_cuda_node(const cg_plan_t *p, uint32_t index, cudaStr
  * The marks stay allocated meanwhile: the monitor may be reading them. */
 static int marking(const struct cg_cuda_plan *c) { return c->marks && !c->stamps; }
 
-/* The unit's progress marks (plans with a timeout), off the lanes' path:
+/* The unit's progress marks (plans with a timeout; not after a unit of user
+ * compute that more user compute follows, cg_cuda_choose_marks), off the
+ * lanes' path:
  * the lane's marks stream waits for the unit and counts its steps, and
  * nothing but the replay's end waits for the marks, so they cost the steps
  * no launch latency; a stream per lane, so a step is counted once its own
@@ -142,6 +146,7 @@ static int marking(const struct cg_cuda_plan *c) { return c->marks && !c->stamps
 static cg_status_t mark_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEvent_t done, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   cudaStream_t marks = c->mark_lanes[u->lane];
+  if (!c->marked[p->issue_order[u->first + u->n - 1]]) return CG_SUCCESS; /* cg_cuda_choose_marks */
   cudaError_t err = cudaEventRecord(done, c->lanes[u->lane]);
   if (err == cudaSuccess) err = cudaStreamWaitEvent(marks, done, 0);
   for (uint32_t k = 0; k < u->n && err == cudaSuccess; k++)
@@ -282,6 +287,7 @@ cg_status_t cg_cuda_capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
   cudaEvent_t *unit_done = calloc(p->n_units ? p->n_units : 1, sizeof *unit_done);
   cg_status_t st = events && joins && unit_done ? create_events(events, joins, unit_done, p, where)
                                                 : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating capture events", where);
+  if (st == CG_SUCCESS && marking(p->cuda)) st = cg_cuda_choose_marks(p, where);
   if (st == CG_SUCCESS) st = capture_units(out, p, events, joins, unit_done, where);
   for (uint32_t i = 0; events && i < p->n_steps; i++)
     if (events[i]) cudaEventDestroy(events[i]);

@@ -32,6 +32,11 @@ struct cg_cuda_plan {
    * CG_MARK_LEFT), and when cg_plan_start's replay began */
   unsigned *marks, *marks_dev;
   cudaStream_t *mark_lanes; /* per lane: where its marks are captured, off the lane's path */
+  /* per step (cg_cuda_choose_marks, at each capture): whether it has a mark
+   * of its own, and for one that has not, the next step of its lane that
+   * has (CG_NO_STEP if none): once that one is done, so is this one */
+  uint8_t *marked;
+  uint32_t *witness;
   uint64_t started_ns;
   uint64_t *seq_base; /* per plan communicator: its sequence number at the latest launch */
   /* cg_plan_launch's replays under the watchdog (cuda_watchdog.c): recorded
@@ -59,6 +64,17 @@ enum { CG_FIRED_NONE, CG_FIRED_CLAIMED, CG_FIRED_REPORTED };
 #define CG_MARK_ENTERED(n_steps) (n_steps)
 #define CG_MARK_LEFT(n_steps) ((n_steps) + 1)
 #define CG_MARK_SLOTS(n_steps) ((n_steps) + 2)
+
+/* Which steps the capture marks (c->marked, c->witness). Every step but
+ * one of user compute (child graph, event) that the next unit of its lane
+ * follows with user compute again, and that no host function waits for:
+ * a mark is a kernel that waits for its step, and one after each kernel of
+ * a long chain of users' kernels (a backward pass) slowed the chain by
+ * 1.3-1.6 us per kernel. Such a run's last step is marked, and so is every
+ * collective, copy and host function, so the report still names the
+ * collective or host function waited for; a stalled user kernel is named
+ * as the first of its run not known to be done. */
+cg_status_t cg_cuda_choose_marks(cg_plan_t *p, const char *where);
 
 /* The replay a report, a roll call and its answers name: the plan's own
  * launches (cg_plan_start, cg_plan_launch), or once the plan is embedded

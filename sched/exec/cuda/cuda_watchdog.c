@@ -30,11 +30,72 @@ uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s) {
   return 0;
 }
 
+static int all_user_compute(const cg_plan_t *p, const cg_issue_unit_t *u) {
+  for (uint32_t k = 0; k < u->n; k++)
+    if (p->steps[p->issue_order[u->first + k]].kind != CG_STEP_CUDA_NODE) return 0;
+  return 1;
+}
+
+static int host_func_waits(const cg_plan_t *p, const cg_issue_unit_t *u) {
+  for (uint32_t k = 0; k < u->n; k++) {
+    const cg_step_t *s = &p->steps[p->issue_order[u->first + k]];
+    for (uint32_t e = 0; e < s->n_succs; e++)
+      if (p->steps[s->succs[e]].kind == CG_STEP_HOST_FUNC) return 1;
+  }
+  return 0;
+}
+
+cg_status_t cg_cuda_choose_marks(cg_plan_t *p, const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  if (!c->marked) c->marked = calloc(p->n_steps ? p->n_steps : 1, sizeof *c->marked);
+  if (!c->witness) c->witness = calloc(p->n_steps ? p->n_steps : 1, sizeof *c->witness);
+  uint32_t *next_marked = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *next_marked);
+  if (!c->marked || !c->witness || !next_marked) {
+    free(next_marked);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: choosing the watchdog's marks of %u steps", where, p->n_steps);
+  }
+  /* backwards through the units: the unit after this one on its lane */
+  const cg_issue_unit_t **after = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *after);
+  if (!after) {
+    free(next_marked);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: choosing the watchdog's marks of %u steps", where, p->n_steps);
+  }
+  for (uint32_t l = 0; l < p->n_lanes; l++) next_marked[l] = CG_NO_STEP;
+  for (uint32_t u = p->n_units; u-- > 0;) {
+    const cg_issue_unit_t *unit = &p->units[u];
+    const cg_issue_unit_t *next = after[unit->lane];
+    int skip = all_user_compute(p, unit) && next && all_user_compute(p, next) && !host_func_waits(p, unit);
+    for (uint32_t k = 0; k < unit->n; k++) {
+      uint32_t i = p->issue_order[unit->first + k];
+      c->marked[i] = (uint8_t)!skip;
+      c->witness[i] = skip ? next_marked[unit->lane] : CG_NO_STEP;
+    }
+    if (!skip) next_marked[unit->lane] = p->issue_order[unit->first + unit->n - 1];
+    after[unit->lane] = unit;
+  }
+  free(after);
+  free(next_marked);
+  return CG_SUCCESS;
+}
+
+/* Whether the capture marked the step itself (all did before the first
+ * capture chose). */
+static int has_mark(const struct cg_cuda_plan *c, uint32_t step) { return !c->marked || c->marked[step]; }
+
 /* A step is done in the replay the marks are in (marks_replay) once its
  * mark has counted that many replays: every replay of the plan's graph,
- * launched by commgraph or by a user's graph that embeds it. */
+ * launched by commgraph or by a user's graph that embeds it. A step without
+ * a mark of its own is done once a later marked step of its lane is, or a
+ * marked step that waits for it. */
 static int step_marked(const cg_plan_t *p, uint32_t step, uint64_t replay) {
-  return ((volatile unsigned *)p->cuda->marks)[step] >= (unsigned)replay;
+  const struct cg_cuda_plan *c = p->cuda;
+  volatile unsigned *m = c->marks;
+  if (has_mark(c, step)) return m[step] >= (unsigned)replay;
+  if (c->witness[step] != CG_NO_STEP && m[c->witness[step]] >= (unsigned)replay) return 1;
+  const cg_step_t *s = &p->steps[step];
+  for (uint32_t e = 0; e < s->n_succs; e++)
+    if (has_mark(c, s->succs[e]) && m[s->succs[e]] >= (unsigned)replay) return 1;
+  return 0;
 }
 
 static uint64_t marks_sum(const cg_plan_t *p) {
@@ -49,9 +110,9 @@ static uint64_t marks_replay(const cg_plan_t *p) {
   unsigned least = UINT32_MAX;
   for (uint32_t i = 0; i < p->n_steps; i++) {
     unsigned m = ((volatile unsigned *)p->cuda->marks)[i];
-    if (m < least) least = m;
+    if (has_mark(p->cuda, i) && m < least) least = m;
   }
-  return p->n_steps ? (uint64_t)least + 1 : p->replays;
+  return least != UINT32_MAX ? (uint64_t)least + 1 : p->replays;
 }
 
 uint64_t cg_cuda_replay_number(const cg_plan_t *p) {
@@ -222,6 +283,9 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
   }
   const cg_comm_t *comm = w.waiting != CG_NO_STEP ? p->steps[w.waiting].comm : NULL;
   if (!c->marks) snprintf(extra, sizeof extra, "no progress marks: compiled without a timeout");
+  if (w.waiting != CG_NO_STEP && !has_mark(c, w.waiting) && c->witness[w.waiting] != CG_NO_STEP)
+    snprintf(extra, sizeof extra, "user compute is marked at the end of each run on a lane: the replay waits in "
+             "this step or in a later one up to step %u", c->witness[w.waiting]);
   if (comm)
     snprintf(extra, sizeof extra, "communicator %016llx; the plan's communicators are being aborted",
              (unsigned long long)comm->id);
