@@ -66,8 +66,9 @@ enum { CG_FIRED_NONE, CG_FIRED_CLAIMED, CG_FIRED_REPORTED };
 #define CG_MARK_SLOTS(n_steps) ((n_steps) + 2)
 
 /* Which steps the capture marks (c->marked, c->witness). Every step but
- * one of user compute (child graph, event) that the next unit of its lane
- * follows with user compute again, and that no host function waits for:
+ * one of user compute (child graph, event; or a zero-copy bucket's pack or
+ * unpack, which copies nothing) that the next unit of its lane follows with
+ * the same again, and that no host function waits for:
  * a mark is a kernel that waits for its step, and one after each kernel of
  * a long chain of users' kernels (a backward pass) slowed the chain by
  * 1.3-1.6 us per kernel. Such a run's last step is marked, and so is every

@@ -30,9 +30,18 @@ uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s) {
   return 0;
 }
 
+/* User compute, or a bucket's pack or unpack that copies nothing (zero-copy
+ * buckets): nothing of commgraph's own that could stall in it. */
+static int markless_kind(const cg_plan_t *p, const cg_step_t *s) {
+  if (s->kind == CG_STEP_CUDA_NODE) return 1;
+  if (s->kind == CG_STEP_PACK) return p->buckets[s->bucket].n_pack_chunks == 0;
+  if (s->kind == CG_STEP_UNPACK) return p->buckets[s->bucket].n_unpack_chunks == 0;
+  return 0;
+}
+
 static int all_user_compute(const cg_plan_t *p, const cg_issue_unit_t *u) {
   for (uint32_t k = 0; k < u->n; k++)
-    if (p->steps[p->issue_order[u->first + k]].kind != CG_STEP_CUDA_NODE) return 0;
+    if (!markless_kind(p, &p->steps[p->issue_order[u->first + k]])) return 0;
   return 1;
 }
 
