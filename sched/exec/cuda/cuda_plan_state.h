@@ -65,16 +65,8 @@ enum { CG_FIRED_NONE, CG_FIRED_CLAIMED, CG_FIRED_REPORTED };
 #define CG_MARK_LEFT(n_steps) ((n_steps) + 1)
 #define CG_MARK_SLOTS(n_steps) ((n_steps) + 2)
 
-/* Which steps the capture marks (c->marked, c->witness). Every step but
- * one of user compute (child graph, event; or a zero-copy bucket's pack or
- * unpack, which copies nothing) that the next unit of its lane follows with
- * the same again, and that no host function waits for:
- * a mark is a kernel that waits for its step, and one after each kernel of
- * a long chain of users' kernels (a backward pass) slowed the chain by
- * 1.3-1.6 us per kernel. Such a run's last step is marked, and so is every
- * collective, copy and host function, so the report still names the
- * collective or host function waited for; a stalled user kernel is named
- * as the first of its run not known to be done. */
+/* Which steps the capture marks (c->marked, c->witness): cg_marks_choose
+ * (watch_marks.h). */
 cg_status_t cg_cuda_choose_marks(cg_plan_t *p, const char *where);
 
 /* The replay a report, a roll call and its answers name: the plan's own

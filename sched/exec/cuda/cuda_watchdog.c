@@ -22,6 +22,7 @@
 #include "device_fingerprint.h"
 #include "error.h"
 #include "flight.h"
+#include "watch_marks.h"
 #include "watchdog.h"
 
 uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s) {
@@ -30,60 +31,13 @@ uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s) {
   return 0;
 }
 
-/* User compute, or a bucket's pack or unpack that copies nothing (zero-copy
- * buckets): nothing of commgraph's own that could stall in it. */
-static int markless_kind(const cg_plan_t *p, const cg_step_t *s) {
-  if (s->kind == CG_STEP_CUDA_NODE) return 1;
-  if (s->kind == CG_STEP_PACK) return p->buckets[s->bucket].n_pack_chunks == 0;
-  if (s->kind == CG_STEP_UNPACK) return p->buckets[s->bucket].n_unpack_chunks == 0;
-  return 0;
-}
-
-static int all_user_compute(const cg_plan_t *p, const cg_issue_unit_t *u) {
-  for (uint32_t k = 0; k < u->n; k++)
-    if (!markless_kind(p, &p->steps[p->issue_order[u->first + k]])) return 0;
-  return 1;
-}
-
-static int host_func_waits(const cg_plan_t *p, const cg_issue_unit_t *u) {
-  for (uint32_t k = 0; k < u->n; k++) {
-    const cg_step_t *s = &p->steps[p->issue_order[u->first + k]];
-    for (uint32_t e = 0; e < s->n_succs; e++)
-      if (p->steps[s->succs[e]].kind == CG_STEP_HOST_FUNC) return 1;
-  }
-  return 0;
-}
-
 cg_status_t cg_cuda_choose_marks(cg_plan_t *p, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   if (!c->marked) c->marked = calloc(p->n_steps ? p->n_steps : 1, sizeof *c->marked);
   if (!c->witness) c->witness = calloc(p->n_steps ? p->n_steps : 1, sizeof *c->witness);
-  uint32_t *next_marked = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *next_marked);
-  if (!c->marked || !c->witness || !next_marked) {
-    free(next_marked);
+  if (!c->marked || !c->witness)
     return cg_fail(CG_ERR_NO_MEMORY, "%s: choosing the watchdog's marks of %u steps", where, p->n_steps);
-  }
-  /* backwards through the units: the unit after this one on its lane */
-  const cg_issue_unit_t **after = calloc(p->n_lanes ? p->n_lanes : 1, sizeof *after);
-  if (!after) {
-    free(next_marked);
-    return cg_fail(CG_ERR_NO_MEMORY, "%s: choosing the watchdog's marks of %u steps", where, p->n_steps);
-  }
-  for (uint32_t l = 0; l < p->n_lanes; l++) next_marked[l] = CG_NO_STEP;
-  for (uint32_t u = p->n_units; u-- > 0;) {
-    const cg_issue_unit_t *unit = &p->units[u];
-    const cg_issue_unit_t *next = after[unit->lane];
-    int skip = all_user_compute(p, unit) && next && all_user_compute(p, next) && !host_func_waits(p, unit);
-    for (uint32_t k = 0; k < unit->n; k++) {
-      uint32_t i = p->issue_order[unit->first + k];
-      c->marked[i] = (uint8_t)!skip;
-      c->witness[i] = skip ? next_marked[unit->lane] : CG_NO_STEP;
-    }
-    if (!skip) next_marked[unit->lane] = p->issue_order[unit->first + unit->n - 1];
-    after[unit->lane] = unit;
-  }
-  free(after);
-  free(next_marked);
+  cg_marks_choose(c->marked, c->witness, p);
   return CG_SUCCESS;
 }
 
@@ -93,18 +47,11 @@ static int has_mark(const struct cg_cuda_plan *c, uint32_t step) { return !c->ma
 
 /* A step is done in the replay the marks are in (marks_replay) once its
  * mark has counted that many replays: every replay of the plan's graph,
- * launched by commgraph or by a user's graph that embeds it. A step without
- * a mark of its own is done once a later marked step of its lane is, or a
- * marked step that waits for it. */
+ * launched by commgraph or by a user's graph that embeds it (watch_marks.h
+ * for the steps without a mark of their own). */
 static int step_marked(const cg_plan_t *p, uint32_t step, uint64_t replay) {
   const struct cg_cuda_plan *c = p->cuda;
-  volatile unsigned *m = c->marks;
-  if (has_mark(c, step)) return m[step] >= (unsigned)replay;
-  if (c->witness[step] != CG_NO_STEP && m[c->witness[step]] >= (unsigned)replay) return 1;
-  const cg_step_t *s = &p->steps[step];
-  for (uint32_t e = 0; e < s->n_succs; e++)
-    if (has_mark(c, s->succs[e]) && m[s->succs[e]] >= (unsigned)replay) return 1;
-  return 0;
+  return cg_marks_step_done(p, c->marked, c->witness, c->marks, step, replay);
 }
 
 static uint64_t marks_sum(const cg_plan_t *p) {
