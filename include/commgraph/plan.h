@@ -161,7 +161,11 @@ CG_API cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, siz
  * is compiled again into *out with opts->compile: bucket boundaries now
  * minimize the predicted finish of each communicator's last collective, so
  * buckets whose inputs come late start without waiting for the rest, and
- * buckets that would only add fixed costs are merged. The cross-rank check
+ * buckets that would only add fixed costs are merged. The model's boundaries
+ * at five scales of its fixed cost and the default boundaries are compiled
+ * and timed (`replays` replays each, interleaved), and the fastest on the
+ * slowest rank is kept; where the model's won, that plan is profiled and
+ * modelled once more and the new boundaries are timed against it. The cross-rank check
  * does not run again (opts->compile.check_ranks is not used: the graph is
  * the plan's); the ranks' agreement on the measurements carries any rank's
  * failure, profiling included, to the others. opts->compile.tuning_file must

@@ -28,7 +28,7 @@ static const cg_status_t node_or_argument[] = {CG_ERR_INVALID_NODE, CG_ERR_INVAL
  * which also computes the expected bytes (guards included) without
  * communicating. */
 
-enum { KC_MAX = 24, KC_GUARDED = 2 };
+enum { KC_MAX = 24 };
 
 static const size_t kc_counts[] = {1, 7, 130, 1021};
 static const cg_dtype_t kc_dtypes[] = {CG_INT32, CG_FLOAT64, CG_INT8, CG_FLOAT32, CG_BFLOAT16, CG_UINT64};
