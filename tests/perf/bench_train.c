@@ -43,6 +43,8 @@
  *      file) compiled with a replay timeout (60 s) and the default
  *      fingerprint: the replay watchdog's marks and the fingerprint's
  *      allgather in the iteration (docs/watchdog.md);
+ *   5m. the same with fingerprint 0: the marks alone, so that 5w's cost
+ *      splits into the marks' and the fingerprint's;
  *   6. commgraph at each --bucket-mb size (default 1, 4, 25 MiB) and in one
  *      bucket (the whole workload): the same graph, bucket_bytes set;
  *   7. the lower bound of the exposed time, computed: from the ready times of
@@ -387,8 +389,9 @@ int main(int argc, char **argv) {
   NCCL_CHECK_ON(c.nccl, ncclAllReduce(large.base, large.base, large_count, ncclFloat32, ncclSum, c.nccl, c.s));
   CUDA_CHECK(cudaStreamSynchronize(c.s));
 
-  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5w and 6 */
-  int nb_per_b = 6 + a.n_bucket + 1, nb = 3 + a.n_backward * nb_per_b;
+  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5w, 5m and 6 */
+  enum { FIXED = 7 }; /* the first mode 6 */
+  int nb_per_b = FIXED + a.n_bucket + 1, nb = 3 + a.n_backward * nb_per_b;
   bt_bench_t *b = cgb_xcalloc((size_t)nb, sizeof *b);
   unsigned long long **stamps = cgb_xcalloc((size_t)nb, sizeof *stamps), *ns = cgb_xcalloc((size_t)n, sizeof *ns);
   size_t stamp_bytes = 2 * (size_t)n * TRAIN_BLOCKS * sizeof **stamps;
@@ -453,16 +456,18 @@ int main(int argc, char **argv) {
     }
     /* watched: the tuned plan's buckets (its tuning file) with the replay
      * watchdog on: what the watchdog costs an iteration */
-    m[5].plan = bt_compile_watched(graph, m[4].plan, BT_WATCH_TIMEOUT_S, &m[5].stats);
+    m[5].plan = bt_compile_watched(graph, m[4].plan, BT_WATCH_TIMEOUT_S, 1, &m[5].stats);
     snprintf(m[5].label, sizeof m[5].label, "5w. commgraph, tuned, watched (%g s timeout)", BT_WATCH_TIMEOUT_S);
+    m[6].plan = bt_compile_watched(graph, m[4].plan, BT_WATCH_TIMEOUT_S, 0, &m[6].stats);
+    snprintf(m[6].label, sizeof m[6].label, "5m. commgraph, tuned, watched, fingerprint 0");
     for (int z = 0; z <= a.n_bucket; z++) {
+      bt_bench_t *fixed = &m[FIXED + z];
       size_t cap = z < a.n_bucket ? (size_t)(a.bucket_mb[z] * CGB_MIB) : total * sizeof(float);
-      m[6 + z].plan = bt_compile(graph, cap, &m[6 + z].stats);
+      fixed->plan = bt_compile(graph, cap, &fixed->stats);
       if (z < a.n_bucket)
-        snprintf(m[6 + z].label, sizeof m[6 + z].label, "6. commgraph, %g MiB buckets", a.bucket_mb[z]);
+        snprintf(fixed->label, sizeof fixed->label, "6. commgraph, %g MiB buckets", a.bucket_mb[z]);
       else
-        snprintf(m[6 + z].label, sizeof m[6 + z].label, "6. commgraph, one bucket (%.1f MiB)",
-                 (double)cap / CGB_MIB);
+        snprintf(fixed->label, sizeof fixed->label, "6. commgraph, one bucket (%.1f MiB)", (double)cap / CGB_MIB);
     }
     cg_graph_destroy(graph);
     for (int k = 3; k < nb_per_b; k++)

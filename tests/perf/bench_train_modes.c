@@ -159,7 +159,8 @@ cg_plan_t *bt_compile(cg_graph_t *graph, size_t bucket_bytes, cg_plan_stats_t *s
   return plan;
 }
 
-cg_plan_t *bt_compile_watched(cg_graph_t *graph, const cg_plan_t *tuned, double timeout_s, cg_plan_stats_t *stats) {
+cg_plan_t *bt_compile_watched(cg_graph_t *graph, const cg_plan_t *tuned, double timeout_s, int fingerprint,
+                              cg_plan_stats_t *stats) {
   /* a file per process (its pid), so no "%r" is needed; concurrent runs
    * on one host do not meet */
   char path[256];
@@ -168,6 +169,7 @@ cg_plan_t *bt_compile_watched(cg_graph_t *graph, const cg_plan_t *tuned, double 
   cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
   opts.tuning_file = path;
   opts.timeout_s = timeout_s;
+  opts.fingerprint = fingerprint;
   cg_plan_t *plan = NULL;
   CG_CHECK(cg_compile(&plan, graph, &opts));
   CG_CHECK(cg_plan_stats(stats, plan));
