@@ -11,13 +11,12 @@
  * the default boundaries are compiled and timed, and the fastest on the
  * slowest rank is kept. No compile runs the cross-rank check again: the graph
  * is the plan's, and the agreement on the tuning carries any rank's failure. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "agreement.h"
+#include "clock.h"
 #include "cost_model.h"
 #include "error.h"
 #include "executor.h"
@@ -31,18 +30,12 @@ static int compare_double(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* One replay through the plan's executor, waited for; its seconds. */
 static cg_status_t replay(double *seconds, cg_plan_t *plan) {
-  uint64_t t0 = now_ns();
+  uint64_t t0 = cg_clock_ns();
   cg_status_t st = plan->exec->start(plan);
   if (st == CG_SUCCESS) st = plan->exec->wait(plan);
-  *seconds = (double)(now_ns() - t0) * 1e-9;
+  *seconds = (double)(cg_clock_ns() - t0) * 1e-9;
   return st;
 }
 

@@ -92,7 +92,7 @@ static void copy_bucket(const cg_plan_t *p, const cg_step_t *step) {
 
 /* Profiling: when step `index` starts (which 0) or ends (1). */
 static void stamp(cg_host_run_t *r, uint32_t index, int which) {
-  if (r->stamps) r->stamps[2 * (size_t)index + which] = cg_watchdog_now_ns() - r->started_ns;
+  if (r->stamps) r->stamps[2 * (size_t)index + which] = cg_clock_ns() - r->started_ns;
 }
 
 static void complete(cg_plan_t *plan, uint32_t index) {
@@ -269,7 +269,7 @@ static cg_status_t host_start(cg_plan_t *plan) {
   cg_host_run_t *r = plan->run;
   r->n_started = r->n_work = r->n_done = 0;
   r->last_done = CG_NO_STEP;
-  r->started_ns = cg_watchdog_now_ns();
+  r->started_ns = cg_clock_ns();
   plan->replays++;
   cg_flight_plan(plan, CG_FLIGHT_REPLAY_START, plan->replays);
   /* roots in reverse, so the worklist (a stack) starts them in step order */

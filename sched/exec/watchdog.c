@@ -29,14 +29,8 @@ cg_status_t cg_plan_timeout(double *seconds, const cg_plan_t *plan) {
   return CG_SUCCESS;
 }
 
-uint64_t cg_watchdog_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 int cg_watchdog_expired(const cg_plan_t *plan, uint64_t started_ns) {
-  return plan->timeout_s > 0 && (double)(cg_watchdog_now_ns() - started_ns) >= plan->timeout_s * 1e9;
+  return plan->timeout_s > 0 && (double)(cg_clock_ns() - started_ns) >= plan->timeout_s * 1e9;
 }
 
 /* "rank r of n" in the plan's first communicator: the rank a reader knows. */
@@ -101,7 +95,7 @@ static void waiting_in(char *buf, size_t size, const cg_plan_t *plan, uint64_t r
 
 void cg_watchdog_answer(const cg_plan_t *plan, uint64_t replay, uint64_t *last_ns) {
   if (plan->timeout_s <= 0) return;
-  uint64_t now = cg_watchdog_now_ns();
+  uint64_t now = cg_clock_ns();
   if (now - *last_ns < 1000000u) return;
   *last_ns = now;
   char text[192];

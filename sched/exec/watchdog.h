@@ -1,5 +1,5 @@
 /* The replay watchdog (include/commgraph/plan.h, docs/watchdog.md): a plan's
- * timeout, the clock replays are measured with, and the report a timeout
+ * timeout (replays are measured with core/clock.h), and the report a timeout
  * makes. The executors (host_exec.c, cuda_plan.c) decide which step was
  * waited for; this file words it the same way for both. */
 #ifndef CG_SCHED_WATCHDOG_H
@@ -7,10 +7,9 @@
 
 #include <stdint.h>
 
+#include "clock.h"
 #include "plan_internal.h"
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-uint64_t cg_watchdog_now_ns(void);
 /* Whether the plan's current replay, started at `started_ns`, has run past
  * the plan's timeout. */
 int cg_watchdog_expired(const cg_plan_t *plan, uint64_t started_ns);

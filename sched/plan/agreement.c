@@ -1,11 +1,10 @@
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "agreement.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "error.h"
 #include "plan_internal.h"
 
@@ -53,11 +52,7 @@ void cg_participants_free(cg_participants_t *pt) {
   *pt = (cg_participants_t){0};
 }
 
-static double monotonic_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double monotonic_s(void) { return (double)cg_clock_ns() * 1e-9; }
 
 static cg_status_t timed_out(cg_control_round_t *rounds, uint32_t n, double timeout_s, const char *waiting_in) {
   const cg_comm_t *late = NULL;

@@ -588,7 +588,7 @@ cg_status_t cg_cuda_start(cg_plan_t *p) {
   if ((st = launch_exec(&exec, p, "cg_plan_start")) != CG_SUCCESS) return st;
   /* the waiter's from the start: the monitor leaves it alone */
   atomic_store(&c->running, 1);
-  c->started_ns = cg_watchdog_now_ns();
+  c->started_ns = cg_clock_ns();
   cudaError_t err = cudaGraphLaunch(exec, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   if (err != cudaSuccess) {

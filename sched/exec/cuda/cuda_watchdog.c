@@ -322,7 +322,7 @@ static int check_embedded(cg_plan_t *p, fired_t *fired) {
     cudaSetDevice(p->device);
     in_flight = cudaEventQuery(c->launch_done) == cudaErrorNotReady;
   }
-  uint64_t now = cg_watchdog_now_ns(), sum = marks_sum(p);
+  uint64_t now = cg_clock_ns(), sum = marks_sum(p);
   if (!in_flight || sum != c->marks_seen) {
     c->marks_seen = sum;
     c->progress_ns = now;
@@ -350,7 +350,7 @@ static int check_plan(cg_plan_t *p, fired_t *fired) {
       return fire(p, "cg_plan_launch (watchdog)", fired);
     return 1;
   }
-  uint64_t now = cg_watchdog_now_ns(), sum = marks_sum(p);
+  uint64_t now = cg_clock_ns(), sum = marks_sum(p);
   if (sum != c->marks_seen) {
     c->marks_seen = sum;
     c->progress_ns = now;
@@ -423,7 +423,7 @@ static cg_status_t watch(cg_plan_t *p, const char *caller) {
   w->next = watch_list;
   watch_list = w;
   c->watched = 1;
-  c->progress_ns = cg_watchdog_now_ns();
+  c->progress_ns = cg_clock_ns();
   c->marks_seen = marks_sum(p);
   return CG_SUCCESS;
 }
@@ -441,7 +441,7 @@ cg_status_t cg_cuda_watch_embedded(cg_plan_t *p, const char *caller) {
   cg_status_t st = watch(p, caller);
   if (st == CG_SUCCESS && !p->cuda->watch_embedded) {
     p->cuda->watch_embedded = 1;
-    p->cuda->progress_ns = cg_watchdog_now_ns();
+    p->cuda->progress_ns = cg_clock_ns();
   }
   pthread_mutex_unlock(&monitor_lock);
   return st;
