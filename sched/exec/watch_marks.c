@@ -53,14 +53,12 @@ void cg_marks_choose(uint8_t *marked, uint32_t *witness, const cg_plan_t *p) {
   free(after);
 }
 
-static int has_mark(const uint8_t *marked, uint32_t step) { return !marked || marked[step]; }
-
 int cg_marks_step_done(const cg_plan_t *p, const uint8_t *marked, const uint32_t *witness,
                        const volatile unsigned *marks, uint32_t step, uint64_t replay) {
-  if (has_mark(marked, step)) return marks[step] >= (unsigned)replay;
+  if (cg_marks_has(marked, step)) return marks[step] >= (unsigned)replay;
   if (witness[step] != CG_NO_STEP && marks[witness[step]] >= (unsigned)replay) return 1;
   const cg_step_t *s = &p->steps[step];
   for (uint32_t e = 0; e < s->n_succs; e++)
-    if (has_mark(marked, s->succs[e]) && marks[s->succs[e]] >= (unsigned)replay) return 1;
+    if (cg_marks_has(marked, s->succs[e]) && marks[s->succs[e]] >= (unsigned)replay) return 1;
   return 0;
 }

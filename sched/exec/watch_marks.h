@@ -17,6 +17,10 @@
  * pass) slowed the chain by 1.3-1.6 us per kernel. */
 void cg_marks_choose(uint8_t *marked, uint32_t *witness, const cg_plan_t *p);
 
+/* Whether step `step` has a mark of its own (marked NULL: no choice made,
+ * every step has). */
+static inline int cg_marks_has(const uint8_t *marked, uint32_t step) { return !marked || marked[step]; }
+
 /* Whether step `step` is done in replay `replay` by the marks (marks[i]
  * counts the replays step i finished; marked NULL: every step has its own).
  * A step without a mark is done once its witness is (a lane runs in issue

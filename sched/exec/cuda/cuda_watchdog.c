@@ -41,10 +41,6 @@ cg_status_t cg_cuda_choose_marks(cg_plan_t *p, const char *where) {
   return CG_SUCCESS;
 }
 
-/* Whether the capture marked the step itself (all did before the first
- * capture chose). */
-static int has_mark(const struct cg_cuda_plan *c, uint32_t step) { return !c->marked || c->marked[step]; }
-
 /* A step is done in the replay the marks are in (marks_replay) once its
  * mark has counted that many replays: every replay of the plan's graph,
  * launched by commgraph or by a user's graph that embeds it (watch_marks.h
@@ -66,7 +62,7 @@ static uint64_t marks_replay(const cg_plan_t *p) {
   unsigned least = UINT32_MAX;
   for (uint32_t i = 0; i < p->n_steps; i++) {
     unsigned m = ((volatile unsigned *)p->cuda->marks)[i];
-    if (has_mark(p->cuda, i) && m < least) least = m;
+    if (cg_marks_has(p->cuda->marked, i) && m < least) least = m;
   }
   return least != UINT32_MAX ? (uint64_t)least + 1 : p->replays;
 }
@@ -239,7 +235,7 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
   }
   const cg_comm_t *comm = w.waiting != CG_NO_STEP ? p->steps[w.waiting].comm : NULL;
   if (!c->marks) snprintf(extra, sizeof extra, "no progress marks: compiled without a timeout");
-  if (w.waiting != CG_NO_STEP && !has_mark(c, w.waiting) && c->witness[w.waiting] != CG_NO_STEP)
+  if (w.waiting != CG_NO_STEP && !cg_marks_has(c->marked, w.waiting) && c->witness[w.waiting] != CG_NO_STEP)
     snprintf(extra, sizeof extra, "user compute is marked at the end of each run on a lane: the replay waits in "
              "this step or in a later one up to step %u", c->witness[w.waiting]);
   if (comm)
