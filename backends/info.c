@@ -137,6 +137,14 @@ static void write_build(FILE *f, int provided) {
   else if (windows)
     fprintf(f, "  symmetric or plain kernels: per allreduce, from the cut-over each arena measures when made "
             "(cg_nccl_arena_symmetric_max; plan DOT names the path)\n");
+  /* nccl_oneshot.h: decided per communicator on its first plan */
+  const char *oneshot = cg_param_text(CG_PARAM_ONESHOT_MAX_BYTES);
+  if (oneshot)
+    fprintf(f, "one-shot allreduce (commgraph's kernel, ranks with peer links): allreduces of float32/16, bfloat16 up "
+            "to CG_ONESHOT_MAX_BYTES=%s\n", oneshot);
+  else
+    fprintf(f, "one-shot allreduce (commgraph's kernel, ranks with peer links): allreduces of float32/16, bfloat16 up "
+            "to the cut-over each communicator measures on its first plan (plan DOT names the path)\n");
 #endif
   write_mpi(f, provided);
   /* the backends this build compiled in (backends/, top-level CMakeLists.txt) */

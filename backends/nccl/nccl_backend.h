@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "mpi/mpi_backend.h"
+#include "nccl_oneshot.h"
 #include "nccl_windows.h"
 
 typedef struct cg_nccl_comm {
@@ -35,6 +36,7 @@ typedef struct cg_nccl_comm {
   int peer_links;     /* every rank on one node, each GPU reaching the others directly (NVLink or PCIe
                          peer access); the same on every rank */
   cg_nccl_windows_t windows; /* symmetric windows on `nccl` (cg_nccl_arena_create) */
+  cg_nccl_oneshot_t oneshot; /* small allreduces as commgraph's own kernel (nccl_oneshot.h) */
 } cg_nccl_comm_t;
 
 /* The bucket size the NCCL backend prefers (fusion). Between GPUs with direct

@@ -43,6 +43,7 @@ static void destroy_impl(void *impl) {
   cudaSetDevice(n->device);
   if (n->owns_nccl) end_owned(n);
   if (n->barrier_word) cudaFree(n->barrier_word);
+  cg_nccl_oneshot_free(&n->oneshot);
   cudaSetDevice(previous);
   cg_mpi_comm_close(n->control);
   cg_nccl_windows_free(&n->windows);
@@ -129,6 +130,7 @@ static void abort_comm(void *impl) {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(n->device);
+  cg_nccl_oneshot_abort(&n->oneshot); /* its kernels wait for peers outside NCCL */
   ncclCommAbort(n->nccl);
   n->aborted = 1;
   int untouched = CG_NCCL_USER_UNTOUCHED;
@@ -165,12 +167,6 @@ const cg_backend_t cg_nccl_backend = {
 static const cg_comm_ops_t nccl_ops = {.backend_name = "nccl", .destroy_impl = destroy_impl,
                                        .detach_host = detach_host, .backend = &cg_nccl_backend,
                                        .memory_fits = cg_memory_fits};
-
-int cg_nccl_all_ranks_ok(int ok, MPI_Comm mpi) {
-  int all = 0;
-  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mpi) != MPI_SUCCESS) return 0;
-  return all;
-}
 
 /* The barrier word, on the communicator's device; "" or why not (the CUDA
  * error's detail, as cg_fail_cuda words it). */

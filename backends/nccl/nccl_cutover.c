@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_check.h"
@@ -78,23 +79,23 @@ static int by_value(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The median time of one call in the two graphs, launched in turn. */
-static cg_status_t time_pair(double us[2], bench_t *b, cudaGraphExec_t exec[2]) {
+cg_status_t cg_nccl_time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_t stream, cudaEvent_t start,
+                              cudaEvent_t stop, int calls_per_graph, const char *what) {
   double t[2][ROUNDS];
   cudaError_t e = cudaSuccess;
   const char *call = "cudaGraphLaunch";
-  for (int p = 0; p < 2 && e == cudaSuccess; p++) e = cudaGraphLaunch(exec[p], b->stream);
+  for (int p = 0; p < 2 && e == cudaSuccess; p++) e = cudaGraphLaunch(exec[p], stream);
   for (int r = 0; r < ROUNDS && e == cudaSuccess; r++)
     for (int p = 0; p < 2 && e == cudaSuccess; p++) {
       float ms = 0;
-      if ((e = cudaEventRecord(b->start, b->stream)) != cudaSuccess) call = "cudaEventRecord";
-      else if ((e = cudaGraphLaunch(exec[p], b->stream)) != cudaSuccess) call = "cudaGraphLaunch";
-      else if ((e = cudaEventRecord(b->stop, b->stream)) != cudaSuccess) call = "cudaEventRecord";
-      else if ((e = cudaEventSynchronize(b->stop)) != cudaSuccess) call = "cudaEventSynchronize";
-      else if ((e = cudaEventElapsedTime(&ms, b->start, b->stop)) != cudaSuccess) call = "cudaEventElapsedTime";
-      else t[p][r] = 1e3 * ms / CALLS_PER_GRAPH;
+      if ((e = cudaEventRecord(start, stream)) != cudaSuccess) call = "cudaEventRecord";
+      else if ((e = cudaGraphLaunch(exec[p], stream)) != cudaSuccess) call = "cudaGraphLaunch";
+      else if ((e = cudaEventRecord(stop, stream)) != cudaSuccess) call = "cudaEventRecord";
+      else if ((e = cudaEventSynchronize(stop)) != cudaSuccess) call = "cudaEventSynchronize";
+      else if ((e = cudaEventElapsedTime(&ms, start, stop)) != cudaSuccess) call = "cudaEventElapsedTime";
+      else t[p][r] = 1e3 * ms / calls_per_graph;
     }
-  if (e != cudaSuccess) return cg_fail_cuda(e, call, "%s: measuring the symmetric cut-over", b->where);
+  if (e != cudaSuccess) return cg_fail_cuda(e, call, "%s", what);
   for (int p = 0; p < 2; p++) {
     qsort(t[p], ROUNDS, sizeof t[p][0], by_value);
     us[p] = t[p][ROUNDS / 2];
@@ -131,7 +132,11 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
       if (st == CG_SUCCESS) st = capture(&exec[1], &b, plain, count, d);
       /* a rank that failed here has left eager calls the others wait in: all stop, and abort */
       int fine = cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control);
-      if (fine) st = time_pair(us[d][i], &b, exec);
+      if (fine) {
+        char what[160];
+        snprintf(what, sizeof what, "%s: measuring the symmetric cut-over", where);
+        st = cg_nccl_time_pair(us[d][i], exec, b.stream, b.start, b.stop, CALLS_PER_GRAPH, what);
+      }
       for (int p = 0; p < 2; p++)
         if (exec[p]) cudaGraphExecDestroy(exec[p]);
       if (!fine || st != CG_SUCCESS) {
@@ -142,7 +147,7 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
         goto out;
       }
     }
-  /* a failure in time_pair on one rank leaves the others' graphs waiting on
+  /* a failure in cg_nccl_time_pair on one rank leaves the others' graphs waiting on
    * the device before they get here: only the sticky errors of a broken
    * device fail there */
   if (MPI_Allreduce(us, slowest, (int)(sizeof us / sizeof(double)), MPI_DOUBLE, MPI_MAX, n->control->control) !=

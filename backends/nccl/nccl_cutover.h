@@ -6,6 +6,7 @@
 #ifndef CG_BACKENDS_NCCL_CUTOVER_H
 #define CG_BACKENDS_NCCL_CUTOVER_H
 
+#include <cuda_runtime_api.h>
 #include <stddef.h>
 
 #include "error.h"
@@ -23,6 +24,12 @@
  * nothing was measured (an arena under 1 KB): beyond the measured sizes the
  * symmetric kernels keep what they won. */
 size_t cg_nccl_cutover_pick(const double (*us)[2], int sizes);
+
+/* The median time of one call in each of two graphs of calls_per_graph
+ * calls, launched in turn on `stream` (5 rounds after one launch each);
+ * `what` words a failure. */
+cg_status_t cg_nccl_time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_t stream, cudaEvent_t start,
+                              cudaEvent_t stop, int calls_per_graph, const char *what);
 
 /* Times captured in-place sum allreduces of 1 KB, 2 KB, ... up to `bytes`
  * (at most 8 MB) of float32, float16 and bfloat16 on `window` (in the

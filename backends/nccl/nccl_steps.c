@@ -64,6 +64,8 @@ static cg_nccl_path_t route(const void **send, void **recv, const cg_step_t *s) 
 const char *cg_nccl_step_call(const cg_step_t *s) {
   if (is_one_rank_copy(s))
     return "cudaMemcpyAsync (one rank)";
+  if (s->comm && s->comm->impl && cg_nccl_oneshot_takes(s->comm->impl, s))
+    return "one-shot allreduce (commgraph's kernel: peers' memory over NVLink)";
   const void *send;
   void *recv;
   switch (route(&send, &recv, s)) {
@@ -158,6 +160,7 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
   ncclResult_t r = ncclSuccess;
   if (s->count == 0 && s->op_kind != CG_NODE_BARRIER) return CG_SUCCESS;
   if (is_one_rank_copy(s)) return one_rank_copy(s, stream);
+  if (cg_nccl_oneshot_takes(n, s)) return cg_nccl_oneshot_enqueue(n, s, stream);
   const void *send;
   void *recv;
   route(&send, &recv, s);
@@ -281,6 +284,11 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
     st = cg_fail(CG_ERR_NO_MEMORY, "warming up communicator %u", ci);
     goto out;
   }
+  int abort_comm = 0;
+  st = cg_nccl_oneshot_prepare(n, plan, ci, &abort_comm, "the one-shot allreduce");
+  if (abort_comm && cg_comm_mark_aborted((cg_comm_t *)comm, st, cg_error_last()))
+    comm->ops->backend->abort(n); /* every rank alike: a kernel may wait for a peer that stopped */
+  if (st != CG_SUCCESS) goto out;
   uint32_t n_shapes = collect_shapes(shapes, peers, plan, ci);
   int any_peer = 0;
   for (int p = 0; p < size; p++) any_peer |= peers[p];

@@ -1,0 +1,295 @@
+/* The one-shot allreduce path of the NCCL backend: see nccl_oneshot.h. */
+#include "nccl_oneshot.h"
+
+#include <cuda_runtime_api.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_check.h"
+#include "graph_internal.h"
+#include "nccl_backend.h"
+#include "nccl_check.h"
+#include "nccl_cutover.h"
+#include "nccl_oneshot_kernel.h"
+#include "param.h"
+
+#define CALLS_PER_GRAPH 8
+
+static int dtype_index(cg_dtype_t dtype) {
+  switch (dtype) {
+    case CG_FLOAT32: return CG_ONESHOT_FLOAT32;
+    case CG_FLOAT16: return CG_ONESHOT_FLOAT16;
+    case CG_BFLOAT16: return CG_ONESHOT_BFLOAT16;
+    default: return -1;
+  }
+}
+
+static int op_index(cg_redop_t op) {
+  switch (op) {
+    case CG_SUM: return CG_ONESHOT_SUM;
+    case CG_AVG: return CG_ONESHOT_AVG;
+    case CG_MIN: return CG_ONESHOT_MIN;
+    case CG_MAX: return CG_ONESHOT_MAX;
+    case CG_PROD: return CG_ONESHOT_PROD;
+    default: return -1;
+  }
+}
+
+/* An allreduce the kernel can do, at any cut-over. */
+static int fits(const cg_step_t *s) {
+  return s->op_kind == CG_NODE_ALLREDUCE && op_index(s->op) >= 0 && dtype_index(s->dtype) >= 0 && s->count > 0 &&
+         s->count * cg_dtype_size(s->dtype) <= CG_ONESHOT_HALF_BYTES;
+}
+
+int cg_nccl_oneshot_takes(const cg_nccl_comm_t *n, const cg_step_t *s) {
+  const cg_nccl_oneshot_t *o = &n->oneshot;
+  return o->state == CG_ONESHOT_ON && fits(s) && s->count * cg_dtype_size(s->dtype) <= o->max_bytes;
+}
+
+static cg_oneshot_args_t args_of(const cg_nccl_oneshot_t *o, const void *send, void *recv, size_t count, int op) {
+  cg_oneshot_args_t a;
+  memset(&a, 0, sizeof a);
+  for (int r = 0; r < o->ranks; r++) a.peers[r] = o->peers[r];
+  a.epochs = o->epochs;
+  a.aborted = o->aborted_dev;
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.rank = o->rank;
+  a.ranks = o->ranks;
+  a.op = op;
+  return a;
+}
+
+cg_status_t cg_nccl_oneshot_enqueue(cg_nccl_comm_t *n, const cg_step_t *s, void *stream) {
+  cg_oneshot_args_t a = args_of(&n->oneshot, s->send, s->recv, s->count, op_index(s->op));
+  cudaError_t e = cg_oneshot_launch(&a, dtype_index(s->dtype), (cudaStream_t)stream);
+  return e == cudaSuccess ? CG_SUCCESS
+                          : cg_fail_cuda(e, "the one-shot allreduce kernel", "nccl backend on device %d: %zu %s",
+                                         n->device, s->count, cg_dtype_name(s->dtype));
+}
+
+void cg_nccl_oneshot_abort(cg_nccl_oneshot_t *o) {
+  if (!o->aborted) return;
+  *(volatile unsigned *)o->aborted = 1u;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+void cg_nccl_oneshot_free(cg_nccl_oneshot_t *o) {
+  for (int r = 0; r < o->ranks && r < CG_ONESHOT_MAX_RANKS; r++)
+    if (o->peers[r] && o->peers[r] != o->staging) cudaIpcCloseMemHandle(o->peers[r]);
+  if (o->staging) cudaFree(o->staging);
+  if (o->epochs) cudaFree(o->epochs);
+  if (o->aborted) cudaFreeHost(o->aborted);
+  memset(o->peers, 0, sizeof o->peers);
+  o->staging = NULL, o->epochs = NULL, o->aborted = NULL, o->aborted_dev = NULL;
+}
+
+static int plan_needs(const cg_plan_t *plan, uint32_t ci) {
+  const cg_plan_comm_t *pc = &plan->comms[ci];
+  for (uint32_t k = 0; k < pc->n_steps; k++)
+    if (fits(&plan->steps[pc->steps[k]])) return 1;
+  return 0;
+}
+
+/* This rank's staging, epochs and abort flag; "" or why not in why. */
+static void allocate(cg_nccl_oneshot_t *o, cudaIpcMemHandle_t *handle, char *why, size_t size) {
+  const char *call = "cudaMalloc";
+  cudaError_t e = cudaMalloc((void **)&o->staging, CG_ONESHOT_STAGING_BYTES);
+  if (e != cudaSuccess) o->staging = NULL;
+  if (e == cudaSuccess && (e = cudaMemset(o->staging, 0, CG_ONESHOT_STAGING_BYTES)) != cudaSuccess) call = "cudaMemset";
+  if (e == cudaSuccess && (e = cudaMalloc((void **)&o->epochs, CG_ONESHOT_BLOCKS * sizeof(unsigned))) != cudaSuccess)
+    o->epochs = NULL;
+  if (e == cudaSuccess && (e = cudaMemset(o->epochs, 0, CG_ONESHOT_BLOCKS * sizeof(unsigned))) != cudaSuccess)
+    call = "cudaMemset";
+  if (e == cudaSuccess &&
+      (e = cudaHostAlloc((void **)&o->aborted, sizeof(unsigned), cudaHostAllocMapped)) != cudaSuccess) {
+    call = "cudaHostAlloc";
+    o->aborted = NULL;
+  }
+  if (e == cudaSuccess) {
+    *o->aborted = 0;
+    if ((e = cudaHostGetDevicePointer((void **)&o->aborted_dev, o->aborted, 0)) != cudaSuccess)
+      call = "cudaHostGetDevicePointer";
+  }
+  if (e == cudaSuccess && (e = cudaIpcGetMemHandle(handle, o->staging)) != cudaSuccess) call = "cudaIpcGetMemHandle";
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) snprintf(why, size, "%s: %s", call, cudaGetErrorString(e));
+}
+
+/* Maps every peer's staging; "" or why not. */
+static void map_peers(cg_nccl_oneshot_t *o, const cudaIpcMemHandle_t *handles, char *why, size_t size) {
+  for (int r = 0; r < o->ranks; r++) {
+    if (r == o->rank) {
+      o->peers[r] = o->staging;
+      continue;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaIpcOpenMemHandle(&p, handles[r], cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      snprintf(why, size, "cudaIpcOpenMemHandle of rank %d's staging: %s", r, cudaGetErrorString(e));
+      cudaGetLastError();
+      return;
+    }
+    o->peers[r] = p;
+  }
+}
+
+/* One eager call, then a graph of CALLS_PER_GRAPH (oneshot: the kernel, else
+ * ncclAllReduce) on `buf`. */
+static cg_status_t capture(cudaGraphExec_t *exec, cg_nccl_comm_t *n, int oneshot, void *buf, size_t count,
+                           cudaStream_t stream, const char *where) {
+  cg_oneshot_args_t a = args_of(&n->oneshot, buf, buf, count, CG_ONESHOT_SUM);
+  cudaGraph_t graph = NULL;
+  cg_status_t st = CG_SUCCESS;
+  *exec = NULL;
+  for (int round = 0; round < 2 && st == CG_SUCCESS; round++) {
+    int captured = round == 1, calls = captured ? CALLS_PER_GRAPH : 1;
+    cudaError_t e = captured ? cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) : cudaSuccess;
+    if (e != cudaSuccess) return cg_fail_cuda(e, "cudaStreamBeginCapture", "%s: measuring the one-shot cut-over", where);
+    for (int i = 0; i < calls && st == CG_SUCCESS; i++) {
+      if (oneshot) {
+        if ((e = cg_oneshot_launch(&a, CG_ONESHOT_FLOAT32, stream)) != cudaSuccess)
+          st = cg_fail_cuda(e, "the one-shot allreduce kernel", "%s: measuring the one-shot cut-over", where);
+      } else {
+        ncclResult_t r = cg_nccl_settle(n->nccl, ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, n->nccl, stream));
+        if (r != ncclSuccess)
+          st = cg_fail_nccl(r, n->nccl, "ncclAllReduce", "%s: measuring the one-shot cut-over", where);
+      }
+    }
+    if (captured) {
+      e = cudaStreamEndCapture(stream, &graph); /* ends a capture a failed call left open too */
+      if (st == CG_SUCCESS && e != cudaSuccess)
+        st = cg_fail_cuda(e, "cudaStreamEndCapture", "%s: measuring the one-shot cut-over", where);
+    }
+  }
+  if (st == CG_SUCCESS) {
+    cudaError_t e = cudaGraphInstantiate(exec, graph, 0);
+    if (e != cudaSuccess) {
+      *exec = NULL;
+      st = cg_fail_cuda(e, "cudaGraphInstantiate", "%s: measuring the one-shot cut-over", where);
+    }
+  }
+  if (graph) cudaGraphDestroy(graph);
+  return st;
+}
+
+/* Times the kernel against ncclAllReduce at 1 KB, 2 KB, ... the half's size
+ * and sets max_bytes from the slowest rank's times (the same everywhere). */
+static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where) {
+  enum { SIZES = 11 }; /* 1 KB .. 1 MB */
+  double us[SIZES][2] = {{0}}, slowest[SIZES][2] = {{0}};
+  cudaStream_t stream = NULL;
+  cudaEvent_t start = NULL, stop = NULL;
+  void *buf = NULL;
+  char what[160];
+  snprintf(what, sizeof what, "%s: measuring the one-shot cut-over", where);
+  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreate(&start);
+  if (e == cudaSuccess) e = cudaEventCreate(&stop);
+  if (e == cudaSuccess && (e = cudaMalloc(&buf, CG_ONESHOT_HALF_BYTES)) != cudaSuccess) buf = NULL;
+  if (e == cudaSuccess) e = cudaMemset(buf, 0, CG_ONESHOT_HALF_BYTES); /* sums of zeros stay zeros */
+  cg_status_t st = e == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(e, "cudaMalloc/cudaStreamCreate", "%s", what);
+  if (!cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
+    if (st == CG_SUCCESS) st = cg_fail(CG_ERR_BACKEND, "%s: another rank could not start", what);
+    goto out;
+  }
+  for (int i = 0; i < SIZES; i++) {
+    size_t count = (CG_CUTOVER_MIN_BYTES << i) / sizeof(float);
+    cudaGraphExec_t exec[2] = {NULL, NULL};
+    st = capture(&exec[0], n, 1, buf, count, stream, where);
+    if (st == CG_SUCCESS) st = capture(&exec[1], n, 0, buf, count, stream, where);
+    /* a rank that failed here left eager calls the others wait in: all stop, and abort */
+    int fine = cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control);
+    if (fine) st = cg_nccl_time_pair(us[i], exec, stream, start, stop, CALLS_PER_GRAPH, what);
+    for (int p = 0; p < 2; p++)
+      if (exec[p]) cudaGraphExecDestroy(exec[p]);
+    if (!fine || st != CG_SUCCESS) {
+      *abort_comm = 1;
+      if (st == CG_SUCCESS)
+        st = cg_fail(CG_ERR_BACKEND, "%s: another rank failed at %zu bytes", what, CG_CUTOVER_MIN_BYTES << i);
+      goto out;
+    }
+  }
+  if (MPI_Allreduce(us, slowest, 2 * SIZES, MPI_DOUBLE, MPI_MAX, n->control->control) != MPI_SUCCESS) {
+    st = cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce of the times failed", what);
+    goto out;
+  }
+  size_t pick = cg_nccl_cutover_pick((const double (*)[2])slowest, SIZES);
+  n->oneshot.max_bytes = pick > CG_ONESHOT_HALF_BYTES ? CG_ONESHOT_HALF_BYTES : pick;
+out:
+  if (stream && !*abort_comm) cudaStreamSynchronize(stream);
+  if (stream) cudaStreamDestroy(stream);
+  if (start) cudaEventDestroy(start);
+  if (stop) cudaEventDestroy(stop);
+  if (buf && !*abort_comm) cudaFree(buf);
+  return st;
+}
+
+/* CG_ONESHOT_MAX_BYTES on every rank alike, or on none. */
+static cg_status_t read_env(size_t *given, int *set, cg_nccl_comm_t *n, int rank, const char *where) {
+  cg_status_t st = cg_param_bytes(given, set, CG_PARAM_ONESHOT_MAX_BYTES, where);
+  long long v = *set ? (*given > LLONG_MAX ? LLONG_MAX : (long long)*given) : -1;
+  long long mine[3] = {st == CG_SUCCESS, v, -v}, all[3] = {0};
+  if (MPI_Allreduce(mine, all, 3, MPI_LONG_LONG, MPI_MIN, n->control->control) != MPI_SUCCESS)
+    return cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce on the control communicator failed", where);
+  if (st != CG_SUCCESS) return st;
+  if (!all[0]) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: another rank could not read CG_ONESHOT_MAX_BYTES", where);
+  if (all[1] != -all[2])
+    return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: environment variable CG_ONESHOT_MAX_BYTES differs between the ranks "
+                   "(rank %d: %s); set it alike everywhere or nowhere", where, rank, *set ? "set" : "unset");
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, uint32_t ci, int *abort_comm,
+                                    const char *where) {
+  cg_nccl_oneshot_t *o = &n->oneshot;
+  const cg_comm_t *comm = plan->comms[ci].comm;
+  *abort_comm = 0;
+  if (o->state != CG_ONESHOT_UNTRIED || comm->size < 2 || !plan_needs(plan, ci)) return CG_SUCCESS;
+  size_t given = 0;
+  int set = 0;
+  cg_status_t st = read_env(&given, &set, n, comm->rank, where);
+  if (st != CG_SUCCESS) return st;
+  o->state = CG_ONESHOT_OFF;
+  o->rank = comm->rank, o->ranks = comm->size;
+  char why[160] = "";
+  cudaIpcMemHandle_t *handles = NULL;
+  if (set && given == 0) snprintf(why, sizeof why, "CG_ONESHOT_MAX_BYTES=0");
+  else if (!n->peer_links) snprintf(why, sizeof why, "the ranks lack peer links");
+  else if (comm->size > CG_ONESHOT_MAX_RANKS)
+    snprintf(why, sizeof why, "%d ranks (at most %d)", comm->size, CG_ONESHOT_MAX_RANKS);
+  else if (!(handles = calloc((size_t)comm->size, sizeof *handles)))
+    snprintf(why, sizeof why, "out of memory");
+  /* every rank decides the same: none of the above differs between ranks but
+   * the allocations */
+  cudaIpcMemHandle_t mine;
+  memset(&mine, 0, sizeof mine);
+  if (!why[0]) allocate(o, &mine, why, sizeof why);
+  int ok = cg_nccl_all_ranks_ok(!why[0], n->control->control);
+  if (ok && MPI_Allgather(&mine, sizeof mine, MPI_BYTE, handles, sizeof mine, MPI_BYTE, n->control->control) !=
+                MPI_SUCCESS)
+    snprintf(why, sizeof why, "MPI_Allgather of the cudaIpc handles failed");
+  if (ok && !why[0]) map_peers(o, handles, why, sizeof why);
+  if (ok) ok = cg_nccl_all_ranks_ok(!why[0], n->control->control);
+  free(handles);
+  if (!ok) {
+    snprintf(o->why_off, sizeof o->why_off, "%s", why[0] ? why : "another rank could not set it up");
+    cg_nccl_oneshot_free(o);
+    return CG_SUCCESS;
+  }
+  o->state = CG_ONESHOT_ON;
+  if (set) {
+    o->max_bytes = given > CG_ONESHOT_HALF_BYTES ? CG_ONESHOT_HALF_BYTES : given;
+    return CG_SUCCESS;
+  }
+  st = measure(n, abort_comm, where);
+  if (st != CG_SUCCESS) {
+    o->state = CG_ONESHOT_OFF;
+    snprintf(o->why_off, sizeof o->why_off, "measuring its cut-over failed");
+  }
+  return st;
+}

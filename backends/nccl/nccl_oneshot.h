@@ -1,0 +1,65 @@
+/* Small allreduces (sum, avg, min, max, prod of float32, float16, bfloat16) as one kernel of commgraph's own instead of NCCL's
+ * (nccl_oneshot_kernel.cu): each rank reads every peer's input straight from
+ * its memory over NVLink and sums, with one wait across ranks per call. Inside
+ * a CUDA graph NCCL's ring and tree kernels pay some 12 us for 1 KB on 4
+ * H100s; reading three peers' kilobytes takes a few.
+ *
+ * Set up once per communicator, on the first compile whose plan has an
+ * allreduce it could take (the warm-up, collective): every rank allocates a
+ * staging buffer (nccl_oneshot_kernel.h's layout), shares it with cudaIpc
+ * handles over the control communicator and maps its peers'. Then, unless
+ * CG_ONESHOT_MAX_BYTES gives it, the cut-over is measured: captured calls of
+ * 1 KB, 2 KB, ... 1 MB of float32 against captured ncclAllReduce on plain
+ * memory, the slowest rank's times, the same two-losses rule as the symmetric
+ * cut-over (nccl_cutover.h). Every rank takes the path for the same
+ * allreduces or none does: ranks without peer links, more than
+ * CG_ONESHOT_MAX_RANKS ranks, or a rank that cannot map its peers (the other
+ * GPUs not visible to it) leave it off everywhere, and NCCL runs them as
+ * before. Two plans on one communicator must not run their collectives at the
+ * same time (as with NCCL's own ordering): their calls share the epochs. */
+#ifndef CG_BACKENDS_NCCL_ONESHOT_H
+#define CG_BACKENDS_NCCL_ONESHOT_H
+
+#include <stddef.h>
+
+#include "commgraph/types.h"
+#include "error.h"
+
+typedef enum cg_oneshot_state {
+  CG_ONESHOT_UNTRIED, /* no plan has needed it yet */
+  CG_ONESHOT_OFF,     /* tried: not on every rank (off everywhere) */
+  CG_ONESHOT_ON,
+} cg_oneshot_state_t;
+
+typedef struct cg_nccl_oneshot {
+  cg_oneshot_state_t state;
+  size_t max_bytes;  /* allreduces up to this many bytes per rank take the kernel; 0: none (agreed) */
+  char *staging;     /* this rank's (device memory, cudaIpc-exported) */
+  char *peers[8];    /* every rank's staging as this process maps it; peers[rank] == staging */
+  unsigned *epochs;  /* device memory: per block, the last call */
+  unsigned *aborted; /* mapped host memory the kernel polls: set before ncclCommAbort */
+  unsigned *aborted_dev;
+  int rank, ranks;
+  char why_off[160]; /* CG_ONESHOT_OFF: why */
+} cg_nccl_oneshot_t;
+
+struct cg_nccl_comm;
+struct cg_plan;
+struct cg_step;
+
+/* The warm-up's part (nccl_steps.c): sets the path up and measures its
+ * cut-over if the plan has an allreduce it may take and nobody tried yet.
+ * Collective over the communicator's ranks. Sets *abort_comm when a kernel or
+ * NCCL call may be left waiting for a peer that stopped. */
+cg_status_t cg_nccl_oneshot_prepare(struct cg_nccl_comm *n, const struct cg_plan *plan, uint32_t ci, int *abort_comm,
+                                    const char *where);
+/* Whether the step (an allreduce) goes to the kernel. */
+int cg_nccl_oneshot_takes(const struct cg_nccl_comm *n, const struct cg_step *s);
+/* Enqueues the step on `stream` (captured into the plan's graph). */
+cg_status_t cg_nccl_oneshot_enqueue(struct cg_nccl_comm *n, const struct cg_step *s, void *stream);
+/* Makes every kernel waiting for a peer give up (before ncclCommAbort). */
+void cg_nccl_oneshot_abort(cg_nccl_oneshot_t *o);
+/* Unmaps the peers and frees (the communicator goes; no kernel runs). */
+void cg_nccl_oneshot_free(cg_nccl_oneshot_t *o);
+
+#endif

@@ -1,0 +1,314 @@
+/* The NCCL backend's one-shot allreduce (backends/nccl/nccl_oneshot.h):
+ * forced on (CG_ONESHOT_MAX_BYTES=1M), random allreduces of float32, float16
+ * and bfloat16 with every reduction, sizes from one element to 1 MB, in place
+ * and not, at element offsets that break 16-byte alignment differently on
+ * each rank, next to collectives that stay on NCCL on the same communicator,
+ * fused and not, launched and run: every replay matches the reference
+ * reduction exactly (integer-valued inputs, poisoned outputs) and the plan's
+ * DOT names the kernel for each. Off (0): DOT never names it. Measured: the
+ * same collectives take it on every rank. The variable set on one rank only
+ * is refused on every rank. Where the ranks cannot map each other's memory
+ * the forced case says so and skips, and fails instead under
+ * CG_TEST_REQUIRE_ONESHOT=1 (scripts/gpu-test sets it). NCCL only. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_test.h"
+
+enum { CASES = 10, ROUNDS = 6, GATHER = 777, MAX_BYTES = 1 << 20 };
+
+typedef struct oneshot_case {
+  cg_dtype_t dtype;
+  cg_redop_t op;
+  size_t count;
+  int in_place;
+  char *send_base, *recv_base;
+  void *send, *recv;
+} oneshot_case_t;
+
+static const char *oneshot_name = "one-shot allreduce";
+
+/* A communicator of the NCCL backend over the world; NULL (on every rank)
+ * when CG_GPU_TEST_BACKEND chose another. */
+static cg_comm_t *nccl_comm(void) {
+  cg_comm_t *comm = cg_gpu_nccl_comm(MPI_COMM_WORLD);
+  const char *backend = NULL;
+  ck_assert_cg_ok(cg_comm_backend_name(&backend, comm));
+  if (strcmp(backend, "nccl") != 0) {
+    if (cg_gpu_rank() == 0) printf("nccl_oneshot: skipped: CG_GPU_TEST_BACKEND chose %s, not nccl\n", backend);
+    cg_comm_destroy(comm);
+    return NULL;
+  }
+  return comm;
+}
+
+static int count_in(const char *text, const char *what) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
+  return n;
+}
+
+static int dot_count(const cg_plan_t *plan) {
+  char *dot = cg_gpu_plan_dot(plan);
+  int n = count_in(dot, oneshot_name);
+  free(dot);
+  return n;
+}
+
+/* Random cases drawn alike on every rank (the seed is rank 0's); the
+ * offsets differ per rank, so one rank's buffers may be aligned where
+ * another's are not. */
+static void draw_cases(oneshot_case_t *c, int me) {
+  static const cg_dtype_t dtypes[3] = {CG_FLOAT32, CG_FLOAT16, CG_BFLOAT16};
+  static const cg_redop_t ops[6] = {CG_SUM, CG_SUM, CG_AVG, CG_MIN, CG_MAX, CG_PROD};
+  for (int i = 0; i < CASES; i++) {
+    c[i].dtype = dtypes[cg_test_rand() % 3];
+    c[i].op = ops[cg_test_rand() % 6];
+    size_t es = cg_dtype_size(c[i].dtype), most = MAX_BYTES / es;
+    switch (cg_test_rand() % 4) {
+      case 0: c[i].count = 1 + cg_test_rand() % 16; break;
+      case 1: c[i].count = 17 + cg_test_rand() % 5000; break;
+      case 2: c[i].count = 5000 + cg_test_rand() % (most - 5000); break;
+      default: c[i].count = most - cg_test_rand() % 9; break; /* up to the cut-over, whole or not */
+    }
+    if (i == 0) c[i].count = most; /* the largest the kernel takes */
+    c[i].in_place = (int)(cg_test_rand() % 2);
+    uint64_t r = cg_test_rand();
+    size_t send_off = (size_t)((r >> (8 * me)) % 8), recv_off = (size_t)((r >> (8 * me + 4)) % 8);
+    if (i == 1) send_off = recv_off = 0; /* aligned on every rank */
+    c[i].send_base = cg_gpu_alloc((c[i].count + 8) * es);
+    c[i].recv_base = c[i].in_place ? c[i].send_base : cg_gpu_alloc((c[i].count + 8) * es);
+    c[i].send = c[i].send_base + send_off * es;
+    c[i].recv = c[i].in_place ? c[i].send : c[i].recv_base + recv_off * es;
+  }
+}
+
+static void free_cases(oneshot_case_t *c) {
+  for (int i = 0; i < CASES; i++) {
+    if (!c[i].in_place) cg_gpu_free(c[i].recv_base);
+    cg_gpu_free(c[i].send_base);
+  }
+}
+
+static void record_cases(cg_graph_t *g, cg_comm_t *comm, oneshot_case_t *c) {
+  for (int i = 0; i < CASES; i++)
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, c[i].send, c[i].recv, c[i].count, c[i].dtype, c[i].op));
+}
+
+/* Wrong elements of case i after replay k: every rank's input regenerated
+ * here, reduced by the reference. */
+static size_t wrong(const oneshot_case_t *c, int i, uint64_t seed, int ranks) {
+  size_t es = cg_dtype_size(c->dtype), bytes = c->count * es, bad = 0;
+  char *inputs = malloc(bytes * (size_t)ranks), *expect = malloc(bytes), *got = malloc(bytes);
+  ck_assert(inputs && expect && got);
+  for (int r = 0; r < ranks; r++)
+    cg_mpi_test_fill(inputs + (size_t)r * bytes, c->count, c->dtype, c->op, ranks, seed, (uint64_t)(i * 64 + r));
+  cg_ref_reduce(expect, inputs, ranks, c->count, c->dtype, c->op);
+  CUDA_OK(cudaMemcpy(got, c->recv, bytes, cudaMemcpyDeviceToHost));
+  for (size_t e = 0; e < c->count; e++) bad += cg_ref_load(got, e, c->dtype) != cg_ref_load(expect, e, c->dtype);
+  free(inputs);
+  free(expect);
+  free(got);
+  return bad;
+}
+
+static void fill_case(const oneshot_case_t *c, int i, uint64_t seed, int me, int ranks) {
+  size_t es = cg_dtype_size(c->dtype), bytes = c->count * es;
+  char *host = malloc(bytes);
+  ck_assert(host);
+  cg_mpi_test_fill(host, c->count, c->dtype, c->op, ranks, seed, (uint64_t)(i * 64 + me));
+  if (!c->in_place) CUDA_OK(cudaMemset(c->recv, CG_MPI_POISON, bytes));
+  CUDA_OK(cudaMemcpy(c->send, host, bytes, cudaMemcpyHostToDevice));
+  free(host);
+}
+
+/* Replays `plan` ROUNDS times with fresh inputs (cg_plan_run and
+ * cg_plan_launch in turn) and checks every case, the int32 allreduce and the
+ * allgather NCCL runs beside them. */
+static void replay_and_check(cg_plan_t *plan, oneshot_case_t *c, int32_t *ints, float *mine, float *all,
+                             const char *label) {
+  int me = cg_gpu_rank(), n = cg_gpu_size();
+  char what[200];
+  for (int k = 0; k < ROUNDS; k++) {
+    uint64_t seed = cg_test_seed() ^ (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < CASES; i++) fill_case(&c[i], i, seed, me, n);
+    oneshot_case_t ic = {CG_INT32, CG_SUM, GATHER, 1, NULL, NULL, ints, ints};
+    oneshot_case_t gc = {CG_FLOAT32, CG_SUM, GATHER, 0, NULL, NULL, mine, all};
+    fill_case(&ic, CASES, seed, me, n);
+    fill_case(&gc, CASES + 1, seed, me, n);
+    CUDA_OK(cudaMemset(all, CG_MPI_POISON, (size_t)GATHER * n * sizeof(float)));
+    if (k % 2) {
+      ck_assert_cg_ok(cg_plan_launch(plan, cg_gpu_stream()));
+      CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
+    } else {
+      ck_assert_cg_ok(cg_plan_run(plan));
+    }
+    for (int i = 0; i < CASES; i++) {
+      size_t bad = wrong(&c[i], i, seed, n);
+      snprintf(what, sizeof what, "%s, replay %d: %s %s of %zu elements (%s, offsets %zu/%zu): %zu wrong", label, k,
+               cg_dtype_name(c[i].dtype), cg_redop_name(c[i].op), c[i].count, c[i].in_place ? "in place" : "out of place",
+               (size_t)((char *)c[i].send - c[i].send_base) / cg_dtype_size(c[i].dtype),
+               (size_t)((char *)c[i].recv - (c[i].in_place ? c[i].send_base : c[i].recv_base)) /
+                   cg_dtype_size(c[i].dtype), bad);
+      ck_assert_all_ranks(bad == 0, what);
+    }
+    snprintf(what, sizeof what, "%s, replay %d: the int32 allreduce on NCCL beside them", label, k);
+    ck_assert_all_ranks(wrong(&ic, CASES, seed, n) == 0, what);
+    /* the allgather: rank r's block is its input */
+    size_t bad = 0;
+    float *host = malloc((size_t)GATHER * n * sizeof(float)), *ref = malloc(GATHER * sizeof(float));
+    ck_assert(host && ref);
+    CUDA_OK(cudaMemcpy(host, all, (size_t)GATHER * n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < n; r++) {
+      cg_mpi_test_fill(ref, GATHER, CG_FLOAT32, CG_SUM, n, seed, (uint64_t)((CASES + 1) * 64 + r));
+      bad += memcmp(ref, host + (size_t)r * GATHER, GATHER * sizeof(float)) != 0;
+    }
+    free(host);
+    free(ref);
+    snprintf(what, sizeof what, "%s, replay %d: the allgather on NCCL beside them", label, k);
+    ck_assert_all_ranks(bad == 0, what);
+  }
+}
+
+START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones) {
+  int me = cg_gpu_rank(), n = cg_gpu_size();
+  setenv("CG_ONESHOT_MAX_BYTES", "1M", 1);
+  cg_comm_t *comm = nccl_comm();
+  if (!comm) {
+    unsetenv("CG_ONESHOT_MAX_BYTES");
+    return;
+  }
+  oneshot_case_t c[CASES];
+  draw_cases(c, me);
+  int32_t *ints = cg_gpu_alloc(GATHER * sizeof(int32_t));
+  float *mine = cg_gpu_alloc(GATHER * sizeof(float)), *all = cg_gpu_alloc((size_t)GATHER * n * sizeof(float));
+  for (int fused = 0; fused < 2; fused++) {
+    cg_graph_t *g = NULL;
+    ck_assert_cg_ok(cg_graph_create(&g, NULL));
+    record_cases(g, comm, c);
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, ints, ints, GATHER, CG_INT32, CG_SUM));
+    ck_assert_cg_ok(cg_allgather(NULL, g, comm, mine, all, GATHER, CG_FLOAT32));
+    cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
+    opts.fusion = fused;
+    cg_plan_t *plan = NULL;
+    cg_status_t st = cg_compile(&plan, g, &opts);
+    cg_graph_destroy(g);
+    ck_assert_all_ranks(st == CG_SUCCESS, fused ? "compile, fused" : "compile, fusion off");
+    int named = dot_count(plan);
+    if (!fused && named == 0) {
+      /* off on every rank alike: the ranks cannot map each other's memory */
+      char *dot = cg_gpu_plan_dot(plan);
+      if (me == 0) printf("nccl_oneshot: the one-shot path is off here (DOT names no kernel)\n");
+      free(dot);
+      /* NCCL_P2P_DISABLE (gpu-test's sockets phase) takes the peer links away */
+      const char *require = getenv("CG_TEST_REQUIRE_ONESHOT"), *no_p2p = getenv("NCCL_P2P_DISABLE");
+      int links = !no_p2p || strcmp(no_p2p, "0") == 0;
+      ck_assert_msg(!(require && strcmp(require, "1") == 0 && links), "CG_TEST_REQUIRE_ONESHOT=1 but the path is off");
+      cg_plan_destroy(plan);
+      break;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "fusion %s: DOT names the kernel %d times (%d allreduces it takes)",
+             fused ? "on" : "off", named, CASES);
+    ck_assert_all_ranks(fused ? named >= 1 : named == CASES, what);
+    replay_and_check(plan, c, ints, mine, all, fused ? "fused" : "unfused");
+    cg_plan_destroy(plan);
+  }
+  free_cases(c);
+  cg_gpu_free(ints);
+  cg_gpu_free(mine);
+  cg_gpu_free(all);
+  cg_comm_destroy(comm);
+  unsetenv("CG_ONESHOT_MAX_BYTES");
+}
+END_TEST
+
+/* f32 sum allreduces of 1 KB, 2 KB, ... 1 MB, fusion off. */
+static cg_plan_t *ladder_plan(cg_comm_t *comm, float **bufs, const char *what) {
+  cg_graph_t *g = NULL;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int i = 0; i < 11; i++) {
+    size_t count = ((size_t)1024 << i) / sizeof(float);
+    bufs[i] = cg_gpu_alloc(count * sizeof(float));
+    CUDA_OK(cudaMemset(bufs[i], 0, count * sizeof(float)));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, bufs[i], bufs[i], count, CG_FLOAT32, CG_SUM));
+  }
+  cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
+  opts.fusion = 0;
+  cg_plan_t *plan = NULL;
+  cg_status_t st = cg_compile(&plan, g, &opts);
+  cg_graph_destroy(g);
+  ck_assert_all_ranks(st == CG_SUCCESS, what);
+  return plan;
+}
+
+START_TEST(nccl_oneshot__zero_keeps_every_allreduce_on_nccl) {
+  setenv("CG_ONESHOT_MAX_BYTES", "0", 1);
+  cg_comm_t *comm = nccl_comm();
+  if (!comm) {
+    unsetenv("CG_ONESHOT_MAX_BYTES");
+    return;
+  }
+  float *bufs[11];
+  cg_plan_t *plan = ladder_plan(comm, bufs, "compile with CG_ONESHOT_MAX_BYTES=0");
+  ck_assert_all_ranks(dot_count(plan) == 0, "CG_ONESHOT_MAX_BYTES=0: DOT names no one-shot kernel");
+  ck_assert_cg_ok(cg_plan_run(plan));
+  cg_plan_destroy(plan);
+  for (int i = 0; i < 11; i++) cg_gpu_free(bufs[i]);
+  cg_comm_destroy(comm);
+  unsetenv("CG_ONESHOT_MAX_BYTES");
+}
+END_TEST
+
+START_TEST(nccl_oneshot__the_measured_cutover_is_the_same_on_every_rank) {
+  unsetenv("CG_ONESHOT_MAX_BYTES");
+  cg_comm_t *comm = nccl_comm();
+  if (!comm) return;
+  float *bufs[11];
+  cg_plan_t *plan = ladder_plan(comm, bufs, "compile, the cut-over measured");
+  int mine = dot_count(plan), lo = 0, hi = 0;
+  MPI_Allreduce(&mine, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (cg_gpu_rank() == 0)
+    printf("nccl_oneshot: measured: %d of the 11 allreduces of 1 KB .. 1 MB take the one-shot kernel\n", mine);
+  ck_assert_all_ranks(lo == hi, "every rank takes the kernel for the same allreduces");
+  ck_assert_cg_ok(cg_plan_run(plan));
+  cg_plan_destroy(plan);
+  for (int i = 0; i < 11; i++) cg_gpu_free(bufs[i]);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+START_TEST(nccl_oneshot__the_variable_on_one_rank_only_is_refused_everywhere) {
+  if (cg_gpu_size() < 2) return;
+  cg_comm_t *comm = nccl_comm();
+  if (!comm) return;
+  if (cg_gpu_rank() == 0) setenv("CG_ONESHOT_MAX_BYTES", "8K", 1);
+  float *buf = cg_gpu_alloc(256 * sizeof(float));
+  cg_graph_t *g = NULL;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, comm, buf, buf, 256, CG_FLOAT32, CG_SUM));
+  cg_plan_t *plan = NULL;
+  cg_status_t st = cg_compile(&plan, g, NULL);
+  unsetenv("CG_ONESHOT_MAX_BYTES");
+  cg_graph_destroy(g);
+  ck_assert_all_ranks(st == CG_ERR_INVALID_ARGUMENT, "CG_ONESHOT_MAX_BYTES on rank 0 only: refused on every rank");
+  ck_assert_all_ranks(strstr(cg_error_last(), "CG_ONESHOT_MAX_BYTES differs") != NULL, "the refusal says why");
+  cg_plan_destroy(plan);
+  cg_gpu_free(buf);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("nccl_oneshot");
+  TCase *tc = cg_gpu_tcase("nccl_oneshot");
+  tcase_add_test(tc, nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones);
+  tcase_add_test(tc, nccl_oneshot__zero_keeps_every_allreduce_on_nccl);
+  tcase_add_test(tc, nccl_oneshot__the_measured_cutover_is_the_same_on_every_rank);
+  tcase_add_test(tc, nccl_oneshot__the_variable_on_one_rank_only_is_refused_everywhere);
+  suite_add_tcase(s, tc);
+  return cg_gpu_test_main(s, "nccl_oneshot");
+}
