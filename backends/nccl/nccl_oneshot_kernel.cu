@@ -91,22 +91,28 @@ __device__ static void sum_scalars(const cg_oneshot_args_t &a, const T *send, T 
   }
 }
 
-/* 16-byte vectors: VEC elements each. */
+/* 16-byte vectors: VEC elements each; every rank's vector is loaded before
+ * any is summed, so the peers' reads are in flight together. */
 template <typename T>
 __device__ static void sum_vectors(const cg_oneshot_args_t &a, const T *send, T *recv, size_t lo, size_t hi,
                                    size_t half) {
   constexpr int VEC = 16 / sizeof(T);
   for (size_t v = lo + threadIdx.x; v < hi; v += THREADS) {
+    uint4 raw[CG_ONESHOT_MAX_RANKS];
+#pragma unroll
+    for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++)
+      if (r < a.ranks) raw[r] = __ldcv((const uint4 *)(r == a.rank ? (const char *)send : a.peers[r] + half) + v);
     float acc[VEC];
-    for (int k = 0; k < VEC; k++) acc[k] = 0.f;
-    for (int r = 0; r < a.ranks; r++) {
-      const T *src = r == a.rank ? send : (const T *)(a.peers[r] + half);
-      uint4 raw = __ldcv((const uint4 *)(src) + v);
-      const T *x = (const T *)&raw;
+#pragma unroll
+    for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++) {
+      if (r >= a.ranks) break;
+      const T *x = (const T *)&raw[r];
+#pragma unroll
       for (int k = 0; k < VEC; k++) acc[k] = r ? combine(a.op, acc[k], elem<T>::load(x + k)) : elem<T>::load(x + k);
     }
     uint4 out;
     T *y = (T *)&out;
+#pragma unroll
     for (int k = 0; k < VEC; k++) elem<T>::store(y + k, finish(a, acc[k]));
     ((uint4 *)recv)[v] = out;
   }
@@ -153,10 +159,9 @@ template <typename T> __global__ void __launch_bounds__(THREADS) oneshot_kernel(
   __syncthreads();
   /* arrived: one release store into each peer's flags (also says: done
    * reading the previous call's staging) */
-  if (threadIdx.x < (unsigned)a.ranks && (int)threadIdx.x != a.rank) {
-    __threadfence_system();
+  /* the release orders the block's staging stores (bar.sync above) before it */
+  if (threadIdx.x < (unsigned)a.ranks && (int)threadIdx.x != a.rank)
     store_release(flag_at(a.peers[threadIdx.x], block, a.rank), e);
-  }
   if (threadIdx.x < (unsigned)a.ranks && (int)threadIdx.x != a.rank &&
       wait_flag(flag_at(mine, block, threadIdx.x), e, a.aborted))
     quit = 1;
