@@ -43,7 +43,7 @@ static void destroy_impl(void *impl) {
   cudaSetDevice(n->device);
   if (n->owns_nccl) end_owned(n);
   if (n->barrier_word) cudaFree(n->barrier_word);
-  cg_nccl_oneshot_free(&n->oneshot);
+  cg_nccl_oneshot_free(&n->oneshot, n->aborted);
   cudaSetDevice(previous);
   cg_mpi_comm_close(n->control);
   cg_nccl_windows_free(&n->windows);

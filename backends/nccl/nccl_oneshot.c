@@ -78,13 +78,23 @@ void cg_nccl_oneshot_abort(cg_nccl_oneshot_t *o) {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
-void cg_nccl_oneshot_free(cg_nccl_oneshot_t *o) {
+/* This rank's mappings of its peers' staging, once its kernels are done. */
+static void unmap_peers(cg_nccl_oneshot_t *o) {
+  if (o->staging) cudaDeviceSynchronize();
   for (int r = 0; r < o->ranks && r < CG_ONESHOT_MAX_RANKS; r++)
     if (o->peers[r] && o->peers[r] != o->staging) cudaIpcCloseMemHandle(o->peers[r]);
-  if (o->staging) cudaFree(o->staging);
-  if (o->epochs) cudaFree(o->epochs);
-  if (o->aborted) cudaFreeHost(o->aborted);
   memset(o->peers, 0, sizeof o->peers);
+}
+
+void cg_nccl_oneshot_free(cg_nccl_oneshot_t *o, int aborted) {
+  if (!aborted) unmap_peers(o);
+  /* after an abort a peer's kernel may still raise its flag in this rank's
+   * staging before it sees the abort: the 2 MB stay allocated (and mapped),
+   * as the abort leaves NCCL's own buffers to NCCL */
+  if (o->staging && !aborted) cudaFree(o->staging);
+  if (o->epochs && !aborted) cudaFree(o->epochs);
+  if (o->aborted && !aborted) cudaFreeHost(o->aborted);
+  if (aborted) return; /* the epochs and the flag too: a kernel may still read them */
   o->staging = NULL, o->epochs = NULL, o->aborted = NULL, o->aborted_dev = NULL;
 }
 
@@ -278,7 +288,11 @@ cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, ui
   free(handles);
   if (!ok) {
     snprintf(o->why_off, sizeof o->why_off, "%s", why[0] ? why : "another rank could not set it up");
-    cg_nccl_oneshot_free(o);
+    /* every rank unmaps before any frees: freeing memory another process
+     * still maps is undefined (cudaIpcCloseMemHandle) */
+    unmap_peers(o);
+    MPI_Barrier(n->control->control);
+    cg_nccl_oneshot_free(o, 0);
     return CG_SUCCESS;
   }
   o->state = CG_ONESHOT_ON;

@@ -59,7 +59,12 @@ int cg_nccl_oneshot_takes(const struct cg_nccl_comm *n, const struct cg_step *s)
 cg_status_t cg_nccl_oneshot_enqueue(struct cg_nccl_comm *n, const struct cg_step *s, void *stream);
 /* Makes every kernel waiting for a peer give up (before ncclCommAbort). */
 void cg_nccl_oneshot_abort(cg_nccl_oneshot_t *o);
-/* Unmaps the peers and frees (the communicator goes; no kernel runs). */
-void cg_nccl_oneshot_free(cg_nccl_oneshot_t *o);
+/* Unmaps the peers once this rank's kernels are done, and frees (the
+ * communicator goes). After an abort (`aborted`) nothing is freed: a peer's
+ * kernel may still write into this rank's staging before it sees the abort.
+ * Ranks free without waiting for each other, so a peer may still map the
+ * staging freed here; its kernels are done by then (the communicator's
+ * finalize ran first). */
+void cg_nccl_oneshot_free(cg_nccl_oneshot_t *o, int aborted);
 
 #endif

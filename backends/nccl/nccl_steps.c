@@ -282,17 +282,20 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
   int size = comm->size, rank = comm->rank;
   cg_status_t st = CG_SUCCESS;
   char *scratch = NULL;
-  warm_shape_t *shapes = malloc(WARMUP_MAX_SHAPES * sizeof *shapes);
-  unsigned char *peers = calloc((size_t)size, 1);
-  if (!shapes || !peers) {
-    st = cg_fail(CG_ERR_NO_MEMORY, "warming up communicator %u", ci);
-    goto out;
-  }
+  warm_shape_t *shapes = NULL;
+  unsigned char *peers = NULL;
+  /* first: its agreements run on every rank, whatever fails here after */
   int abort_comm = 0;
   st = cg_nccl_oneshot_prepare(n, plan, ci, &abort_comm, "the one-shot allreduce");
   if (abort_comm && cg_comm_mark_aborted((cg_comm_t *)comm, st, cg_error_last()))
     comm->ops->backend->abort(n); /* every rank alike: a kernel may wait for a peer that stopped */
   if (st != CG_SUCCESS) goto out;
+  shapes = malloc(WARMUP_MAX_SHAPES * sizeof *shapes);
+  peers = calloc((size_t)size, 1);
+  if (!shapes || !peers) {
+    st = cg_fail(CG_ERR_NO_MEMORY, "warming up communicator %u", ci);
+    goto out;
+  }
   uint32_t n_shapes = collect_shapes(shapes, peers, plan, ci);
   int any_peer = 0;
   for (int p = 0; p < size; p++) any_peer |= peers[p];

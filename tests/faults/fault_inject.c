@@ -344,6 +344,19 @@ static cg_status_t embed_plan(cg_plan_t *plan) {
 #endif
 }
 
+/* Whether the plan's DOT holds `what`. */
+static int plan_names(const cg_plan_t *plan, const char *what) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return 0;
+  cg_status_t st = cg_plan_write_dot(plan, f);
+  fclose(f);
+  int found = st == CG_SUCCESS && text && strstr(text, what) != NULL;
+  free(text);
+  return found;
+}
+
 int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -470,6 +483,14 @@ int main(int argc, char **argv) {
   if (st != CG_SUCCESS) fail(st, timeout_s);
   cg_comm_destroy(second);
   plan_in_use = plan;
+  /* gpu.faults.oneshot: the plan must take the one-shot kernel, or the run
+   * would test NCCL's kernels only (checked once, in the healthy run) */
+  const char *expect = getenv("FAULT_EXPECT_ONESHOT");
+  if (expect && strcmp(expect, "1") == 0 && strcmp(fault, "none") == 0 && !plan_names(plan, "one-shot allreduce")) {
+    fprintf(stderr, "fault_inject: rank %d: FAULT_EXPECT_ONESHOT=1 but the plan's DOT names no one-shot allreduce\n",
+            rank);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
   if (embedded && (st = embed_plan(plan)) != CG_SUCCESS) fail(st, timeout_s);
 
   for (int replay = 1; replay <= REPLAYS; replay++) {

@@ -10,10 +10,12 @@
  * is refused on every rank. Where the ranks cannot map each other's memory
  * the forced case says so and skips, and fails instead under
  * CG_TEST_REQUIRE_ONESHOT=1 (scripts/gpu-test sets it). NCCL only. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu_test.h"
 
@@ -139,6 +141,10 @@ static void replay_and_check(cg_plan_t *plan, oneshot_case_t *c, int32_t *ints, 
     fill_case(&ic, CASES, seed, me, n);
     fill_case(&gc, CASES + 1, seed, me, n);
     CUDA_OK(cudaMemset(all, CG_MPI_POISON, (size_t)GATHER * n * sizeof(float)));
+    /* ranks start apart (up to 3 ms), so a wait across ranks really waits */
+    uint64_t skew = cg_test_rand();
+    struct timespec nap = {0, (long)((skew >> (8 * (me % 8))) % 3000) * 1000L};
+    nanosleep(&nap, NULL);
     if (k % 2) {
       ck_assert_cg_ok(cg_plan_launch(plan, cg_gpu_stream()));
       CUDA_OK(cudaStreamSynchronize(cg_gpu_stream()));
@@ -225,15 +231,17 @@ START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_on
 }
 END_TEST
 
-/* f32 sum allreduces of 1 KB, 2 KB, ... 1 MB, fusion off. */
-static cg_plan_t *ladder_plan(cg_comm_t *comm, float **bufs, const char *what) {
+enum { LADDER = 11 };
+
+/* f32 sum allreduces of 1 KB, 2 KB, ... 1 MB, in place, fusion off. */
+static cg_plan_t *ladder_plan(cg_comm_t *comm, oneshot_case_t *c, const char *what) {
   cg_graph_t *g = NULL;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
-  for (int i = 0; i < 11; i++) {
+  for (int i = 0; i < LADDER; i++) {
     size_t count = ((size_t)1024 << i) / sizeof(float);
-    bufs[i] = cg_gpu_alloc(count * sizeof(float));
-    CUDA_OK(cudaMemset(bufs[i], 0, count * sizeof(float)));
-    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, bufs[i], bufs[i], count, CG_FLOAT32, CG_SUM));
+    char *buf = cg_gpu_alloc(count * sizeof(float));
+    c[i] = (oneshot_case_t){CG_FLOAT32, CG_SUM, count, 1, buf, buf, buf, buf};
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, buf, buf, count, CG_FLOAT32, CG_SUM));
   }
   cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
   opts.fusion = 0;
@@ -244,6 +252,22 @@ static cg_plan_t *ladder_plan(cg_comm_t *comm, float **bufs, const char *what) {
   return plan;
 }
 
+/* Two replays of the ladder with fresh inputs, every sum checked. */
+static void ladder_check(cg_plan_t *plan, oneshot_case_t *c, const char *label) {
+  int me = cg_gpu_rank(), n = cg_gpu_size();
+  char what[160];
+  for (int k = 0; k < 2; k++) {
+    uint64_t seed = cg_test_seed() ^ (uint64_t)(k + 7) * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < LADDER; i++) fill_case(&c[i], i, seed, me, n);
+    ck_assert_cg_ok(cg_plan_run(plan));
+    for (int i = 0; i < LADDER; i++) {
+      snprintf(what, sizeof what, "%s, replay %d: the allreduce of %zu floats", label, k, c[i].count);
+      ck_assert_all_ranks(wrong(&c[i], i, seed, n) == 0, what);
+    }
+  }
+  for (int i = 0; i < LADDER; i++) cg_gpu_free(c[i].send_base);
+}
+
 START_TEST(nccl_oneshot__zero_keeps_every_allreduce_on_nccl) {
   setenv("CG_ONESHOT_MAX_BYTES", "0", 1);
   cg_comm_t *comm = nccl_comm();
@@ -251,32 +275,33 @@ START_TEST(nccl_oneshot__zero_keeps_every_allreduce_on_nccl) {
     unsetenv("CG_ONESHOT_MAX_BYTES");
     return;
   }
-  float *bufs[11];
-  cg_plan_t *plan = ladder_plan(comm, bufs, "compile with CG_ONESHOT_MAX_BYTES=0");
+  oneshot_case_t c[LADDER];
+  cg_plan_t *plan = ladder_plan(comm, c, "compile with CG_ONESHOT_MAX_BYTES=0");
   ck_assert_all_ranks(dot_count(plan) == 0, "CG_ONESHOT_MAX_BYTES=0: DOT names no one-shot kernel");
-  ck_assert_cg_ok(cg_plan_run(plan));
+  ladder_check(plan, c, "CG_ONESHOT_MAX_BYTES=0");
   cg_plan_destroy(plan);
-  for (int i = 0; i < 11; i++) cg_gpu_free(bufs[i]);
   cg_comm_destroy(comm);
   unsetenv("CG_ONESHOT_MAX_BYTES");
 }
 END_TEST
 
+/* The kernels that measured the cut-over advanced the epochs: the plan's
+ * calls after them must still pair up. */
 START_TEST(nccl_oneshot__the_measured_cutover_is_the_same_on_every_rank) {
   unsetenv("CG_ONESHOT_MAX_BYTES");
   cg_comm_t *comm = nccl_comm();
   if (!comm) return;
-  float *bufs[11];
-  cg_plan_t *plan = ladder_plan(comm, bufs, "compile, the cut-over measured");
+  oneshot_case_t c[LADDER];
+  cg_plan_t *plan = ladder_plan(comm, c, "compile, the cut-over measured");
   int mine = dot_count(plan), lo = 0, hi = 0;
   MPI_Allreduce(&mine, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&mine, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (cg_gpu_rank() == 0)
-    printf("nccl_oneshot: measured: %d of the 11 allreduces of 1 KB .. 1 MB take the one-shot kernel\n", mine);
+    printf("nccl_oneshot: measured: %d of the %d allreduces of 1 KB .. 1 MB take the one-shot kernel\n", mine,
+           LADDER);
   ck_assert_all_ranks(lo == hi, "every rank takes the kernel for the same allreduces");
-  ck_assert_cg_ok(cg_plan_run(plan));
+  ladder_check(plan, c, "the cut-over measured");
   cg_plan_destroy(plan);
-  for (int i = 0; i < 11; i++) cg_gpu_free(bufs[i]);
   cg_comm_destroy(comm);
 }
 END_TEST
