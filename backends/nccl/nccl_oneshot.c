@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,8 +75,8 @@ cg_status_t cg_nccl_oneshot_enqueue(cg_nccl_comm_t *n, const cg_step_t *s, void 
 
 void cg_nccl_oneshot_abort(cg_nccl_oneshot_t *o) {
   if (!o->aborted) return;
-  *(volatile unsigned *)o->aborted = 1u;
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  /* mapped host memory the kernels poll: as the progress engine raises its done flags */
+  atomic_store_explicit((_Atomic unsigned *)o->aborted, 1u, memory_order_release);
 }
 
 /* This rank's mappings of its peers' staging, once its kernels are done. */
