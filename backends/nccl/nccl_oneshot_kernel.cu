@@ -157,9 +157,9 @@ template <typename T> __global__ void __launch_bounds__(THREADS) oneshot_kernel(
   for (size_t v = vec_lo + threadIdx.x; v < vec_hi; v += THREADS) ((uint4 *)stage)[v] = ((const uint4 *)send)[v];
   for (size_t i = sc_lo + threadIdx.x; i < sc_hi; i += THREADS) stage[i] = send[i];
   __syncthreads();
-  /* arrived: one release store into each peer's flags (also says: done
-   * reading the previous call's staging) */
-  /* the release orders the block's staging stores (bar.sync above) before it */
+  /* arrived: one release store into each peer's flags, which orders the
+   * block's staging stores (bar.sync above) before it and also says: done
+   * reading the previous call's staging */
   if (threadIdx.x < (unsigned)a.ranks && (int)threadIdx.x != a.rank)
     store_release(flag_at(a.peers[threadIdx.x], block, a.rank), e);
   if (threadIdx.x < (unsigned)a.ranks && (int)threadIdx.x != a.rank &&
