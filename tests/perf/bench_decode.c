@@ -264,12 +264,17 @@ static void bench_batch(cg_comm_t *comm, ncclComm_t nccl, int layers, int hidden
     all_checked(check_mode(&d, modes[k], modes[k] == COMPUTE ? ref_local : ref, host, stream), modes[k],
                 "after timing");
 
+  int oneshot_plain = cg_bench_dot_count(d.plan, "one-shot allreduce"),
+      oneshot_arena = cg_bench_dot_count(d.in_arena, "one-shot allreduce");
   if (rank == 0) {
     double captured_comm = (med[CAPTURED] - med[COMPUTE]) / layers;
     printf("\nbatch %d: %d allreduces of %zu bfloat16 (%.1f KB) per step, %d steps per batch\n", batch, layers,
            d.count, (double)d.count * 2 / 1024, iters);
     printf("  the arena's bfloat16 cut-over (measured when it was made): %s up to %zu bytes, so these allreduces "
            "take the %s kernels\n", "symmetric", cut_over, d.count * 2 <= cut_over ? "symmetric" : "plain");
+    /* the path the NCCL backend chose for the plans' allreduces */
+    printf("  commgraph's allreduces take commgraph's one-shot kernel: %d of %d (plain buffers), %d of %d (symmetric "
+           "arena); NCCL the rest\n", oneshot_plain, layers, oneshot_arena, layers);
     printf("  %-26s %12s %16s %16s\n", "mode", "us per step", "comm us/layer", "/ NCCL captured");
     for (int m = 0; m < N_MODES; m++) {
       if (m == SYMMETRIC && !d.x_sym) {

@@ -459,11 +459,12 @@ static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaSt
     printf("\nd) small float32 sum allreduces, out of place, on symmetric memory (issue 25): k of them per replay, "
            "us per replay: NCCL captured in one graph on separate buffers and on the program's symmetric window; the "
            "plan on separate buffers (packed), over a cg_arena (zero-copy) and over a cg_nccl_arena_create arena; "
-           "ratios of the last to NCCL captured (the row's, and one 1 KB allreduce's)\n");
+           "ratios of the last to NCCL captured (the row's, and one 1 KB allreduce's); one-shot: the collectives of "
+           "the three plans that take commgraph's one-shot kernel\n");
     printf("  the arena's float32 cut-over, measured when it was made: allreduces up to %zu bytes take NCCL's symmetric "
            "kernels, larger ones (a bucket counts whole) the plain kernels on the same memory\n", cut_over);
-    printf("%6s %4s %10s %10s %10s %10s %10s %9s %9s\n", "bytes", "k", "NCCL capt", "capt sym", "plan", "plan arena",
-           "plan sym", "sym/capt", "/ 1 capt");
+    printf("%6s %4s %10s %10s %10s %10s %10s %9s %9s   %s\n", "bytes", "k", "NCCL capt", "capt sym", "plan",
+           "plan arena", "plan sym", "sym/capt", "/ 1 capt", "one-shot");
   }
   struct { int ops; size_t count; } rows[] = {{1, 256}, {1, 4096}, {1, 16384}, {1, 65536}, {8, 256}, {128, 256}};
   double one_captured = 0; /* the first row's NCCL captured: one 1 KB allreduce */
@@ -507,13 +508,17 @@ static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaSt
       double by_mode[N_MODES] = {0};
       for (int m = 0; m < n_modes; m++) by_mode[modes[m]] = med[m];
       if (r == 0) one_captured = by_mode[CAPTURED];
+      /* the collectives that took commgraph's one-shot kernel in each plan */
+      int oneshot[3] = {cg_bench_dot_count(w.plan, "one-shot allreduce"),
+                        cg_bench_dot_count(w.in_arena[0], "one-shot allreduce"),
+                        cg_bench_dot_count(w.in_arena[1], "one-shot allreduce")};
       if (rank == 0) {
         char sym[16] = "       n/a";
         if (in_window) snprintf(sym, sizeof sym, "%7.2f us", by_mode[CAPTURED_SYMMETRIC] * 1e6);
-        printf("%6zu %4d %7.2f us %s %7.2f us %7.2f us %7.2f us %9.3f %9.3f\n", w.count * sizeof(float), w.ops,
-               by_mode[CAPTURED] * 1e6, sym, by_mode[PLAN] * 1e6, by_mode[PLAN_ARENA] * 1e6,
+        printf("%6zu %4d %7.2f us %s %7.2f us %7.2f us %7.2f us %9.3f %9.3f   %d/%d/%d\n", w.count * sizeof(float),
+               w.ops, by_mode[CAPTURED] * 1e6, sym, by_mode[PLAN] * 1e6, by_mode[PLAN_ARENA] * 1e6,
                by_mode[PLAN_SYMMETRIC] * 1e6, by_mode[PLAN_SYMMETRIC] / by_mode[CAPTURED],
-               one_captured > 0 ? by_mode[PLAN_SYMMETRIC] / one_captured : 0.0);
+               one_captured > 0 ? by_mode[PLAN_SYMMETRIC] / one_captured : 0.0, oneshot[0], oneshot[1], oneshot[2]);
         fflush(stdout);
       }
     }

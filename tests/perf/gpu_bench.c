@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include "gpu_bench.h"
 
 #include "commgraph/mpi.h"
@@ -6,6 +7,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 _Noreturn void cg_bench_fail(const char *what, const char *why) {
   int rank = 0;
@@ -144,3 +146,17 @@ int cg_bench_pick_gpu(const char *tool, int *nodes) {
   return device;
 }
 
+
+int cg_bench_dot_count(const cg_plan_t *plan, const char *what) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) cg_bench_fail("open_memstream", "out of memory");
+  cg_status_t st = cg_plan_write_dot(plan, f);
+  fclose(f);
+  if (st != CG_SUCCESS) cg_bench_fail("cg_plan_write_dot", cg_error_last());
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
+  free(text);
+  return n;
+}

@@ -67,4 +67,8 @@ void cg_bench_window_free(ncclComm_t nccl, void *buf, void *window);
  * rank gets -1. *nodes is the number of nodes. */
 int cg_bench_pick_gpu(const char *tool, int *nodes);
 
+/* How many times the plan's DOT (cg_plan_write_dot) holds `what`: for
+ * instance "one-shot allreduce", the path the NCCL backend chose. */
+int cg_bench_dot_count(const cg_plan_t *plan, const char *what);
+
 #endif
