@@ -16,13 +16,6 @@
 static const cg_dtype_t measured[CG_NCCL_SYMMETRIC_DTYPES] = {CG_FLOAT32, CG_FLOAT16, CG_BFLOAT16};
 static const ncclDataType_t nccl_types[CG_NCCL_SYMMETRIC_DTYPES] = {ncclFloat32, ncclFloat16, ncclBfloat16};
 
-typedef struct bench {
-  cg_nccl_comm_t *n;
-  cudaStream_t stream;
-  cudaEvent_t start, stop;
-  const char *where;
-} bench_t;
-
 size_t cg_nccl_cutover_pick(const double (*us)[2], int sizes) {
   for (int i = 0; i < sizes; i++) {
     int loses = us[i][0] >= us[i][1], next_loses = i + 1 == sizes || us[i + 1][0] >= us[i + 1][1];
@@ -31,45 +24,30 @@ size_t cg_nccl_cutover_pick(const double (*us)[2], int sizes) {
   return SIZE_MAX;
 }
 
+cg_status_t cg_nccl_enqueue_allreduce(const void *ctx, cudaStream_t stream) {
+  const cg_nccl_timed_allreduce_t *a = ctx;
+  ncclResult_t r = cg_nccl_settle(a->n->nccl, ncclAllReduce(a->buf, a->buf, a->count, a->type, ncclSum, a->n->nccl,
+                                                            stream));
+  return r == ncclSuccess ? CG_SUCCESS
+                          : cg_fail_nccl(r, a->n->nccl, "ncclAllReduce", "%s, %zu elements", a->what, a->count);
+}
+
 /* One eager call (NCCL sets up what the buffers need outside any capture),
  * then a graph of CALLS_PER_GRAPH of them. */
-static cg_status_t capture(cudaGraphExec_t *exec, bench_t *b, void *buf, size_t count, int d) {
+static cg_status_t capture(cudaGraphExec_t *exec, const cg_nccl_call_t *call, cudaStream_t stream, const char *what) {
   cudaGraph_t graph = NULL;
-  cudaError_t e = cudaSuccess;
-  cg_status_t st = CG_SUCCESS;
-  int capturing = 0;
   *exec = NULL;
-  ncclResult_t r = cg_nccl_settle(b->n->nccl, ncclAllReduce(buf, buf, count, nccl_types[d], ncclSum, b->n->nccl,
-                                                            b->stream));
-  if (r != ncclSuccess) {
-    st = cg_fail_nccl(r, b->n->nccl, "ncclAllReduce", "%s: measuring the symmetric cut-over, %zu %s elements",
-                      b->where, count, cg_dtype_name(measured[d]));
-    goto out;
-  }
-  if ((e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal)) != cudaSuccess) {
-    st = cg_fail_cuda(e, "cudaStreamBeginCapture", "%s: measuring the symmetric cut-over", b->where);
-    goto out;
-  }
-  capturing = 1;
-  for (int i = 0; i < CALLS_PER_GRAPH && r == ncclSuccess; i++)
-    r = cg_nccl_settle(b->n->nccl, ncclAllReduce(buf, buf, count, nccl_types[d], ncclSum, b->n->nccl, b->stream));
-  capturing = 0;
-  e = cudaStreamEndCapture(b->stream, &graph); /* ends a capture a failed call left open too */
-  if (r != ncclSuccess) {
-    st = cg_fail_nccl(r, b->n->nccl, "ncclAllReduce (captured)", "%s: measuring the symmetric cut-over, %zu %s "
-                      "elements", b->where, count, cg_dtype_name(measured[d]));
-    goto out;
-  }
-  if (e != cudaSuccess) {
-    st = cg_fail_cuda(e, "cudaStreamEndCapture", "%s: measuring the symmetric cut-over", b->where);
-    goto out;
-  }
-  if ((e = cudaGraphInstantiate(exec, graph, 0)) != cudaSuccess) {
+  cg_status_t st = call->enqueue(call->ctx, stream);
+  if (st != CG_SUCCESS) return st;
+  cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) return cg_fail_cuda(e, "cudaStreamBeginCapture", "%s", what);
+  for (int i = 0; i < CALLS_PER_GRAPH && st == CG_SUCCESS; i++) st = call->enqueue(call->ctx, stream);
+  e = cudaStreamEndCapture(stream, &graph); /* ends a capture a failed call left open too */
+  if (st == CG_SUCCESS && e != cudaSuccess) st = cg_fail_cuda(e, "cudaStreamEndCapture", "%s", what);
+  if (st == CG_SUCCESS && (e = cudaGraphInstantiate(exec, graph, 0)) != cudaSuccess) {
     *exec = NULL;
-    st = cg_fail_cuda(e, "cudaGraphInstantiate", "%s: measuring the symmetric cut-over", b->where);
+    st = cg_fail_cuda(e, "cudaGraphInstantiate", "%s", what);
   }
-out:
-  if (capturing) cudaStreamEndCapture(b->stream, &graph);
   if (graph) cudaGraphDestroy(graph);
   return st;
 }
@@ -79,8 +57,9 @@ static int by_value(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-cg_status_t cg_nccl_time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_t stream, cudaEvent_t start,
-                              cudaEvent_t stop, int calls_per_graph, const char *what) {
+/* The median time of one call in each graph, launched in turn. */
+static cg_status_t time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_t stream, cudaEvent_t start,
+                             cudaEvent_t stop, const char *what) {
   double t[2][ROUNDS];
   cudaError_t e = cudaSuccess;
   const char *call = "cudaGraphLaunch";
@@ -93,7 +72,7 @@ cg_status_t cg_nccl_time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_
       else if ((e = cudaEventRecord(stop, stream)) != cudaSuccess) call = "cudaEventRecord";
       else if ((e = cudaEventSynchronize(stop)) != cudaSuccess) call = "cudaEventSynchronize";
       else if ((e = cudaEventElapsedTime(&ms, start, stop)) != cudaSuccess) call = "cudaEventElapsedTime";
-      else t[p][r] = 1e3 * ms / calls_per_graph;
+      else t[p][r] = 1e3 * ms / CALLS_PER_GRAPH;
     }
   if (e != cudaSuccess) return cg_fail_cuda(e, call, "%s", what);
   for (int p = 0; p < 2; p++) {
@@ -103,20 +82,38 @@ cg_status_t cg_nccl_time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_
   return CG_SUCCESS;
 }
 
+cg_status_t cg_nccl_time_two_ways(double us[2], int *abort_comm, cg_nccl_comm_t *n, cudaStream_t stream,
+                                  cudaEvent_t start, cudaEvent_t stop, const cg_nccl_call_t call[2], const char *what) {
+  cudaGraphExec_t exec[2] = {NULL, NULL};
+  cg_status_t st = capture(&exec[0], &call[0], stream, what);
+  if (st == CG_SUCCESS) st = capture(&exec[1], &call[1], stream, what);
+  /* a rank that failed here has left eager calls the others wait in: all stop, and abort */
+  int fine = cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control);
+  if (fine) st = time_pair(us, exec, stream, start, stop, what);
+  for (int p = 0; p < 2; p++)
+    if (exec[p]) cudaGraphExecDestroy(exec[p]);
+  if (!fine || st != CG_SUCCESS) {
+    *abort_comm = 1;
+    if (st == CG_SUCCESS) st = cg_fail(CG_ERR_BACKEND, "%s: another rank failed", what);
+  }
+  return st;
+}
+
 cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES], int *abort_comm,
                                     cg_nccl_comm_t *n, void *window, void *plain, size_t bytes, const char *where) {
   /* [dtype][size][path]: microseconds per call, path 0 symmetric */
   double us[CG_NCCL_SYMMETRIC_DTYPES][CG_CUTOVER_MAX_SIZES][2] = {{{0}}};
   double slowest[CG_NCCL_SYMMETRIC_DTYPES][CG_CUTOVER_MAX_SIZES][2] = {{{0}}};
-  bench_t b = {n, NULL, NULL, NULL, where};
+  cudaStream_t stream = NULL;
+  cudaEvent_t start = NULL, stop = NULL;
   cudaError_t e = cudaSuccess;
   cg_status_t st = CG_SUCCESS;
   int sizes = 0;
   *abort_comm = 0;
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) symmetric_max[d] = SIZE_MAX;
   for (size_t s = CG_CUTOVER_MIN_BYTES; s <= bytes && s <= MAX_BYTES && sizes < CG_CUTOVER_MAX_SIZES; s *= 2) sizes++;
-  if ((e = cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking)) != cudaSuccess ||
-      (e = cudaEventCreate(&b.start)) != cudaSuccess || (e = cudaEventCreate(&b.stop)) != cudaSuccess)
+  if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess ||
+      (e = cudaEventCreate(&start)) != cudaSuccess || (e = cudaEventCreate(&stop)) != cudaSuccess)
     st = cg_fail_cuda(e, "cudaStreamCreate/cudaEventCreate", "%s: measuring the symmetric cut-over", where);
   /* no rank starts the NCCL calls of a size unless every rank got there */
   if (!cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
@@ -126,28 +123,16 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
   }
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++)
     for (int i = 0; i < sizes; i++) {
+      char what[200];
+      snprintf(what, sizeof what, "%s: measuring the symmetric cut-over (%zu bytes of %s)", where,
+               CG_CUTOVER_MIN_BYTES << i, cg_dtype_name(measured[d]));
       size_t count = (CG_CUTOVER_MIN_BYTES << i) / cg_dtype_size(measured[d]);
-      cudaGraphExec_t exec[2] = {NULL, NULL};
-      st = capture(&exec[0], &b, window, count, d);
-      if (st == CG_SUCCESS) st = capture(&exec[1], &b, plain, count, d);
-      /* a rank that failed here has left eager calls the others wait in: all stop, and abort */
-      int fine = cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control);
-      if (fine) {
-        char what[160];
-        snprintf(what, sizeof what, "%s: measuring the symmetric cut-over", where);
-        st = cg_nccl_time_pair(us[d][i], exec, b.stream, b.start, b.stop, CALLS_PER_GRAPH, what);
-      }
-      for (int p = 0; p < 2; p++)
-        if (exec[p]) cudaGraphExecDestroy(exec[p]);
-      if (!fine || st != CG_SUCCESS) {
-        *abort_comm = 1;
-        if (st == CG_SUCCESS)
-          st = cg_fail(CG_ERR_BACKEND, "%s: another rank failed to measure the symmetric cut-over (%zu bytes of "
-                       "%s)", where, CG_CUTOVER_MIN_BYTES << i, cg_dtype_name(measured[d]));
+      cg_nccl_timed_allreduce_t on[2] = {{n, window, count, nccl_types[d], what}, {n, plain, count, nccl_types[d], what}};
+      cg_nccl_call_t call[2] = {{cg_nccl_enqueue_allreduce, &on[0]}, {cg_nccl_enqueue_allreduce, &on[1]}};
+      if ((st = cg_nccl_time_two_ways(us[d][i], abort_comm, n, stream, start, stop, call, what)) != CG_SUCCESS)
         goto out;
-      }
     }
-  /* a failure in cg_nccl_time_pair on one rank leaves the others' graphs waiting on
+  /* a failure in time_pair on one rank leaves the others' graphs waiting on
    * the device before they get here: only the sticky errors of a broken
    * device fail there */
   if (MPI_Allreduce(us, slowest, (int)(sizeof us / sizeof(double)), MPI_DOUBLE, MPI_MAX, n->control->control) !=
@@ -159,9 +144,9 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
     symmetric_max[d] = cg_nccl_cutover_pick((const double (*)[2])slowest[d], sizes);
 out:
   /* after an abort the stream may hold kernels that never end: the caller's abort ends them first */
-  if (b.stream && !*abort_comm) cudaStreamSynchronize(b.stream);
-  if (b.stream) cudaStreamDestroy(b.stream);
-  if (b.start) cudaEventDestroy(b.start);
-  if (b.stop) cudaEventDestroy(b.stop);
+  if (stream && !*abort_comm) cudaStreamSynchronize(stream);
+  if (stream) cudaStreamDestroy(stream);
+  if (start) cudaEventDestroy(start);
+  if (stop) cudaEventDestroy(stop);
   return st;
 }

@@ -25,11 +25,31 @@
  * symmetric kernels keep what they won. */
 size_t cg_nccl_cutover_pick(const double (*us)[2], int sizes);
 
-/* The median time of one call in each of two graphs of calls_per_graph
- * calls, launched in turn on `stream` (5 rounds after one launch each);
- * `what` words a failure. */
-cg_status_t cg_nccl_time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_t stream, cudaEvent_t start,
-                              cudaEvent_t stop, int calls_per_graph, const char *what);
+/* One way of making a call, for timing: enqueue(ctx, stream) enqueues it
+ * once (and says why not). */
+typedef struct cg_nccl_call {
+  cg_status_t (*enqueue)(const void *ctx, cudaStream_t stream);
+  const void *ctx;
+} cg_nccl_call_t;
+
+/* An in-place sum ncclAllReduce on n's plan communicator; `what` words a
+ * failure. */
+typedef struct cg_nccl_timed_allreduce {
+  cg_nccl_comm_t *n;
+  void *buf;
+  size_t count;
+  ncclDataType_t type;
+  const char *what;
+} cg_nccl_timed_allreduce_t;
+cg_status_t cg_nccl_enqueue_allreduce(const void *ctx, cudaStream_t stream);
+
+/* The time of one call each way (us[0], us[1]): each made once eagerly, then
+ * captured 8 times in a graph; every rank agrees that all captured before any
+ * launches (a rank that failed left eager calls the others wait in: all
+ * fail, *abort_comm set); then the graphs launched in turn, 5 rounds, the
+ * median. Collective over n's ranks; `what` words failures. */
+cg_status_t cg_nccl_time_two_ways(double us[2], int *abort_comm, cg_nccl_comm_t *n, cudaStream_t stream,
+                                  cudaEvent_t start, cudaEvent_t stop, const cg_nccl_call_t call[2], const char *what);
 
 /* Times captured in-place sum allreduces of 1 KB, 2 KB, ... up to `bytes`
  * (at most 8 MB) of float32, float16 and bfloat16 on `window` (in the

@@ -17,8 +17,6 @@
 #include "nccl_oneshot_kernel.h"
 #include "param.h"
 
-#define CALLS_PER_GRAPH 8
-
 static int dtype_index(cg_dtype_t dtype) {
   switch (dtype) {
     case CG_FLOAT32: return CG_ONESHOT_FLOAT32;
@@ -149,43 +147,16 @@ static void map_peers(cg_nccl_oneshot_t *o, const cudaIpcMemHandle_t *handles, c
   }
 }
 
-/* One eager call, then a graph of CALLS_PER_GRAPH (oneshot: the kernel, else
- * ncclAllReduce) on `buf`. */
-static cg_status_t capture(cudaGraphExec_t *exec, cg_nccl_comm_t *n, int oneshot, void *buf, size_t count,
-                           cudaStream_t stream, const char *where) {
-  cg_oneshot_args_t a = args_of(&n->oneshot, buf, buf, count, CG_ONESHOT_SUM);
-  cudaGraph_t graph = NULL;
-  cg_status_t st = CG_SUCCESS;
-  *exec = NULL;
-  for (int round = 0; round < 2 && st == CG_SUCCESS; round++) {
-    int captured = round == 1, calls = captured ? CALLS_PER_GRAPH : 1;
-    cudaError_t e = captured ? cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) : cudaSuccess;
-    if (e != cudaSuccess) return cg_fail_cuda(e, "cudaStreamBeginCapture", "%s: measuring the one-shot cut-over", where);
-    for (int i = 0; i < calls && st == CG_SUCCESS; i++) {
-      if (oneshot) {
-        if ((e = cg_oneshot_launch(&a, CG_ONESHOT_FLOAT32, stream)) != cudaSuccess)
-          st = cg_fail_cuda(e, "the one-shot allreduce kernel", "%s: measuring the one-shot cut-over", where);
-      } else {
-        ncclResult_t r = cg_nccl_settle(n->nccl, ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, n->nccl, stream));
-        if (r != ncclSuccess)
-          st = cg_fail_nccl(r, n->nccl, "ncclAllReduce", "%s: measuring the one-shot cut-over", where);
-      }
-    }
-    if (captured) {
-      e = cudaStreamEndCapture(stream, &graph); /* ends a capture a failed call left open too */
-      if (st == CG_SUCCESS && e != cudaSuccess)
-        st = cg_fail_cuda(e, "cudaStreamEndCapture", "%s: measuring the one-shot cut-over", where);
-    }
-  }
-  if (st == CG_SUCCESS) {
-    cudaError_t e = cudaGraphInstantiate(exec, graph, 0);
-    if (e != cudaSuccess) {
-      *exec = NULL;
-      st = cg_fail_cuda(e, "cudaGraphInstantiate", "%s: measuring the one-shot cut-over", where);
-    }
-  }
-  if (graph) cudaGraphDestroy(graph);
-  return st;
+/* The kernel as a call to time against ncclAllReduce (nccl_cutover.h). */
+typedef struct timed_oneshot {
+  cg_oneshot_args_t args;
+  const char *what;
+} timed_oneshot_t;
+
+static cg_status_t enqueue_oneshot(const void *ctx, cudaStream_t stream) {
+  const timed_oneshot_t *t = ctx;
+  cudaError_t e = cg_oneshot_launch(&t->args, CG_ONESHOT_FLOAT32, stream);
+  return e == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(e, "the one-shot allreduce kernel", "%s", t->what);
 }
 
 /* Times the kernel against ncclAllReduce at 1 KB, 2 KB, ... the half's size
@@ -202,28 +173,19 @@ static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where
   if (e == cudaSuccess) e = cudaEventCreate(&start);
   if (e == cudaSuccess) e = cudaEventCreate(&stop);
   if (e == cudaSuccess && (e = cudaMalloc(&buf, CG_ONESHOT_HALF_BYTES)) != cudaSuccess) buf = NULL;
-  if (e == cudaSuccess) e = cudaMemset(buf, 0, CG_ONESHOT_HALF_BYTES); /* sums of zeros stay zeros */
+  if (e == cudaSuccess) e = cudaMemsetAsync(buf, 0, CG_ONESHOT_HALF_BYTES, stream); /* sums of zeros stay zeros */
   cg_status_t st = e == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(e, "cudaMalloc/cudaStreamCreate", "%s", what);
   if (!cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
     if (st == CG_SUCCESS) st = cg_fail(CG_ERR_BACKEND, "%s: another rank could not start", what);
     goto out;
   }
   for (int i = 0; i < SIZES; i++) {
+    snprintf(what, sizeof what, "%s: measuring the one-shot cut-over (%zu bytes)", where, CG_CUTOVER_MIN_BYTES << i);
     size_t count = (CG_CUTOVER_MIN_BYTES << i) / sizeof(float);
-    cudaGraphExec_t exec[2] = {NULL, NULL};
-    st = capture(&exec[0], n, 1, buf, count, stream, where);
-    if (st == CG_SUCCESS) st = capture(&exec[1], n, 0, buf, count, stream, where);
-    /* a rank that failed here left eager calls the others wait in: all stop, and abort */
-    int fine = cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control);
-    if (fine) st = cg_nccl_time_pair(us[i], exec, stream, start, stop, CALLS_PER_GRAPH, what);
-    for (int p = 0; p < 2; p++)
-      if (exec[p]) cudaGraphExecDestroy(exec[p]);
-    if (!fine || st != CG_SUCCESS) {
-      *abort_comm = 1;
-      if (st == CG_SUCCESS)
-        st = cg_fail(CG_ERR_BACKEND, "%s: another rank failed at %zu bytes", what, CG_CUTOVER_MIN_BYTES << i);
-      goto out;
-    }
+    timed_oneshot_t kernel = {args_of(&n->oneshot, buf, buf, count, CG_ONESHOT_SUM), what};
+    cg_nccl_timed_allreduce_t nccl = {n, buf, count, ncclFloat32, what};
+    cg_nccl_call_t call[2] = {{enqueue_oneshot, &kernel}, {cg_nccl_enqueue_allreduce, &nccl}};
+    if ((st = cg_nccl_time_two_ways(us[i], abort_comm, n, stream, start, stop, call, what)) != CG_SUCCESS) goto out;
   }
   if (MPI_Allreduce(us, slowest, 2 * SIZES, MPI_DOUBLE, MPI_MAX, n->control->control) != MPI_SUCCESS) {
     st = cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce of the times failed", what);
@@ -267,16 +229,12 @@ cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, ui
   if (st != CG_SUCCESS) return st;
   o->state = CG_ONESHOT_OFF;
   o->rank = comm->rank, o->ranks = comm->size;
+  /* the same on every rank (the variable is agreed, and so are the links) */
+  if ((set && given == 0) || !n->peer_links || comm->size > CG_ONESHOT_MAX_RANKS) return CG_SUCCESS;
+  /* from here on what fails is this rank's alone: the ranks agree */
   char why[160] = "";
-  cudaIpcMemHandle_t *handles = NULL;
-  if (set && given == 0) snprintf(why, sizeof why, "CG_ONESHOT_MAX_BYTES=0");
-  else if (!n->peer_links) snprintf(why, sizeof why, "the ranks lack peer links");
-  else if (comm->size > CG_ONESHOT_MAX_RANKS)
-    snprintf(why, sizeof why, "%d ranks (at most %d)", comm->size, CG_ONESHOT_MAX_RANKS);
-  else if (!(handles = calloc((size_t)comm->size, sizeof *handles)))
-    snprintf(why, sizeof why, "out of memory");
-  /* every rank decides the same: none of the above differs between ranks but
-   * the allocations */
+  cudaIpcMemHandle_t *handles = calloc((size_t)comm->size, sizeof *handles);
+  if (!handles) snprintf(why, sizeof why, "out of memory");
   cudaIpcMemHandle_t mine;
   memset(&mine, 0, sizeof mine);
   if (!why[0]) allocate(o, &mine, why, sizeof why);
@@ -288,7 +246,9 @@ cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, ui
   if (ok) ok = cg_nccl_all_ranks_ok(!why[0], n->control->control);
   free(handles);
   if (!ok) {
-    snprintf(o->why_off, sizeof o->why_off, "%s", why[0] ? why : "another rank could not set it up");
+    if (why[0])
+      fprintf(stderr, "commgraph: %s: rank %d: the one-shot allreduce stays off on every rank: %s\n", where,
+              comm->rank, why);
     /* every rank unmaps before any frees: freeing memory another process
      * still maps is undefined (cudaIpcCloseMemHandle) */
     unmap_peers(o);
@@ -302,9 +262,6 @@ cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, ui
     return CG_SUCCESS;
   }
   st = measure(n, abort_comm, where);
-  if (st != CG_SUCCESS) {
-    o->state = CG_ONESHOT_OFF;
-    snprintf(o->why_off, sizeof o->why_off, "measuring its cut-over failed");
-  }
+  if (st != CG_SUCCESS) o->state = CG_ONESHOT_OFF;
   return st;
 }

@@ -24,10 +24,11 @@
 
 #include "commgraph/types.h"
 #include "error.h"
+#include "nccl_oneshot_kernel.h"
 
 typedef enum cg_oneshot_state {
   CG_ONESHOT_UNTRIED, /* no plan has needed it yet */
-  CG_ONESHOT_OFF,     /* tried: not on every rank (off everywhere) */
+  CG_ONESHOT_OFF,     /* tried: off on every rank (said on stderr where a rank could not set it up) */
   CG_ONESHOT_ON,
 } cg_oneshot_state_t;
 
@@ -35,12 +36,11 @@ typedef struct cg_nccl_oneshot {
   cg_oneshot_state_t state;
   size_t max_bytes;  /* allreduces up to this many bytes per rank take the kernel; 0: none (agreed) */
   char *staging;     /* this rank's (device memory, cudaIpc-exported) */
-  char *peers[8];    /* every rank's staging as this process maps it; peers[rank] == staging */
+  char *peers[CG_ONESHOT_MAX_RANKS]; /* every rank's staging as this process maps it; peers[rank] == staging */
   unsigned *epochs;  /* device memory: per block, the last call */
   unsigned *aborted; /* mapped host memory the kernel polls: set before ncclCommAbort */
   unsigned *aborted_dev;
   int rank, ranks;
-  char why_off[160]; /* CG_ONESHOT_OFF: why */
 } cg_nccl_oneshot_t;
 
 struct cg_nccl_comm;

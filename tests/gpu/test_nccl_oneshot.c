@@ -32,20 +32,6 @@ typedef struct oneshot_case {
 
 static const char *oneshot_name = "one-shot allreduce";
 
-/* A communicator of the NCCL backend over the world; NULL (on every rank)
- * when CG_GPU_TEST_BACKEND chose another. */
-static cg_comm_t *nccl_comm(void) {
-  cg_comm_t *comm = cg_gpu_nccl_comm(MPI_COMM_WORLD);
-  const char *backend = NULL;
-  ck_assert_cg_ok(cg_comm_backend_name(&backend, comm));
-  if (strcmp(backend, "nccl") != 0) {
-    if (cg_gpu_rank() == 0) printf("nccl_oneshot: skipped: CG_GPU_TEST_BACKEND chose %s, not nccl\n", backend);
-    cg_comm_destroy(comm);
-    return NULL;
-  }
-  return comm;
-}
-
 static int count_in(const char *text, const char *what) {
   int n = 0;
   for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
@@ -181,7 +167,7 @@ static void replay_and_check(cg_plan_t *plan, oneshot_case_t *c, int32_t *ints, 
 START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones) {
   int me = cg_gpu_rank(), n = cg_gpu_size();
   setenv("CG_ONESHOT_MAX_BYTES", "1M", 1);
-  cg_comm_t *comm = nccl_comm();
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_oneshot");
   if (!comm) {
     unsetenv("CG_ONESHOT_MAX_BYTES");
     return;
@@ -205,9 +191,7 @@ START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_on
     int named = dot_count(plan);
     if (!fused && named == 0) {
       /* off on every rank alike: the ranks cannot map each other's memory */
-      char *dot = cg_gpu_plan_dot(plan);
       if (me == 0) printf("nccl_oneshot: the one-shot path is off here (DOT names no kernel)\n");
-      free(dot);
       /* NCCL_P2P_DISABLE (gpu-test's sockets phase) takes the peer links away */
       const char *require = getenv("CG_TEST_REQUIRE_ONESHOT"), *no_p2p = getenv("NCCL_P2P_DISABLE");
       int links = !no_p2p || strcmp(no_p2p, "0") == 0;
@@ -270,7 +254,7 @@ static void ladder_check(cg_plan_t *plan, oneshot_case_t *c, const char *label) 
 
 START_TEST(nccl_oneshot__zero_keeps_every_allreduce_on_nccl) {
   setenv("CG_ONESHOT_MAX_BYTES", "0", 1);
-  cg_comm_t *comm = nccl_comm();
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_oneshot");
   if (!comm) {
     unsetenv("CG_ONESHOT_MAX_BYTES");
     return;
@@ -289,7 +273,7 @@ END_TEST
  * calls after them must still pair up. */
 START_TEST(nccl_oneshot__the_measured_cutover_is_the_same_on_every_rank) {
   unsetenv("CG_ONESHOT_MAX_BYTES");
-  cg_comm_t *comm = nccl_comm();
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_oneshot");
   if (!comm) return;
   oneshot_case_t c[LADDER];
   cg_plan_t *plan = ladder_plan(comm, c, "compile, the cut-over measured");
@@ -308,7 +292,7 @@ END_TEST
 
 START_TEST(nccl_oneshot__the_variable_on_one_rank_only_is_refused_everywhere) {
   if (cg_gpu_size() < 2) return;
-  cg_comm_t *comm = nccl_comm();
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_oneshot");
   if (!comm) return;
   if (cg_gpu_rank() == 0) setenv("CG_ONESHOT_MAX_BYTES", "8K", 1);
   float *buf = cg_gpu_alloc(256 * sizeof(float));

@@ -34,25 +34,11 @@ static unsigned long long wrong_sums(const float *y, size_t n, uint64_t seed, in
   return bad;
 }
 
-/* A communicator of the NCCL backend over the world; NULL (on every rank)
- * when CG_GPU_TEST_BACKEND chose another. */
-static cg_comm_t *nccl_comm(void) {
-  cg_comm_t *comm = cg_gpu_nccl_comm(MPI_COMM_WORLD);
-  const char *backend = NULL;
-  ck_assert_cg_ok(cg_comm_backend_name(&backend, comm));
-  if (strcmp(backend, "nccl") != 0) {
-    if (cg_gpu_rank() == 0) printf("nccl_symmetric: skipped: CG_GPU_TEST_BACKEND chose %s, not nccl\n", backend);
-    cg_comm_destroy(comm);
-    return NULL;
-  }
-  return comm;
-}
-
 static size_t tensor_count(int t) { return (size_t)(1 + (cg_test_seed() >> (t % 48)) % 4099); }
 
 START_TEST(nccl_symmetric__plans_over_an_arena_are_right_every_replay_and_fuse_without_copies) {
   int me = cg_gpu_rank(), n = cg_gpu_size();
-  cg_comm_t *comm = nccl_comm();
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_symmetric");
   if (!comm) return;
   size_t total = 0;
   for (int t = 0; t < TENSORS; t++) total += tensor_count(t);
@@ -118,7 +104,7 @@ END_TEST
 
 START_TEST(nccl_symmetric__two_arenas_on_one_communicator_out_of_place) {
   int me = cg_gpu_rank(), n = cg_gpu_size();
-  cg_comm_t *comm = nccl_comm();
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_symmetric");
   if (!comm) return;
   enum { COUNT = 70001 };
   cg_arena_t *from = NULL, *to = NULL;
@@ -151,7 +137,7 @@ START_TEST(nccl_symmetric__two_arenas_on_one_communicator_out_of_place) {
 END_TEST
 
 START_TEST(nccl_symmetric__a_device_not_the_communicators_is_refused_on_every_rank) {
-  cg_comm_t *comm = nccl_comm();
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_symmetric");
   if (!comm) return;
   cg_arena_opts_t o = CG_ARENA_OPTS_INIT;
   o.device = cg_gpu_device() + 1;
@@ -215,7 +201,7 @@ static char *two_allreduces(cg_comm_t *comm, cg_arena_t *arena, size_t small, si
 }
 
 START_TEST(nccl_symmetric__allreduces_above_the_cut_over_take_the_plain_kernels_on_the_same_memory) {
-  cg_comm_t *comm = nccl_comm();
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_symmetric");
   if (!comm) return;
   int version = 0;
   NCCL_OK(ncclGetVersion(&version));
@@ -269,7 +255,7 @@ START_TEST(nccl_symmetric__allreduces_above_the_cut_over_take_the_plain_kernels_
 END_TEST
 
 START_TEST(nccl_symmetric__the_variable_set_on_one_rank_only_is_refused_on_every_rank) {
-  cg_comm_t *comm = nccl_comm();
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_symmetric");
   if (!comm) return;
   int version = 0;
   NCCL_OK(ncclGetVersion(&version));

@@ -124,6 +124,16 @@ cg_comm_t *cg_gpu_nccl_comm(MPI_Comm mpi) {
   return c;
 }
 
+cg_comm_t *cg_gpu_nccl_only_comm(const char *suite) {
+  cg_comm_t *comm = cg_gpu_nccl_comm(MPI_COMM_WORLD);
+  const char *backend = NULL;
+  ck_assert_cg_ok(cg_comm_backend_name(&backend, comm));
+  if (strcmp(backend, "nccl") == 0) return comm;
+  if (cg_gpu_rank() == 0) printf("%s: skipped: CG_GPU_TEST_BACKEND chose %s, not nccl\n", suite, backend);
+  cg_comm_destroy(comm);
+  return NULL;
+}
+
 cg_comm_t *cg_gpu_shared_comm(int i) {
   ck_assert_int_lt(i, CG_GPU_SHARED_COMMS);
   if (!shared[0])

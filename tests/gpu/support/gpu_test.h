@@ -56,6 +56,10 @@ cg_plan_t *cg_gpu_compile_all_ranks(cg_graph_t *g, const char *what);
  * or mixed (nccl, mpi, hosttransfer in turn); asserts on every rank that it
  * worked everywhere. */
 cg_comm_t *cg_gpu_nccl_comm(MPI_Comm mpi);
+/* For the suites of the NCCL backend alone: cg_gpu_nccl_comm over the world,
+ * or NULL on every rank (rank 0 says "SUITE: skipped" and why) when
+ * CG_GPU_TEST_BACKEND chose another backend. */
+cg_comm_t *cg_gpu_nccl_only_comm(const char *suite);
 /* The backend name the latest cg_gpu_nccl_comm asked for ("nccl",
  * "mpi-staged", "hosttransfer"). */
 const char *cg_gpu_requested_backend(void);
