@@ -40,7 +40,7 @@ static int op_index(cg_redop_t op) {
 /* An allreduce the kernel can do, at any cut-over. */
 static int fits(const cg_step_t *s) {
   return s->op_kind == CG_NODE_ALLREDUCE && op_index(s->op) >= 0 && dtype_index(s->dtype) >= 0 && s->count > 0 &&
-         s->count * cg_dtype_size(s->dtype) <= CG_ONESHOT_HALF_BYTES;
+         s->count * cg_dtype_size(s->dtype) <= CG_ONESHOT_MAX_BYTES;
 }
 
 int cg_nccl_oneshot_takes(const cg_nccl_comm_t *n, const cg_step_t *s) {
@@ -87,9 +87,9 @@ static void unmap_peers(cg_nccl_oneshot_t *o) {
 
 void cg_nccl_oneshot_free(cg_nccl_oneshot_t *o, int aborted) {
   if (!aborted) unmap_peers(o);
-  /* after an abort a peer's kernel may still raise its flag in this rank's
-   * staging before it sees the abort: the 2 MB stay allocated (and mapped),
-   * as the abort leaves NCCL's own buffers to NCCL */
+  /* after an abort a peer's kernel may still write its input into this
+   * rank's staging before it sees the abort: the staging stays allocated (and
+   * mapped), as the abort leaves NCCL's own buffers to NCCL */
   if (o->staging && !aborted) cudaFree(o->staging);
   if (o->epochs && !aborted) cudaFree(o->epochs);
   if (o->aborted && !aborted) cudaFreeHost(o->aborted);
@@ -107,12 +107,15 @@ static int plan_needs(const cg_plan_t *plan, uint32_t ci) {
 /* This rank's staging, epochs and abort flag; "" or why not in why. */
 static void allocate(cg_nccl_oneshot_t *o, cudaIpcMemHandle_t *handle, char *why, size_t size) {
   const char *call = "cudaMalloc";
-  cudaError_t e = cudaMalloc((void **)&o->staging, CG_ONESHOT_STAGING_BYTES);
+  size_t bytes = CG_ONESHOT_STAGING_BYTES(o->ranks);
+  cudaError_t e = cudaMalloc((void **)&o->staging, bytes);
   if (e != cudaSuccess) o->staging = NULL;
-  if (e == cudaSuccess && (e = cudaMemset(o->staging, 0, CG_ONESHOT_STAGING_BYTES)) != cudaSuccess) call = "cudaMemset";
-  if (e == cudaSuccess && (e = cudaMalloc((void **)&o->epochs, CG_ONESHOT_BLOCKS * sizeof(unsigned))) != cudaSuccess)
+  if (e == cudaSuccess && (e = cudaMemset(o->staging, CG_ONESHOT_SENTINEL_BYTE, bytes)) != cudaSuccess)
+    call = "cudaMemset";
+  if (e == cudaSuccess &&
+      (e = cudaMalloc((void **)&o->epochs, CG_ONESHOT_MAX_BLOCKS * sizeof(unsigned))) != cudaSuccess)
     o->epochs = NULL;
-  if (e == cudaSuccess && (e = cudaMemset(o->epochs, 0, CG_ONESHOT_BLOCKS * sizeof(unsigned))) != cudaSuccess)
+  if (e == cudaSuccess && (e = cudaMemset(o->epochs, 0, CG_ONESHOT_MAX_BLOCKS * sizeof(unsigned))) != cudaSuccess)
     call = "cudaMemset";
   if (e == cudaSuccess &&
       (e = cudaHostAlloc((void **)&o->aborted, sizeof(unsigned), cudaHostAllocMapped)) != cudaSuccess) {
@@ -172,8 +175,8 @@ static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where
   cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreate(&start);
   if (e == cudaSuccess) e = cudaEventCreate(&stop);
-  if (e == cudaSuccess && (e = cudaMalloc(&buf, CG_ONESHOT_HALF_BYTES)) != cudaSuccess) buf = NULL;
-  if (e == cudaSuccess) e = cudaMemsetAsync(buf, 0, CG_ONESHOT_HALF_BYTES, stream); /* sums of zeros stay zeros */
+  if (e == cudaSuccess && (e = cudaMalloc(&buf, CG_ONESHOT_MAX_BYTES)) != cudaSuccess) buf = NULL;
+  if (e == cudaSuccess) e = cudaMemsetAsync(buf, 0, CG_ONESHOT_MAX_BYTES, stream); /* sums of zeros stay zeros */
   cg_status_t st = e == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(e, "cudaMalloc/cudaStreamCreate", "%s", what);
   if (!cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
     if (st == CG_SUCCESS) st = cg_fail(CG_ERR_BACKEND, "%s: another rank could not start", what);
@@ -192,7 +195,7 @@ static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where
     goto out;
   }
   size_t pick = cg_nccl_cutover_pick((const double (*)[2])slowest, SIZES);
-  n->oneshot.max_bytes = pick > CG_ONESHOT_HALF_BYTES ? CG_ONESHOT_HALF_BYTES : pick;
+  n->oneshot.max_bytes = pick > CG_ONESHOT_MAX_BYTES ? CG_ONESHOT_MAX_BYTES : pick;
 out:
   if (stream && !*abort_comm) cudaStreamSynchronize(stream);
   if (stream) cudaStreamDestroy(stream);
@@ -258,7 +261,7 @@ cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, ui
   }
   o->state = CG_ONESHOT_ON;
   if (set) {
-    o->max_bytes = given > CG_ONESHOT_HALF_BYTES ? CG_ONESHOT_HALF_BYTES : given;
+    o->max_bytes = given > CG_ONESHOT_MAX_BYTES ? CG_ONESHOT_MAX_BYTES : given;
     return CG_SUCCESS;
   }
   st = measure(n, abort_comm, where);

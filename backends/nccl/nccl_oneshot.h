@@ -1,12 +1,13 @@
 /* Small allreduces (sum, avg, min, max, prod of float32, float16, bfloat16) as one kernel of commgraph's own instead of NCCL's
- * (nccl_oneshot_kernel.cu): each rank reads every peer's input straight from
- * its memory over NVLink and sums, with one wait across ranks per call. Inside
- * a CUDA graph NCCL's ring and tree kernels pay some 12 us for 1 KB on 4
- * H100s; reading three peers' kilobytes takes a few.
+ * (nccl_oneshot_kernel.cu): each rank writes its input into every peer's
+ * memory over NVLink and reduces what its peers wrote into its own, with no
+ * flag or barrier beside the data. Inside a CUDA graph NCCL's ring and tree
+ * kernels pay some 10 us for 1 KB on 4 H100s; writing a few kilobytes to
+ * three peers takes a few.
  *
  * Set up once per communicator, on the first compile whose plan has an
  * allreduce it could take (the warm-up, collective): every rank allocates a
- * staging buffer (nccl_oneshot_kernel.h's layout), shares it with cudaIpc
+ * staging buffer of 2 MB per rank (nccl_oneshot_kernel.h's layout), shares it with cudaIpc
  * handles over the control communicator and maps its peers'. Then, unless
  * CG_ONESHOT_MAX_BYTES gives it, the cut-over is measured: captured calls of
  * 1 KB, 2 KB, ... 1 MB of float32 against captured ncclAllReduce on plain
@@ -37,7 +38,7 @@ typedef struct cg_nccl_oneshot {
   size_t max_bytes;  /* allreduces up to this many bytes per rank take the kernel; 0: none (agreed) */
   char *staging;     /* this rank's (device memory, cudaIpc-exported) */
   char *peers[CG_ONESHOT_MAX_RANKS]; /* every rank's staging as this process maps it; peers[rank] == staging */
-  unsigned *epochs;  /* device memory: per block, the last call */
+  unsigned *epochs;  /* device memory: CG_ONESHOT_MAX_BLOCKS counters of the calls finished */
   unsigned *aborted; /* mapped host memory the kernel polls: set before ncclCommAbort */
   unsigned *aborted_dev;
   int rank, ranks;

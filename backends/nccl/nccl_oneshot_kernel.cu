@@ -1,40 +1,59 @@
-/* The one-shot allreduce kernel (nccl_oneshot.h): every rank copies its input
- * into its staging buffer, tells every peer it has, waits until every peer
- * has told it, and sums every rank's staging straight from peer memory in rank
- * order, so all ranks get the same bits. One wait across ranks per call: a
- * call's staging half is written again two calls later, only once every
- * peer's every block has arrived at the call in between, so nobody still
- * reads it. */
+/* The one-shot allreduce kernel (nccl_oneshot.h): every rank writes its input
+ * straight into its slot of every peer's staging over NVLink, and each rank
+ * reduces, in rank order (the same bits on every rank), its own input and the
+ * peers' slots of its own staging, in local memory, as soon as they arrive.
+ * No flag and no barrier: a slot holds the sentinel (all-ones bytes) until its
+ * data has come, so the data are their own flag (a sentinel-initialized
+ * buffer in the manner of Lamport), and the one crossing of NVLink per call
+ * is the writes. An input lane that is all ones (a NaN) is sent as another
+ * NaN. The reader puts the sentinel back once it has reduced a chunk: the
+ * buffer is written again two calls later, which no peer can reach before
+ * this rank has written its part of the call in between, after this kernel
+ * ended. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 #include "nccl_oneshot_kernel.h"
 
-#define THREADS 512
+#define THREADS 256
 /* polls between looks at the abort flag: a look reads host memory over PCIe */
 #define POLLS_PER_ABORT_CHECK 1024
 
-__device__ static unsigned load_acquire(const unsigned *p) {
-  unsigned v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+/* Volatile: the slots are written by peers and polled. */
+__device__ static uint4 load_volatile(const uint4 *p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
   return v;
 }
 
-__device__ static void store_release(unsigned *p, unsigned v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ static void store_volatile(uint4 *p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
 }
 
-/* Waits until *flag >= want, or the communicator was aborted (1). */
-__device__ static int wait_flag(const unsigned *flag, unsigned want, const volatile unsigned *aborted) {
-  for (unsigned polls = 1;; polls++) {
-    if ((int)(load_acquire(flag) - want) >= 0) return 0;
-    if (polls % POLLS_PER_ABORT_CHECK == 0 && *aborted) return 1;
+/* Whether no lane of a chunk is the sentinel, and a chunk to send with none:
+ * by lanes of the dtype's size (a float32 NaN may have 16 high bits set). */
+template <int LANE> struct sentinel;
+template <> struct sentinel<4> {
+  __device__ static bool arrived(uint4 v) { return v.x != ~0u && v.y != ~0u && v.z != ~0u && v.w != ~0u; }
+  __device__ static unsigned word(unsigned w) { return w == ~0u ? 0x7fffffffu : w; }
+};
+template <> struct sentinel<2> {
+  __device__ static bool lanes_ok(unsigned w) { return (w & 0xffffu) != 0xffffu && (w >> 16) != 0xffffu; }
+  __device__ static bool arrived(uint4 v) { return lanes_ok(v.x) && lanes_ok(v.y) && lanes_ok(v.z) && lanes_ok(v.w); }
+  __device__ static unsigned word(unsigned w) {
+    if ((w & 0xffffu) == 0xffffu) w = (w & 0xffff0000u) | 0x7fffu;
+    if ((w >> 16) == 0xffffu) w = (w & 0xffffu) | 0x7fff0000u;
+    return w;
   }
-}
-
-__device__ static unsigned *flag_at(char *staging, int block, int rank) {
-  return (unsigned *)(staging + CG_ONESHOT_FLAGS_OFFSET) + (size_t)block * CG_ONESHOT_MAX_RANKS + rank;
+};
+template <typename T> __device__ static uint4 without_sentinel(uint4 v) {
+  using S = sentinel<sizeof(T)>;
+  return make_uint4(S::word(v.x), S::word(v.y), S::word(v.z), S::word(v.w));
 }
 
 __device__ static float combine(int op, float acc, float x) {
@@ -46,11 +65,6 @@ __device__ static float combine(int op, float acc, float x) {
   }
 }
 
-__device__ static float finish(const cg_oneshot_args_t &a, float acc) {
-  return a.op == CG_ONESHOT_AVG ? acc / (float)a.ranks : acc;
-}
-
-/* Element i of every rank (own input, the peers' staging) in rank order. */
 template <typename T> struct elem;
 template <> struct elem<float> {
   __device__ static float load(const float *p) { return *p; }
@@ -65,120 +79,123 @@ template <> struct elem<__nv_bfloat16> {
   __device__ static void store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 };
 
-/* Peer memory is read uncached (__ldcv): the staging changes between calls. */
-template <typename T> __device__ static T load_uncached(const T *p) {
-  if constexpr (sizeof(T) == 4) {
-    float v = __ldcv((const float *)p);
-    return *(T *)&v;
-  } else {
-    unsigned short v = __ldcv((const unsigned short *)p);
-    return *(T *)&v;
-  }
-}
-
-template <typename T>
-__device__ static void sum_scalars(const cg_oneshot_args_t &a, const T *send, T *recv, size_t lo, size_t hi,
-                                   size_t half) {
-  for (size_t i = lo + threadIdx.x; i < hi; i += THREADS) {
-    float acc = 0.f;
-    for (int r = 0; r < a.ranks; r++) {
-      const T *src = r == a.rank ? send : (const T *)(a.peers[r] + half);
-      T x = load_uncached(src + i);
-      float v = elem<T>::load(&x);
-      acc = r ? combine(a.op, acc, v) : v;
-    }
-    elem<T>::store(recv + i, finish(a, acc));
-  }
-}
-
-/* 16-byte vectors: VEC elements each; every rank's vector is loaded before
- * any is summed, so the peers' reads are in flight together. */
-template <typename T>
-__device__ static void sum_vectors(const cg_oneshot_args_t &a, const T *send, T *recv, size_t lo, size_t hi,
-                                   size_t half) {
+/* Chunk c: elements c*VEC ... of a user buffer, as one vector where it is
+ * 16-byte aligned and whole; the lanes past the end are zeros (not the
+ * sentinel: the reader waits for every lane). */
+template <typename T> __device__ static uint4 load_chunk(const T *src, size_t c, size_t count, bool aligned) {
   constexpr int VEC = 16 / sizeof(T);
-  for (size_t v = lo + threadIdx.x; v < hi; v += THREADS) {
-    uint4 raw[CG_ONESHOT_MAX_RANKS];
-#pragma unroll
-    for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++)
-      if (r < a.ranks) raw[r] = __ldcv((const uint4 *)(r == a.rank ? (const char *)send : a.peers[r] + half) + v);
-    float acc[VEC];
-#pragma unroll
-    for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++) {
-      if (r >= a.ranks) break;
-      const T *x = (const T *)&raw[r];
-#pragma unroll
-      for (int k = 0; k < VEC; k++) acc[k] = r ? combine(a.op, acc[k], elem<T>::load(x + k)) : elem<T>::load(x + k);
-    }
-    uint4 out;
-    T *y = (T *)&out;
-#pragma unroll
-    for (int k = 0; k < VEC; k++) elem<T>::store(y + k, finish(a, acc[k]));
-    ((uint4 *)recv)[v] = out;
+  size_t first = c * VEC;
+  if (aligned && first + VEC <= count) return ((const uint4 *)src)[c];
+  uint4 v = make_uint4(0, 0, 0, 0);
+  T *x = (T *)&v;
+  for (int k = 0; k < VEC && first + k < count; k++) x[k] = src[first + k];
+  return v;
+}
+
+template <typename T> __device__ static void store_chunk(T *dst, size_t c, size_t count, bool aligned, uint4 v) {
+  constexpr int VEC = 16 / sizeof(T);
+  size_t first = c * VEC;
+  if (aligned && first + VEC <= count) {
+    ((uint4 *)dst)[c] = v;
+    return;
   }
+  const T *x = (const T *)&v;
+  for (int k = 0; k < VEC && first + k < count; k++) dst[first + k] = x[k];
+}
+
+/* Where rank `from` writes in a staging buffer (nccl_oneshot_kernel.h). */
+__device__ static uint4 *slot(char *staging, int buf, int ranks, int from) {
+  return (uint4 *)(staging + ((size_t)buf * ranks + from) * CG_ONESHOT_MAX_BYTES);
+}
+
+template <typename T>
+__device__ static uint4 reduce(const cg_oneshot_args_t &a, const uint4 (&raw)[CG_ONESHOT_MAX_RANKS]) {
+  constexpr int VEC = 16 / sizeof(T);
+  float acc[VEC];
+#pragma unroll
+  for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++) {
+    if (r >= a.ranks) break;
+    const T *x = (const T *)&raw[r];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) acc[k] = r ? combine(a.op, acc[k], elem<T>::load(x + k)) : elem<T>::load(x + k);
+  }
+  uint4 out;
+  T *y = (T *)&out;
+#pragma unroll
+  for (int k = 0; k < VEC; k++) elem<T>::store(y + k, a.op == CG_ONESHOT_AVG ? acc[k] / (float)a.ranks : acc[k]);
+  return out;
 }
 
 template <typename T> __global__ void __launch_bounds__(THREADS) oneshot_kernel(cg_oneshot_args_t a) {
-  __shared__ unsigned epoch;
-  __shared__ int quit;
-  const int block = blockIdx.x;
-  if (threadIdx.x == 0) {
-    epoch = a.epochs[block] + 1u;
-    quit = 0;
-  }
-  __syncthreads();
-  const unsigned e = epoch;
-  const size_t half = (size_t)(e & 1u) * CG_ONESHOT_HALF_BYTES;
-  char *mine = a.peers[a.rank];
+  constexpr int VEC = 16 / sizeof(T);
+  /* every block's counter holds the calls finished; a block reads its own */
+  const unsigned e = a.epochs[blockIdx.x] + 1u;
+  const int buf = (int)(e & 1u);
+  const size_t chunks = (a.count + VEC - 1) / VEC, stride = (size_t)gridDim.x * THREADS;
+  const size_t first = (size_t)blockIdx.x * THREADS + threadIdx.x;
   const T *send = (const T *)a.send;
   T *recv = (T *)a.recv;
-  /* each block's elements: the same on every rank whatever its buffers'
-   * alignment (a block reads from its peers what the same block staged),
-   * whole 16-byte vectors but for the last block's tail; taken as vectors
-   * where this rank's buffers are 16-byte aligned */
-  constexpr int VEC = 16 / sizeof(T);
-  size_t n_vec = a.count / VEC;
-  size_t lo = n_vec * block / gridDim.x * VEC;
-  size_t hi = block + 1 == (int)gridDim.x ? a.count : n_vec * (block + 1) / gridDim.x * VEC;
-  int aligned = (uintptr_t)a.send % 16 == 0 && (uintptr_t)a.recv % 16 == 0;
-  size_t vec_lo = lo / VEC, vec_hi = aligned ? (lo + (hi - lo) / VEC * VEC) / VEC : vec_lo;
-  size_t sc_lo = vec_hi * VEC, sc_hi = hi;
+  const bool send_aligned = (uintptr_t)send % 16 == 0, recv_aligned = (uintptr_t)recv % 16 == 0;
+  char *mine = a.peers[a.rank];
 
-  /* the half written now was read two calls ago: every peer's every block
-   * must have arrived at the call since (flag >= e - 1) */
-  for (int t = threadIdx.x; t < (int)gridDim.x * a.ranks; t += THREADS) {
-    int b = t / a.ranks, r = t % a.ranks;
-    if (r != a.rank && wait_flag(flag_at(mine, b, r), e - 1u, a.aborted)) quit = 1;
+  /* out: this rank's input into its slot of every peer's buffer */
+  uint4 own_first = make_uint4(0, 0, 0, 0);
+  for (size_t c = first; c < chunks; c += stride) {
+    uint4 v = without_sentinel<T>(load_chunk(send, c, a.count, send_aligned));
+    if (c == first) own_first = v;
+#pragma unroll
+    for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++)
+      if (r < a.ranks && r != a.rank) store_volatile(slot(a.peers[r], buf, a.ranks, a.rank) + c, v);
   }
+  /* in: every peer's chunk once it has arrived, then the sentinel back */
+  bool quit = false;
+  unsigned polls = 0;
+  for (size_t c = first; c < chunks && !quit; c += stride) {
+    uint4 raw[CG_ONESHOT_MAX_RANKS];
+#pragma unroll
+    for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++) {
+      if (r >= a.ranks) break;
+      if (r == a.rank)
+        raw[r] = c == first ? own_first : without_sentinel<T>(load_chunk(send, c, a.count, send_aligned));
+      else
+        raw[r] = load_volatile(slot(mine, buf, a.ranks, r) + c);
+    }
+#pragma unroll
+    for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++) {
+      if (r >= a.ranks || quit) break;
+      if (r == a.rank) continue;
+      while (!sentinel<sizeof(T)>::arrived(raw[r])) {
+        if (++polls % POLLS_PER_ABORT_CHECK == 0 && *a.aborted) {
+          quit = true;
+          break;
+        }
+        raw[r] = load_volatile(slot(mine, buf, a.ranks, r) + c);
+      }
+    }
+    if (quit) break;
+    store_chunk(recv, c, a.count, recv_aligned, reduce<T>(a, raw));
+#pragma unroll
+    for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++)
+      if (r < a.ranks && r != a.rank) slot(mine, buf, a.ranks, r)[c] = make_uint4(~0u, ~0u, ~0u, ~0u);
+  }
+  /* the next call reads any block's counter: this block sets those that no
+   * other block of this grid reads */
   __syncthreads();
-  if (quit) return;
-  /* this block's part of the input into the staging half */
-  T *stage = (T *)(mine + half);
-  for (size_t v = vec_lo + threadIdx.x; v < vec_hi; v += THREADS) ((uint4 *)stage)[v] = ((const uint4 *)send)[v];
-  for (size_t i = sc_lo + threadIdx.x; i < sc_hi; i += THREADS) stage[i] = send[i];
-  __syncthreads();
-  /* arrived: one release store into each peer's flags, which orders the
-   * block's staging stores (bar.sync above) before it and also says: done
-   * reading the previous call's staging */
-  if (threadIdx.x < (unsigned)a.ranks && (int)threadIdx.x != a.rank)
-    store_release(flag_at(a.peers[threadIdx.x], block, a.rank), e);
-  if (threadIdx.x < (unsigned)a.ranks && (int)threadIdx.x != a.rank &&
-      wait_flag(flag_at(mine, block, threadIdx.x), e, a.aborted))
-    quit = 1;
-  __syncthreads();
-  if (quit) return;
-  sum_vectors<T>(a, send, recv, vec_lo, vec_hi, half);
-  sum_scalars<T>(a, send, recv, sc_lo, sc_hi, half);
-  if (threadIdx.x == 0) a.epochs[block] = e;
+  if (threadIdx.x == 0)
+    for (int j = blockIdx.x; j < CG_ONESHOT_MAX_BLOCKS; j += gridDim.x) a.epochs[j] = e;
 }
 
 extern "C" cudaError_t cg_oneshot_launch(const cg_oneshot_args_t *args, int dtype_index, cudaStream_t stream) {
-  dim3 grid(CG_ONESHOT_BLOCKS), threads(THREADS);
+  static const size_t lane[CG_ONESHOT_DTYPES] = {4, 2, 2};
+  if (dtype_index < 0 || dtype_index >= CG_ONESHOT_DTYPES) return cudaErrorInvalidValue;
+  size_t chunks = (args->count * lane[dtype_index] + 15) / 16;
+  size_t blocks = (chunks + THREADS - 1) / THREADS;
+  dim3 grid((unsigned)(blocks < 1 ? 1 : blocks > CG_ONESHOT_MAX_BLOCKS ? CG_ONESHOT_MAX_BLOCKS : blocks));
+  dim3 threads(THREADS);
   switch (dtype_index) {
     case CG_ONESHOT_FLOAT32: oneshot_kernel<float><<<grid, threads, 0, stream>>>(*args); break;
     case CG_ONESHOT_FLOAT16: oneshot_kernel<__half><<<grid, threads, 0, stream>>>(*args); break;
-    case CG_ONESHOT_BFLOAT16: oneshot_kernel<__nv_bfloat16><<<grid, threads, 0, stream>>>(*args); break;
-    default: return cudaErrorInvalidValue;
+    default: oneshot_kernel<__nv_bfloat16><<<grid, threads, 0, stream>>>(*args); break;
   }
   return cudaGetLastError();
 }
