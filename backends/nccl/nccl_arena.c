@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "arena_internal.h"
 #include "commgraph/nccl.h"
@@ -36,6 +37,7 @@ typedef struct symmetric_arena {
   int device;
   cg_nccl_plain_view_t view;                      /* empty: every allreduce symmetric */
   size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES]; /* as the window's (nccl_windows.h) */
+  double symmetric_ratio[CG_NCCL_SYMMETRIC_DTYPES][CG_NCCL_MEASURED_SIZES]; /* likewise; 0: not measured */
 } symmetric_arena_t;
 
 /* Deregisters and frees, once the device is done with the memory (NCCL
@@ -143,7 +145,7 @@ static cg_status_t choose_paths(symmetric_arena_t *s, cg_comm_t *comm, cg_nccl_c
     return CG_SUCCESS;
   }
   int abort_comm = 0;
-  cg_status_t st = cg_nccl_cutover_measure(s->symmetric_max, &abort_comm, n, memory, s->view.base, bytes, where);
+  cg_status_t st = cg_nccl_cutover_measure(s->symmetric_max, s->symmetric_ratio, &abort_comm, n, memory, s->view.base, bytes, where);
   if (abort_comm && cg_comm_mark_aborted(comm, st, cg_error_last()))
     cg_nccl_backend.abort(n); /* every rank alike: NCCL work may wait for a peer that stopped */
   return st;
@@ -259,8 +261,9 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   if (window) state->window = window; /* deregistered when the arena goes */
   if (st != CG_SUCCESS) goto out;
   if ((st = choose_paths(state, comm, n, memory, bytes, env_max, env_set, where)) != CG_SUCCESS) goto out;
-  cg_nccl_window_t entry = {memory, bytes, state->view.base, {0}};
+  cg_nccl_window_t entry = {memory, bytes, state->view.base, {0}, {{0}}};
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) entry.symmetric_max[d] = state->symmetric_max[d];
+  memcpy(entry.symmetric_ratio, state->symmetric_ratio, sizeof entry.symmetric_ratio);
   cg_nccl_windows_add(&n->windows, &entry); /* cannot fail: the room was reserved */
   *out = arena;
   arena = NULL;

@@ -99,7 +99,8 @@ cg_status_t cg_nccl_time_two_ways(double us[2], int *abort_comm, cg_nccl_comm_t 
   return st;
 }
 
-cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES], int *abort_comm,
+cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES],
+                                    double ratio[CG_NCCL_SYMMETRIC_DTYPES][CG_NCCL_MEASURED_SIZES], int *abort_comm,
                                     cg_nccl_comm_t *n, void *window, void *plain, size_t bytes, const char *where) {
   /* [dtype][size][path]: microseconds per call, path 0 symmetric */
   double us[CG_NCCL_SYMMETRIC_DTYPES][CG_CUTOVER_MAX_SIZES][2] = {{{0}}};
@@ -110,7 +111,10 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
   cg_status_t st = CG_SUCCESS;
   int sizes = 0;
   *abort_comm = 0;
-  for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) symmetric_max[d] = SIZE_MAX;
+  for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) {
+    symmetric_max[d] = SIZE_MAX;
+    for (int i = 0; i < CG_NCCL_MEASURED_SIZES; i++) ratio[d][i] = 0;
+  }
   for (size_t s = CG_CUTOVER_MIN_BYTES; s <= bytes && s <= MAX_BYTES && sizes < CG_CUTOVER_MAX_SIZES; s *= 2) sizes++;
   if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess ||
       (e = cudaEventCreate(&start)) != cudaSuccess || (e = cudaEventCreate(&stop)) != cudaSuccess)
@@ -140,8 +144,10 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
     st = cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce of the cut-over times failed", where);
     goto out;
   }
-  for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++)
+  for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) {
     symmetric_max[d] = cg_nccl_cutover_pick((const double (*)[2])slowest[d], sizes);
+    for (int i = 0; i < sizes; i++) ratio[d][i] = slowest[d][i][1] > 0 ? slowest[d][i][0] / slowest[d][i][1] : 0;
+  }
 out:
   /* after an abort the stream may hold kernels that never end: the caller's abort ends them first */
   if (stream && !*abort_comm) cudaStreamSynchronize(stream);

@@ -12,9 +12,9 @@
 #include "error.h"
 #include "nccl_backend.h"
 
-/* The measured sizes: 1 KB, 2 KB, ... 8 MB. */
-#define CG_CUTOVER_MIN_BYTES ((size_t)1 << 10)
-#define CG_CUTOVER_MAX_SIZES 14
+/* The measured sizes: 1 KB, 2 KB, ... 8 MB (nccl_windows.h). */
+#define CG_CUTOVER_MIN_BYTES CG_NCCL_MEASURED_MIN_BYTES
+#define CG_CUTOVER_MAX_SIZES CG_NCCL_MEASURED_SIZES
 
 /* The cut-over from the times of `sizes` measured sizes (us[i][0]: the
  * symmetric kernels at CG_CUTOVER_MIN_BYTES << i, us[i][1]: the plain ones):
@@ -55,14 +55,17 @@ cg_status_t cg_nccl_time_two_ways(double us[2], int *abort_comm, cg_nccl_comm_t 
  * (at most 8 MB) of float32, float16 and bfloat16 on `window` (in the
  * symmetric window) and on `plain` (the same memory through the plain view),
  * interleaved, takes the slowest rank's time of each and sets
- * symmetric_max[d] by cg_nccl_cutover_pick: the same on every rank. The
+ * symmetric_max[d] by cg_nccl_cutover_pick and ratio[d][i] to the symmetric
+ * time over the plain one at each measured size (0 elsewhere): the same on
+ * every rank. The
  * memory must hold zeros (sums of zeros leave it so). Collective over n's
  * ranks: NCCL on n->nccl, agreement over its control communicator after
  * every size, so a failure on one rank stops every rank there. *abort_comm
  * is set when NCCL work may be left waiting for a peer (a failure after the
  * first NCCL call): the caller then aborts the communicator, on every rank
  * alike. */
-cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES], int *abort_comm,
+cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES],
+                                    double ratio[CG_NCCL_SYMMETRIC_DTYPES][CG_NCCL_MEASURED_SIZES], int *abort_comm,
                                     cg_nccl_comm_t *n, void *window, void *plain, size_t bytes, const char *where);
 
 #endif

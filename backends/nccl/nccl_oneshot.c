@@ -43,9 +43,13 @@ static int fits(const cg_step_t *s) {
          s->count * cg_dtype_size(s->dtype) <= CG_ONESHOT_MAX_BYTES;
 }
 
-int cg_nccl_oneshot_takes(const cg_nccl_comm_t *n, const cg_step_t *s) {
+int cg_nccl_oneshot_takes(const cg_nccl_comm_t *n, const cg_step_t *s, int in_window, double symmetric_ratio) {
   const cg_nccl_oneshot_t *o = &n->oneshot;
-  return o->state == CG_ONESHOT_ON && fits(s) && s->count * cg_dtype_size(s->dtype) <= o->max_bytes;
+  size_t bytes = s->count * cg_dtype_size(s->dtype);
+  if (o->state != CG_ONESHOT_ON || !fits(s) || bytes > o->max_bytes) return 0;
+  if (!in_window) return 1;
+  double mine = o->ratio[cg_nccl_measured_index(bytes)];
+  return mine > 0 && symmetric_ratio > 0 && mine < symmetric_ratio;
 }
 
 static cg_oneshot_args_t args_of(const cg_nccl_oneshot_t *o, const void *send, void *recv, size_t count, int op) {
@@ -195,6 +199,7 @@ static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where
     goto out;
   }
   size_t pick = cg_nccl_cutover_pick((const double (*)[2])slowest, SIZES);
+  for (int i = 0; i < SIZES; i++) n->oneshot.ratio[i] = slowest[i][1] > 0 ? slowest[i][0] / slowest[i][1] : 0;
   n->oneshot.max_bytes = pick > CG_ONESHOT_MAX_BYTES ? CG_ONESHOT_MAX_BYTES : pick;
 out:
   if (stream && !*abort_comm) cudaStreamSynchronize(stream);

@@ -26,6 +26,7 @@
 #include "commgraph/types.h"
 #include "error.h"
 #include "nccl_oneshot_kernel.h"
+#include "nccl_windows.h"
 
 typedef enum cg_oneshot_state {
   CG_ONESHOT_UNTRIED, /* no plan has needed it yet */
@@ -36,6 +37,9 @@ typedef enum cg_oneshot_state {
 typedef struct cg_nccl_oneshot {
   cg_oneshot_state_t state;
   size_t max_bytes;  /* allreduces up to this many bytes per rank take the kernel; 0: none (agreed) */
+  /* the kernel's time over ncclAllReduce's at each measured size (float32,
+   * the slowest rank's; nccl_windows.h's sizes); 0: not measured */
+  double ratio[CG_NCCL_MEASURED_SIZES];
   char *staging;     /* this rank's (device memory, cudaIpc-exported) */
   char *peers[CG_ONESHOT_MAX_RANKS]; /* every rank's staging as this process maps it; peers[rank] == staging */
   unsigned *epochs;  /* device memory: CG_ONESHOT_MAX_BLOCKS counters of the calls finished */
@@ -54,8 +58,13 @@ struct cg_step;
  * NCCL call may be left waiting for a peer that stopped. */
 cg_status_t cg_nccl_oneshot_prepare(struct cg_nccl_comm *n, const struct cg_plan *plan, uint32_t ci, int *abort_comm,
                                     const char *where);
-/* Whether the step (an allreduce) goes to the kernel. */
-int cg_nccl_oneshot_takes(const struct cg_nccl_comm *n, const struct cg_step *s);
+/* Whether the step (an allreduce) goes to the kernel: below its cut-over,
+ * and, where its buffers lie in symmetric windows below their cut-over
+ * (symmetric_ratio > 0, nccl_windows.h), only where the kernel measured
+ * faster against NCCL's plain kernels than NCCL's symmetric ones did
+ * (without both measurements the symmetric kernels keep it). */
+int cg_nccl_oneshot_takes(const struct cg_nccl_comm *n, const struct cg_step *s, int in_window,
+                          double symmetric_ratio);
 /* Enqueues the step on `stream` (captured into the plan's graph). */
 cg_status_t cg_nccl_oneshot_enqueue(struct cg_nccl_comm *n, const struct cg_step *s, void *stream);
 /* Makes every kernel waiting for a peer give up (before ncclCommAbort). */

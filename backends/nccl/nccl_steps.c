@@ -61,14 +61,24 @@ static cg_nccl_path_t route(const void **send, void **recv, const cg_step_t *s) 
   return cg_nccl_windows_route(send, recv, &n->windows, send_bytes, recv_bytes, s->op_kind, s->dtype, block);
 }
 
+/* Whether the one-shot kernel takes the step on its path (cg_nccl_oneshot_takes). */
+static int goes_oneshot(const cg_step_t *s, cg_nccl_path_t path) {
+  if (!s->comm || !s->comm->impl || s->op_kind != CG_NODE_ALLREDUCE) return 0;
+  const cg_nccl_comm_t *n = s->comm->impl;
+  int in_window = path == CG_NCCL_PATH_SYMMETRIC;
+  double ratio = in_window ? cg_nccl_windows_symmetric_ratio(&n->windows, s->send, s->recv, s->dtype,
+                                                             s->count * cg_dtype_size(s->dtype))
+                           : 0;
+  return cg_nccl_oneshot_takes(n, s, in_window, ratio);
+}
+
 const char *cg_nccl_step_call(const cg_step_t *s) {
   if (is_one_rank_copy(s))
     return "cudaMemcpyAsync (one rank)";
   const void *send;
   void *recv;
   cg_nccl_path_t path = route(&send, &recv, s);
-  if (path != CG_NCCL_PATH_SYMMETRIC && s->comm && s->comm->impl && cg_nccl_oneshot_takes(s->comm->impl, s))
-    return "one-shot allreduce (commgraph's kernel: peers' memory over NVLink)";
+  if (goes_oneshot(s, path)) return "one-shot allreduce (commgraph's kernel: writes to every peer over NVLink)";
   switch (path) {
     case CG_NCCL_PATH_PLAIN: return "ncclAllReduce (symmetric arena, plain kernels: above the cut-over)";
     case CG_NCCL_PATH_SYMMETRIC:
@@ -163,11 +173,7 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
   if (is_one_rank_copy(s)) return one_rank_copy(s, stream);
   const void *send;
   void *recv;
-  /* NCCL's symmetric kernels beat the one-shot kernel on their windows (4.8
-   * against 8.3 us for 8 KB on 4 H100s); elsewhere the one-shot takes what
-   * its cut-over gives it */
-  if (route(&send, &recv, s) != CG_NCCL_PATH_SYMMETRIC && cg_nccl_oneshot_takes(n, s))
-    return cg_nccl_oneshot_enqueue(n, s, stream);
+  if (goes_oneshot(s, route(&send, &recv, s))) return cg_nccl_oneshot_enqueue(n, s, stream);
   switch (s->op_kind) {
     case CG_NODE_ALLREDUCE: r = ncclAllReduce(send, recv, s->count, t, op, n->nccl, stream); break;
     case CG_NODE_BROADCAST: r = ncclBroadcast(s->send, s->recv, s->count, t, s->root, n->nccl, stream); break;

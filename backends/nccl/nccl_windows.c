@@ -87,6 +87,27 @@ cg_nccl_path_t cg_nccl_windows_route(const void **send, void **recv, const cg_nc
   return path;
 }
 
+int cg_nccl_measured_index(size_t bytes) {
+  int i = 0;
+  while (i + 1 < CG_NCCL_MEASURED_SIZES && (CG_NCCL_MEASURED_MIN_BYTES << i) < bytes) i++;
+  return i;
+}
+
+double cg_nccl_windows_symmetric_ratio(const cg_nccl_windows_t *w, const void *send, const void *recv,
+                                       cg_dtype_t dtype, size_t bytes) {
+  int d = cg_nccl_symmetric_dtype(dtype), i = cg_nccl_measured_index(bytes);
+  double ratio = 0;
+  if (d < 0) return 0;
+  call_once(&windows_once, init_lock);
+  mtx_lock(&windows_lock);
+  const cg_nccl_window_t *in = holder(w, send, bytes), *out = holder(w, recv, bytes);
+  if (in && out && in->symmetric_ratio[d][i] > 0 && out->symmetric_ratio[d][i] > 0)
+    ratio = in->symmetric_ratio[d][i] > out->symmetric_ratio[d][i] ? in->symmetric_ratio[d][i]
+                                                                    : out->symmetric_ratio[d][i];
+  mtx_unlock(&windows_lock);
+  return ratio;
+}
+
 void cg_nccl_windows_free(cg_nccl_windows_t *w) {
   free(w->list);
   *w = (cg_nccl_windows_t){0};

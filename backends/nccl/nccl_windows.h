@@ -14,6 +14,10 @@
 /* The dtypes whose allreduce has a measured cut-over: float32, float16,
  * bfloat16 (NCCL's symmetric kernels reduce floating point only). */
 #define CG_NCCL_SYMMETRIC_DTYPES 3
+/* The allreduce sizes whose times are measured (nccl_cutover.h,
+ * nccl_oneshot.h): 1 KB << i for i below this. */
+#define CG_NCCL_MEASURED_SIZES 14
+#define CG_NCCL_MEASURED_MIN_BYTES ((size_t)1 << 10)
 
 typedef struct cg_nccl_window {
   const char *base;
@@ -22,6 +26,9 @@ typedef struct cg_nccl_window {
   /* per CG_NCCL_SYMMETRIC_DTYPES: the largest allreduce (bytes per rank)
    * that takes the symmetric kernels; larger ones go through `plain` */
   size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES];
+  /* [dtype][i]: the symmetric kernels' time over the plain ones' for an
+   * allreduce of the measured size i (the slowest rank's); 0: not measured */
+  double symmetric_ratio[CG_NCCL_SYMMETRIC_DTYPES][CG_NCCL_MEASURED_SIZES];
 } cg_nccl_window_t;
 
 typedef struct cg_nccl_windows {
@@ -54,6 +61,14 @@ void cg_nccl_windows_remove(cg_nccl_windows_t *w, const void *base);
  * take the symmetric path. */
 cg_nccl_path_t cg_nccl_windows_route(const void **send, void **recv, const cg_nccl_windows_t *w, size_t send_bytes,
                                      size_t recv_bytes, cg_node_kind_t kind, cg_dtype_t dtype, size_t bytes);
+/* For an allreduce of `bytes` per rank of `dtype` from send to recv, both in
+ * windows and below their cut-over: the windows' measured symmetric_ratio
+ * at the measured size that holds it (the larger of the two windows'); 0
+ * where either was not measured. */
+double cg_nccl_windows_symmetric_ratio(const cg_nccl_windows_t *w, const void *send, const void *recv,
+                                       cg_dtype_t dtype, size_t bytes);
+/* The measured size that holds an allreduce of `bytes` (the last for larger). */
+int cg_nccl_measured_index(size_t bytes);
 /* Frees the list (the communicator goes). */
 void cg_nccl_windows_free(cg_nccl_windows_t *w);
 

@@ -40,7 +40,7 @@ START_TEST(nccl_windows__edges_of_one_window) {
   const void *send;
   void *recv;
   ck_assert_int_eq(route_allreduce(&w, block, 1, &send, &recv), CG_NCCL_PATH_ORDINARY);
-  cg_nccl_window_t window = {block + 64, 128, view + 64, {32, 0, SIZE_MAX}};
+  cg_nccl_window_t window = {block + 64, 128, view + 64, {32, 0, SIZE_MAX}, {{0}}};
   ck_assert(cg_nccl_windows_add(&w, &window));
   ck_assert_int_eq(route_allreduce(&w, block + 64, 32, &send, &recv), CG_NCCL_PATH_SYMMETRIC); /* at the cut-over */
   ck_assert(send == block + 64 && recv == block + 64);
@@ -72,6 +72,12 @@ START_TEST(nccl_windows__edges_of_one_window) {
   send = block + 64, recv = block + 64;
   ck_assert_int_eq(cg_nccl_windows_route(&send, &recv, &w, 8, 8, CG_NODE_BROADCAST, CG_FLOAT32, 8),
                    CG_NCCL_PATH_ORDINARY);
+  /* the measured sizes: 1 KB holds up to 1 KB, the last one everything above */
+  ck_assert_int_eq(cg_nccl_measured_index(0), 0);
+  ck_assert_int_eq(cg_nccl_measured_index(1024), 0);
+  ck_assert_int_eq(cg_nccl_measured_index(1025), 1);
+  ck_assert_int_eq(cg_nccl_measured_index(65536), 6);
+  ck_assert_int_eq(cg_nccl_measured_index(SIZE_MAX), CG_NCCL_MEASURED_SIZES - 1);
   cg_nccl_windows_remove(&w, block + 64);
   ck_assert_int_eq(route_allreduce(&w, block + 64, 1, &send, &recv), CG_NCCL_PATH_ORDINARY);
   cg_nccl_windows_remove(&w, block); /* not there: nothing */
@@ -93,8 +99,13 @@ START_TEST(nccl_windows__random_windows_against_a_reference) {
   for (int i = 0; i < WINDOWS; i++) {
     uintptr_t base = space + (uintptr_t)i * slot + (uintptr_t)(cg_test_rand() % 1024) * 16;
     ref[i].w = (cg_nccl_window_t){(const char *)base, (size_t)(cg_test_rand() % (1u << 16)),
-                                  cg_test_rand() % 4 ? (char *)(views + (uintptr_t)i * slot) : NULL, {0}};
-    for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) ref[i].w.symmetric_max[d] = limits[cg_test_rand() % 5];
+                                  cg_test_rand() % 4 ? (char *)(views + (uintptr_t)i * slot) : NULL, {0}, {{0}}};
+    for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) {
+      ref[i].w.symmetric_max[d] = limits[cg_test_rand() % 5];
+      /* measured ratios, some sizes not measured (0) */
+      for (int k = 0; k < CG_NCCL_MEASURED_SIZES; k++)
+        ref[i].w.symmetric_ratio[d][k] = cg_test_rand() % 3 ? (double)(1 + cg_test_rand() % 200) / 100 : 0;
+    }
     ref[i].live = 1;
     ck_assert(cg_nccl_windows_add(&w, &ref[i].w));
   }
@@ -132,6 +143,20 @@ START_TEST(nccl_windows__random_windows_against_a_reference) {
     const void *send = (const void *)p[0];
     void *recv = (void *)p[1];
     cg_nccl_path_t got = cg_nccl_windows_route(&send, &recv, &w, span[0], span[1], kind, dtype, bytes);
+    if (kind == CG_NODE_ALLREDUCE) { /* the measured ratio the one-shot kernel is weighed against */
+      int d = dtype == CG_FLOAT32 ? 0 : dtype == CG_FLOAT16 ? 1 : dtype == CG_BFLOAT16 ? 2 : -1;
+      int a = ref_holder(ref, WINDOWS, p[0], bytes), b = ref_holder(ref, WINDOWS, p[1], bytes);
+      int k = 0;
+      while (k + 1 < CG_NCCL_MEASURED_SIZES && (CG_NCCL_MEASURED_MIN_BYTES << k) < bytes) k++;
+      double want_ratio = 0;
+      if (d >= 0 && a >= 0 && b >= 0 && ref[a].w.symmetric_ratio[d][k] > 0 && ref[b].w.symmetric_ratio[d][k] > 0)
+        want_ratio = ref[a].w.symmetric_ratio[d][k] > ref[b].w.symmetric_ratio[d][k] ? ref[a].w.symmetric_ratio[d][k]
+                                                                                      : ref[b].w.symmetric_ratio[d][k];
+      double got_ratio = cg_nccl_windows_symmetric_ratio(&w, (const void *)p[0], (const void *)p[1], dtype, bytes);
+      if (got_ratio != want_ratio)
+        ck_abort_msg("query %d: allreduce of %zu bytes of %s: symmetric ratio %g, the reference says %g", q, bytes,
+                     cg_dtype_name(dtype), got_ratio, want_ratio);
+    }
     if (got != want || (uintptr_t)send != want_send || (uintptr_t)recv != want_recv)
       ck_abort_msg("query %d: %s of %s, [%#jx, +%zu) -> [%#jx, +%zu): path %d to %p, %p; the reference says %d to "
                    "%#jx, %#jx", q, cg_node_kind_name(kind), cg_dtype_name(dtype), (uintmax_t)p[0], span[0],
