@@ -7,7 +7,8 @@
  * reduction exactly (integer-valued inputs, poisoned outputs) and the plan's
  * DOT names the kernel for each. Off (0): DOT never names it. Measured: the
  * same collectives take it on every rank. The variable set on one rank only
- * is refused on every rank. Where the ranks cannot map each other's memory
+ * is refused on every rank. Inputs with the kernel's sentinel bits come out
+ * NaN, alike on every rank. Where the ranks cannot map each other's memory
  * the forced case says so and skips, and fails instead under
  * CG_TEST_REQUIRE_ONESHOT=1 (scripts/gpu-test sets it). NCCL only. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
@@ -43,6 +44,14 @@ static int dot_count(const cg_plan_t *plan) {
   int n = count_in(dot, oneshot_name);
   free(dot);
   return n;
+}
+
+/* CG_TEST_REQUIRE_ONESHOT=1 and peer links: NCCL_P2P_DISABLE (gpu-test's
+ * sockets phase) takes them away. */
+static int oneshot_required(void) {
+  const char *require = getenv("CG_TEST_REQUIRE_ONESHOT"), *no_p2p = getenv("NCCL_P2P_DISABLE");
+  int links = !no_p2p || strcmp(no_p2p, "0") == 0;
+  return require && strcmp(require, "1") == 0 && links;
 }
 
 /* Random cases drawn alike on every rank (the seed is rank 0's); the
@@ -192,10 +201,7 @@ START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_on
     if (!fused && named == 0) {
       /* off on every rank alike: the ranks cannot map each other's memory */
       if (me == 0) printf("nccl_oneshot: the one-shot path is off here (DOT names no kernel)\n");
-      /* NCCL_P2P_DISABLE (gpu-test's sockets phase) takes the peer links away */
-      const char *require = getenv("CG_TEST_REQUIRE_ONESHOT"), *no_p2p = getenv("NCCL_P2P_DISABLE");
-      int links = !no_p2p || strcmp(no_p2p, "0") == 0;
-      ck_assert_msg(!(require && strcmp(require, "1") == 0 && links), "CG_TEST_REQUIRE_ONESHOT=1 but the path is off");
+      ck_assert_msg(!oneshot_required(), "CG_TEST_REQUIRE_ONESHOT=1 but the path is off");
       cg_plan_destroy(plan);
       break;
     }
@@ -210,6 +216,71 @@ START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_on
   cg_gpu_free(ints);
   cg_gpu_free(mine);
   cg_gpu_free(all);
+  cg_comm_destroy(comm);
+  unsetenv("CG_ONESHOT_MAX_BYTES");
+}
+END_TEST
+
+/* Input elements whose bits are the kernel's sentinel (all ones: a NaN in
+ * every dtype), on one rank or on all, come out NaN: no rank waits for them
+ * forever (the suite's time limit), every other element is exact, and every
+ * rank gets the same bits. */
+START_TEST(nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan) {
+  static const cg_dtype_t dtypes[3] = {CG_FLOAT32, CG_FLOAT16, CG_BFLOAT16};
+  enum { COUNT = 1003, NANS = 5 };
+  const size_t nan_at[NANS] = {0, 7, 100, 500, COUNT - 1}; /* 100: on every rank, the others on one each */
+  int me = cg_gpu_rank(), n = cg_gpu_size();
+  setenv("CG_ONESHOT_MAX_BYTES", "1M", 1);
+  cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_oneshot");
+  if (!comm) {
+    unsetenv("CG_ONESHOT_MAX_BYTES");
+    return;
+  }
+  for (int d = 0; d < 3; d++) {
+    size_t es = cg_dtype_size(dtypes[d]), bytes = COUNT * es;
+    char *send = cg_gpu_alloc(bytes), *recv = cg_gpu_alloc(bytes);
+    char *inputs = malloc(bytes * (size_t)n), *expect = malloc(bytes), *got = malloc(bytes);
+    unsigned char *lo = malloc(bytes), *hi = malloc(bytes);
+    ck_assert(inputs && expect && got && lo && hi);
+    char *mine = inputs + (size_t)me * bytes;
+    cg_mpi_test_fill(mine, COUNT, dtypes[d], CG_SUM, n, cg_test_seed(), (uint64_t)(d * 64 + me));
+    for (int k = 0; k < NANS; k++)
+      if (nan_at[k] == 100 || k % n == me) memset(mine + nan_at[k] * es, 0xff, es);
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, inputs, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+    cg_ref_reduce(expect, inputs, n, COUNT, dtypes[d], CG_SUM);
+    CUDA_OK(cudaMemcpy(send, mine, bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(recv, CG_MPI_POISON, bytes));
+    cg_graph_t *g = NULL;
+    ck_assert_cg_ok(cg_graph_create(&g, NULL));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, send, recv, COUNT, dtypes[d], CG_SUM));
+    cg_plan_t *plan = NULL;
+    cg_status_t st = cg_compile(&plan, g, NULL);
+    cg_graph_destroy(g);
+    ck_assert_all_ranks(st == CG_SUCCESS, "compile");
+    char what[160];
+    snprintf(what, sizeof what, "%s: the allreduce takes the one-shot kernel", cg_dtype_name(dtypes[d]));
+    ck_assert_all_ranks(dot_count(plan) == 1 || !oneshot_required(), what);
+    for (int k = 0; k < 2; k++) { /* twice: the second call uses the other buffer */
+      ck_assert_cg_ok(cg_plan_run(plan));
+      CUDA_OK(cudaMemcpy(got, recv, bytes, cudaMemcpyDeviceToHost));
+      size_t bad = 0;
+      for (size_t e = 0; e < COUNT; e++) {
+        double x = cg_ref_load(got, e, dtypes[d]), want = cg_ref_load(expect, e, dtypes[d]);
+        bad += want != want ? x == x : x != want; /* NaN where an input was */
+      }
+      MPI_Allreduce(got, lo, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MIN, MPI_COMM_WORLD);
+      MPI_Allreduce(got, hi, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MAX, MPI_COMM_WORLD);
+      snprintf(what, sizeof what, "%s, call %d: %zu wrong elements (NaN where an input was all ones)",
+               cg_dtype_name(dtypes[d]), k, bad);
+      ck_assert_all_ranks(bad == 0, what);
+      snprintf(what, sizeof what, "%s, call %d: the same bits on every rank", cg_dtype_name(dtypes[d]), k);
+      ck_assert_all_ranks(memcmp(lo, hi, bytes) == 0, what);
+    }
+    cg_plan_destroy(plan);
+    free(inputs), free(expect), free(got), free(lo), free(hi);
+    cg_gpu_free(send);
+    cg_gpu_free(recv);
+  }
   cg_comm_destroy(comm);
   unsetenv("CG_ONESHOT_MAX_BYTES");
 }
@@ -315,6 +386,7 @@ int main(void) {
   Suite *s = suite_create("nccl_oneshot");
   TCase *tc = cg_gpu_tcase("nccl_oneshot");
   tcase_add_test(tc, nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones);
+  tcase_add_test(tc, nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan);
   tcase_add_test(tc, nccl_oneshot__zero_keeps_every_allreduce_on_nccl);
   tcase_add_test(tc, nccl_oneshot__the_measured_cutover_is_the_same_on_every_rank);
   tcase_add_test(tc, nccl_oneshot__the_variable_on_one_rank_only_is_refused_everywhere);
