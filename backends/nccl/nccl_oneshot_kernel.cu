@@ -13,8 +13,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #include "nccl_oneshot_kernel.h"
 
@@ -152,11 +150,7 @@ template <typename T> __global__ void __launch_bounds__(MAX_THREADS) oneshot_ker
     if (c == first) own_first = v;
 #pragma unroll
     for (int r = 0; r < CG_ONESHOT_MAX_RANKS; r++)
-      if (r < a.ranks && r != a.rank) {
-        if (a.variant & 1) slot(a.peers[r], buf, a.ranks, a.rank)[c] = v;
-        else if (a.variant & 2) __stcg(slot(a.peers[r], buf, a.ranks, a.rank) + c, v);
-        else store_volatile(slot(a.peers[r], buf, a.ranks, a.rank) + c, v);
-      }
+      if (r < a.ranks && r != a.rank) store_volatile(slot(a.peers[r], buf, a.ranks, a.rank) + c, v);
   }
   /* in: every peer's chunk once it has arrived, then the sentinel back */
   bool quit = false;
@@ -201,17 +195,11 @@ extern "C" cudaError_t cg_oneshot_launch(const cg_oneshot_args_t *args, int dtyp
   if (dtype_index < 0 || dtype_index >= CG_ONESHOT_DTYPES) return cudaErrorInvalidValue;
   size_t chunks = (args->count * lane[dtype_index] + 15) / 16;
   /* threads per block: chunks / 32 rounded up to a warp, within the bounds */
-  unsigned variant = 0, div = 32, maxt = MAX_THREADS;
-  const char *exp = getenv("CG_ONESHOT_EXP");
-  if (exp) sscanf(exp, "%u %u %u", &variant, &div, &maxt);
-  size_t per_block = (chunks / div + MIN_THREADS - 1) / MIN_THREADS * MIN_THREADS;
-  per_block = per_block < MIN_THREADS ? MIN_THREADS : per_block > maxt ? maxt : per_block;
+  size_t per_block = (chunks / 32 + MIN_THREADS - 1) / MIN_THREADS * MIN_THREADS;
+  per_block = per_block < MIN_THREADS ? MIN_THREADS : per_block > MAX_THREADS ? MAX_THREADS : per_block;
   size_t blocks = (chunks + per_block - 1) / per_block;
   if (blocks > CG_ONESHOT_MAX_BLOCKS) blocks = CG_ONESHOT_MAX_BLOCKS;
   dim3 grid((unsigned)(blocks < 1 ? 1 : blocks)), threads((unsigned)per_block);
-  cg_oneshot_args_t aa = *args;
-  aa.variant = variant;
-  args = &aa;
   switch (dtype_index) {
     case CG_ONESHOT_FLOAT32: oneshot_kernel<float><<<grid, threads, 0, stream>>>(*args); break;
     case CG_ONESHOT_FLOAT16: oneshot_kernel<__half><<<grid, threads, 0, stream>>>(*args); break;

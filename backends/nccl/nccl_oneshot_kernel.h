@@ -34,7 +34,6 @@ typedef struct cg_oneshot_args {
   size_t count; /* elements, at most CG_ONESHOT_MAX_BYTES of them in bytes */
   int rank, ranks;
   int op; /* CG_ONESHOT_SUM ... */
-  unsigned variant;
 } cg_oneshot_args_t;
 
 /* An allreduce of args->count elements of the dtype, in place or not. */
