@@ -17,8 +17,13 @@ static const cg_dtype_t measured[CG_NCCL_SYMMETRIC_DTYPES] = {CG_FLOAT32, CG_FLO
 static const ncclDataType_t nccl_types[CG_NCCL_SYMMETRIC_DTYPES] = {ncclFloat32, ncclFloat16, ncclBfloat16};
 
 size_t cg_nccl_cutover_pick(const double (*us)[2], int sizes) {
+  return cg_nccl_cutover_pick_handicapped(us, sizes, 1.0);
+}
+
+size_t cg_nccl_cutover_pick_handicapped(const double (*us)[2], int sizes, double handicap) {
   for (int i = 0; i < sizes; i++) {
-    int loses = us[i][0] >= us[i][1], next_loses = i + 1 == sizes || us[i + 1][0] >= us[i + 1][1];
+    int loses = us[i][0] * handicap >= us[i][1];
+    int next_loses = i + 1 == sizes || us[i + 1][0] * handicap >= us[i + 1][1];
     if (loses && next_loses) return i ? CG_CUTOVER_MIN_BYTES << (i - 1) : 0;
   }
   return SIZE_MAX;

@@ -24,6 +24,10 @@
  * nothing was measured (an arena under 1 KB): beyond the measured sizes the
  * symmetric kernels keep what they won. */
 size_t cg_nccl_cutover_pick(const double (*us)[2], int sizes);
+/* The same with the first path handicapped: it loses a size unless
+ * us[i][0] * handicap < us[i][1] (the one-shot kernel's 1.05: a near tie
+ * goes to NCCL). cg_nccl_cutover_pick is handicap 1. */
+size_t cg_nccl_cutover_pick_handicapped(const double (*us)[2], int sizes, double handicap);
 
 /* One way of making a call, for timing: enqueue(ctx, stream) enqueues it
  * once (and says why not). */

@@ -204,15 +204,11 @@ static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where
     st = cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce of the times failed", what);
     goto out;
   }
+  for (int i = 0; i < SIZES; i++) n->oneshot.ratio[i] = slowest[i][1] > 0 ? slowest[i][0] / slowest[i][1] : 0;
   /* a near tie goes to NCCL: the kernel counts as losing unless 5% faster
    * (at 512 KB it measured ahead and then ran a decode layer in 12.45 us
    * against NCCL's 12.31) */
-  double biased[SIZES][2];
-  for (int i = 0; i < SIZES; i++) {
-    biased[i][0] = slowest[i][0] * 1.05, biased[i][1] = slowest[i][1];
-    n->oneshot.ratio[i] = slowest[i][1] > 0 ? slowest[i][0] / slowest[i][1] : 0;
-  }
-  size_t pick = cg_nccl_cutover_pick((const double (*)[2])biased, SIZES);
+  size_t pick = cg_nccl_cutover_pick_handicapped((const double (*)[2])slowest, SIZES, 1.05);
   n->oneshot.max_bytes = pick > CG_ONESHOT_MAX_BYTES ? CG_ONESHOT_MAX_BYTES : pick;
 out:
   if (stream && !*abort_comm) cudaStreamSynchronize(stream);

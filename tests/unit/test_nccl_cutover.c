@@ -36,20 +36,36 @@ START_TEST(nccl_cutover__edges) {
 END_TEST
 
 START_TEST(nccl_cutover__random_times_against_a_reference) {
+  static const double handicaps[] = {1.0, 1.05, 1.5};
   for (int c = 0; c < RANDOM_CASES; c++) {
     double us[CG_CUTOVER_MAX_SIZES][2];
-    int n = (int)(cg_test_rand() % (CG_CUTOVER_MAX_SIZES + 1));
+    int n = (int)(cg_test_rand() % (CG_CUTOVER_MAX_SIZES + 1)), h = (int)(cg_test_rand() % 3);
     int lose[CG_CUTOVER_MAX_SIZES];
     for (int i = 0; i < n; i++) {
-      us[i][0] = (double)(cg_test_rand() % 40), us[i][1] = (double)(cg_test_rand() % 40);
-      lose[i] = us[i][0] >= us[i][1];
+      /* times in 1/20 us, so that a 5% handicap decides some */
+      us[i][0] = (double)(cg_test_rand() % 800) / 20, us[i][1] = (double)(cg_test_rand() % 800) / 20;
+      /* the first path wins only by more than the handicap */
+      lose[i] = !(us[i][0] * handicaps[h] < us[i][1]);
     }
     size_t want = SIZE_MAX;
     for (int i = 0; i < n && want == SIZE_MAX; i++)
       if (lose[i] && (i + 1 == n || lose[i + 1])) want = i ? (size_t)1024 << (i - 1) : 0;
-    size_t got = cg_nccl_cutover_pick((const double (*)[2])us, n);
-    ck_assert_msg(got == want, "case %d (%d sizes): %zu, the reference says %zu", c, n, got, want);
+    size_t got = h == 0 ? cg_nccl_cutover_pick((const double (*)[2])us, n)
+                        : cg_nccl_cutover_pick_handicapped((const double (*)[2])us, n, handicaps[h]);
+    ck_assert_msg(got == want, "case %d (%d sizes, handicap %g): %zu, the reference says %zu", c, n, handicaps[h],
+                  got, want);
   }
+}
+END_TEST
+
+START_TEST(nccl_cutover__a_handicap_turns_near_ties_into_losses) {
+  double us[3][2] = {{9.6, 10.0}, {9.6, 10.0}, {5.0, 10.0}}; /* 4% ahead, 4% ahead, 50% ahead */
+  ck_assert_uint_eq(cg_nccl_cutover_pick((const double (*)[2])us, 3), SIZE_MAX);
+  ck_assert_uint_eq(cg_nccl_cutover_pick_handicapped((const double (*)[2])us, 3, 1.05), 0);
+  us[0][0] = 9.0; /* 10% ahead at 1 KB: kept */
+  ck_assert_uint_eq(cg_nccl_cutover_pick_handicapped((const double (*)[2])us, 3, 1.05), SIZE_MAX); /* one loss: noise */
+  us[2][0] = 9.9;
+  ck_assert_uint_eq(cg_nccl_cutover_pick_handicapped((const double (*)[2])us, 3, 1.05), 1024);
 }
 END_TEST
 
@@ -59,6 +75,7 @@ static Suite *suite(void) {
   tcase_set_timeout(t, 60);
   tcase_add_test(t, nccl_cutover__edges);
   tcase_add_test(t, nccl_cutover__random_times_against_a_reference);
+  tcase_add_test(t, nccl_cutover__a_handicap_turns_near_ties_into_losses);
   suite_add_tcase(s, t);
   return s;
 }
