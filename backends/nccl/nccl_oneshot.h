@@ -12,12 +12,16 @@
  * CG_ONESHOT_MAX_BYTES gives it, the cut-over is measured: captured calls of
  * 1 KB, 2 KB, ... 1 MB of float32 against captured ncclAllReduce on plain
  * memory, the slowest rank's times, the same two-losses rule as the symmetric
- * cut-over (nccl_cutover.h). Every rank takes the path for the same
+ * cut-over with the kernel handicapped 5% (nccl_cutover.h). Every rank takes the path for the same
  * allreduces or none does: ranks without peer links, more than
  * CG_ONESHOT_MAX_RANKS ranks, or a rank that cannot map its peers (the other
  * GPUs not visible to it) leave it off everywhere, and NCCL runs them as
  * before. Two plans on one communicator must not run their collectives at the
- * same time (as with NCCL's own ordering): their calls share the epochs. */
+ * same time (as with NCCL's own ordering): their calls share the epochs. The
+ * ranks must call it with the same counts (the cross-rank check sees to it):
+ * where they do not, chunks one rank sent and no rank read stay in the
+ * staging without the sentinel, and a later larger call reads them as
+ * arrived, stale, instead of waiting. */
 #ifndef CG_BACKENDS_NCCL_ONESHOT_H
 #define CG_BACKENDS_NCCL_ONESHOT_H
 

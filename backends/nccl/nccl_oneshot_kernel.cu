@@ -184,7 +184,11 @@ template <typename T> __global__ void __launch_bounds__(MAX_THREADS) oneshot_ker
       if (r < a.ranks && r != a.rank) slot(mine, buf, a.ranks, r)[c] = make_uint4(~0u, ~0u, ~0u, ~0u);
   }
   /* the next call reads any block's counter: this block sets those that no
-   * other block of this grid reads */
+   * other block of this grid reads, once all its threads have read its own
+   * (the barrier). The refill above needs no fence: a peer writes this
+   * buffer again only after this rank's next kernel wrote to it, and kernel
+   * boundaries order this kernel's stores before that (as in other
+   * sentinel-based one-shot kernels) */
   __syncthreads();
   if (threadIdx.x == 0)
     for (int j = blockIdx.x; j < CG_ONESHOT_MAX_BLOCKS; j += gridDim.x) a.epochs[j] = e;
