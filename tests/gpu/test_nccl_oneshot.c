@@ -201,7 +201,7 @@ START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_on
     if (!fused && named == 0) {
       /* off on every rank alike: the ranks cannot map each other's memory */
       if (me == 0) printf("nccl_oneshot: the one-shot path is off here (DOT names no kernel)\n");
-      ck_assert_msg(!oneshot_required(), "CG_TEST_REQUIRE_ONESHOT=1 but the path is off");
+      ck_assert_msg(!oneshot_required(), "CG_TEST_REQUIRE_ONESHOT=1 but the path is off here");
       cg_plan_destroy(plan);
       break;
     }
@@ -223,11 +223,13 @@ END_TEST
 
 /* Input elements whose bits are the kernel's sentinel (all ones: a NaN in
  * every dtype), on one rank or on all, come out NaN: no rank waits for them
- * forever (the suite's time limit), every other element is exact, and every
- * rank gets the same bits. */
+ * forever (a hang becomes the plan's timeout, naming the node), every other
+ * element is exact, and every rank gets the same bits; a float32 NaN whose
+ * high 16 bits are all ones (not the sentinel in a 4-byte lane) likewise.
+ * Out of place on aligned buffers, and in place one element off alignment. */
 START_TEST(nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan) {
   static const cg_dtype_t dtypes[3] = {CG_FLOAT32, CG_FLOAT16, CG_BFLOAT16};
-  enum { COUNT = 1003, NANS = 5 };
+  enum { COUNT = 1003, NANS = 5, HALF_ONES_AT = 300 };
   const size_t nan_at[NANS] = {0, 7, 100, 500, COUNT - 1}; /* 100: on every rank, the others on one each */
   int me = cg_gpu_rank(), n = cg_gpu_size();
   setenv("CG_ONESHOT_MAX_BYTES", "1M", 1);
@@ -236,51 +238,64 @@ START_TEST(nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan) {
     unsetenv("CG_ONESHOT_MAX_BYTES");
     return;
   }
-  for (int d = 0; d < 3; d++) {
-    size_t es = cg_dtype_size(dtypes[d]), bytes = COUNT * es;
-    char *send = cg_gpu_alloc(bytes), *recv = cg_gpu_alloc(bytes);
-    char *inputs = malloc(bytes * (size_t)n), *expect = malloc(bytes), *got = malloc(bytes);
-    unsigned char *lo = malloc(bytes), *hi = malloc(bytes);
-    ck_assert(inputs && expect && got && lo && hi);
-    char *mine = inputs + (size_t)me * bytes;
-    cg_mpi_test_fill(mine, COUNT, dtypes[d], CG_SUM, n, cg_test_seed(), (uint64_t)(d * 64 + me));
-    for (int k = 0; k < NANS; k++)
-      if (nan_at[k] == 100 || k % n == me) memset(mine + nan_at[k] * es, 0xff, es);
-    MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, inputs, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
-    cg_ref_reduce(expect, inputs, n, COUNT, dtypes[d], CG_SUM);
-    CUDA_OK(cudaMemcpy(send, mine, bytes, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(recv, CG_MPI_POISON, bytes));
-    cg_graph_t *g = NULL;
-    ck_assert_cg_ok(cg_graph_create(&g, NULL));
-    ck_assert_cg_ok(cg_allreduce(NULL, g, comm, send, recv, COUNT, dtypes[d], CG_SUM));
-    cg_plan_t *plan = NULL;
-    cg_status_t st = cg_compile(&plan, g, NULL);
-    cg_graph_destroy(g);
-    ck_assert_all_ranks(st == CG_SUCCESS, "compile");
-    char what[160];
-    snprintf(what, sizeof what, "%s: the allreduce takes the one-shot kernel", cg_dtype_name(dtypes[d]));
-    ck_assert_all_ranks(dot_count(plan) == 1 || !oneshot_required(), what);
-    for (int k = 0; k < 2; k++) { /* twice: the second call uses the other buffer */
-      ck_assert_cg_ok(cg_plan_run(plan));
-      CUDA_OK(cudaMemcpy(got, recv, bytes, cudaMemcpyDeviceToHost));
-      size_t bad = 0;
-      for (size_t e = 0; e < COUNT; e++) {
-        double x = cg_ref_load(got, e, dtypes[d]), want = cg_ref_load(expect, e, dtypes[d]);
-        bad += want != want ? x == x : x != want; /* NaN where an input was */
+  for (int d = 0; d < 3; d++)
+    for (int in_place = 0; in_place < 2; in_place++) {
+      size_t es = cg_dtype_size(dtypes[d]), bytes = COUNT * es;
+      char *send_base = cg_gpu_alloc(bytes + es), *recv_base = in_place ? NULL : cg_gpu_alloc(bytes);
+      char *send = send_base + (in_place ? es : 0), *recv = in_place ? send : recv_base;
+      char *inputs = malloc(bytes * (size_t)n), *expect = malloc(bytes), *got = malloc(bytes);
+      unsigned char *lo = malloc(bytes), *hi = malloc(bytes);
+      ck_assert(inputs && expect && got && lo && hi);
+      char *mine = inputs + (size_t)me * bytes;
+      cg_mpi_test_fill(mine, COUNT, dtypes[d], CG_SUM, n, cg_test_seed(), (uint64_t)(d * 64 + in_place * 8 + me));
+      for (int k = 0; k < NANS; k++)
+        if (nan_at[k] == 100 || k % n == me) memset(mine + nan_at[k] * es, 0xff, es);
+      if (dtypes[d] == CG_FLOAT32 && me == n - 1) {
+        uint32_t half_ones = 0xffff0000u; /* a NaN; its high half alone is all ones */
+        memcpy(mine + HALF_ONES_AT * es, &half_ones, sizeof half_ones);
       }
-      MPI_Allreduce(got, lo, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MIN, MPI_COMM_WORLD);
-      MPI_Allreduce(got, hi, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MAX, MPI_COMM_WORLD);
-      snprintf(what, sizeof what, "%s, call %d: %zu wrong elements (NaN where an input was all ones)",
-               cg_dtype_name(dtypes[d]), k, bad);
-      ck_assert_all_ranks(bad == 0, what);
-      snprintf(what, sizeof what, "%s, call %d: the same bits on every rank", cg_dtype_name(dtypes[d]), k);
-      ck_assert_all_ranks(memcmp(lo, hi, bytes) == 0, what);
+      MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, inputs, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+      cg_ref_reduce(expect, inputs, n, COUNT, dtypes[d], CG_SUM);
+      cg_graph_t *g = NULL;
+      ck_assert_cg_ok(cg_graph_create(&g, NULL));
+      ck_assert_cg_ok(cg_allreduce(NULL, g, comm, send, recv, COUNT, dtypes[d], CG_SUM));
+      cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
+      opts.timeout_s = 30;
+      cg_plan_t *plan = NULL;
+      cg_status_t st = cg_compile(&plan, g, &opts);
+      cg_graph_destroy(g);
+      ck_assert_all_ranks(st == CG_SUCCESS, "compile");
+      char what[200];
+      snprintf(what, sizeof what, "%s%s: the allreduce takes the one-shot kernel", cg_dtype_name(dtypes[d]),
+               in_place ? ", in place" : "");
+      ck_assert_all_ranks(dot_count(plan) == 1 || !oneshot_required(), what);
+      for (int k = 0; k < 2; k++) { /* twice: the second call uses the other buffer */
+        CUDA_OK(cudaMemcpy(send, mine, bytes, cudaMemcpyHostToDevice));
+        if (!in_place) CUDA_OK(cudaMemset(recv, CG_MPI_POISON, bytes));
+        st = cg_plan_run(plan);
+        snprintf(what, sizeof what, "%s%s, call %d: runs (%s)", cg_dtype_name(dtypes[d]), in_place ? ", in place" : "",
+                 k, st == CG_SUCCESS ? "ok" : cg_error_last());
+        ck_assert_all_ranks(st == CG_SUCCESS, what);
+        CUDA_OK(cudaMemcpy(got, recv, bytes, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t e = 0; e < COUNT; e++) {
+          double x = cg_ref_load(got, e, dtypes[d]), want = cg_ref_load(expect, e, dtypes[d]);
+          bad += want != want ? x == x : x != want; /* NaN where an input was */
+        }
+        MPI_Allreduce(got, lo, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(got, hi, (int)bytes, MPI_UNSIGNED_CHAR, MPI_MAX, MPI_COMM_WORLD);
+        snprintf(what, sizeof what, "%s%s, call %d: %zu wrong elements (NaN where an input was one)",
+                 cg_dtype_name(dtypes[d]), in_place ? ", in place" : "", k, bad);
+        ck_assert_all_ranks(bad == 0, what);
+        snprintf(what, sizeof what, "%s%s, call %d: the same bits on every rank", cg_dtype_name(dtypes[d]),
+                 in_place ? ", in place" : "", k);
+        ck_assert_all_ranks(memcmp(lo, hi, bytes) == 0, what);
+      }
+      cg_plan_destroy(plan);
+      free(inputs), free(expect), free(got), free(lo), free(hi);
+      cg_gpu_free(send_base);
+      if (recv_base) cg_gpu_free(recv_base);
     }
-    cg_plan_destroy(plan);
-    free(inputs), free(expect), free(got), free(lo), free(hi);
-    cg_gpu_free(send);
-    cg_gpu_free(recv);
-  }
   cg_comm_destroy(comm);
   unsetenv("CG_ONESHOT_MAX_BYTES");
 }
