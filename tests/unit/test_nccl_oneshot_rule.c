@@ -82,8 +82,7 @@ START_TEST(nccl_oneshot_rule__random_against_a_reference) {
     int want = n->oneshot.state == CG_ONESHOT_ON && kernel_dtype && count > 0 && bytes <= ((size_t)1 << 20) &&
                bytes <= n->oneshot.max_bytes;
     if (want && in_window) {
-      int i = 0; /* the smallest measured size (1 KB << i) that holds it, the last for larger */
-      while (i + 1 < CG_NCCL_MEASURED_SIZES && ((size_t)1024 << i) < bytes) i++;
+      int i = cg_nccl_measured_index(bytes); /* against its own reference in test_nccl_windows */
       want = n->oneshot.ratio[i] > 0 && symmetric > 0 && n->oneshot.ratio[i] < 0.75 * symmetric;
     }
     int got = cg_nccl_oneshot_takes(n, &s, in_window, symmetric);
