@@ -145,7 +145,7 @@ static void write_build(FILE *f, int provided) {
   else
     fprintf(f, "one-shot allreduce (commgraph's kernel, ranks with peer links): allreduces of float32/16, bfloat16 up "
             "to the cut-over each communicator measures on its first plan; in a symmetric window only where it "
-            "measured clearly faster than NCCL's symmetric kernels (plan DOT names the path)\n");
+            "measured faster than NCCL's symmetric kernels (plan DOT names the path)\n");
 #endif
   write_mpi(f, provided);
   /* the backends this build compiled in (backends/, top-level CMakeLists.txt) */

@@ -65,8 +65,8 @@ cg_status_t cg_nccl_oneshot_prepare(struct cg_nccl_comm *n, const struct cg_plan
 /* Whether the step (an allreduce) goes to the kernel: below its cut-over,
  * and, where its buffers lie in symmetric windows below their cut-over
  * (symmetric_ratio > 0, nccl_windows.h), only where the kernel measured
- * clearly faster against NCCL's plain kernels than NCCL's symmetric ones
- * did (its ratio under 0.75 of theirs; without both measurements the
+ * faster against NCCL's plain kernels than NCCL's symmetric ones did (its
+ * ratio under theirs; without both measurements the
  * symmetric kernels keep it). */
 int cg_nccl_oneshot_takes(const struct cg_nccl_comm *n, const struct cg_step *s, int in_window,
                           double symmetric_ratio);
