@@ -17,7 +17,9 @@
  *    buffers): eager (k ncclAllReduce calls back to back), NCCL group
  *    (ncclGroupStart/End around them) and replayed (one plan of k independent
  *    allreduce nodes, launched once); per-op time and eager/replayed. Then one
- *    4-byte allreduce: the cost of replaying an almost empty plan.
+ *    4-byte allreduce: the cost of replaying an almost empty plan, against
+ *    the floor of any replay (a graph of the benchmark's holding one 4-byte
+ *    cudaMemsetAsync, launched the same way, its result checked).
  * c) The watchdog's cost: 8 allreduces of 1 KB and one of 4 bytes, the plan
  *    compiled without a timeout, with one (60 s: progress marks, and the
  *    monitor thread following the replays) and fingerprint 0, and with one
@@ -78,13 +80,15 @@ static int smoke_iters; /* --smoke: iterations per batch; 0: each part's own */
  * the benchmark's, on plain buffers (on a symmetric window of the program's
  * communicator); PLAN_ARENA, PLAN_SYMMETRIC: the plan over a cg_arena and
  * over a cg_nccl_arena_create arena */
+/* FLOOR: a graph of the benchmark's holding one 4-byte cudaMemsetAsync,
+ * what launching any graph costs */
 enum { DIRECT, GROUPED, PLAN, PLAN_MARKS, PLAN_WATCHED, EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED, CAPTURED,
-       CAPTURED_SYMMETRIC, PLAN_ARENA, PLAN_SYMMETRIC, N_MODES };
+       CAPTURED_SYMMETRIC, PLAN_ARENA, PLAN_SYMMETRIC, FLOOR, N_MODES };
 static const char *const mode_names[] = {"direct NCCL",   "NCCL group",    "plan",
                                          "plan, marks",   "plan, watched", "embedded plan",
                                          "embedded plan, marks", "embedded plan, watched", "NCCL captured",
                                          "NCCL captured, symmetric window", "plan over an arena",
-                                         "plan over a symmetric arena"};
+                                         "plan over a symmetric arena", "a graph of one memset"};
 _Static_assert(sizeof mode_names / sizeof *mode_names == N_MODES, "a name per mode");
 
 typedef struct work {
@@ -98,6 +102,7 @@ typedef struct work {
   cudaGraphExec_t embedding[3]; /* EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED: graphs that hold such plans */
   cudaGraphExec_t captured[2];  /* CAPTURED, CAPTURED_SYMMETRIC */
   cg_plan_t *in_arena[2];       /* PLAN_ARENA, PLAN_SYMMETRIC */
+  cudaGraphExec_t floor;        /* FLOOR */
 } work_t;
 
 static void one_iteration(const work_t *w, cudaStream_t stream) {
@@ -128,6 +133,9 @@ static void one_iteration(const work_t *w, cudaStream_t stream) {
     case PLAN_ARENA:
     case PLAN_SYMMETRIC:
       CG_CHECK(cg_plan_launch(w->in_arena[w->mode - PLAN_ARENA], stream));
+      break;
+    case FLOOR:
+      CUDA_CHECK(cudaGraphLaunch(w->floor, stream));
       break;
     default:
       CG_CHECK(cg_plan_launch(w->plan, stream));
@@ -302,6 +310,17 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
     printf("%6s %6s %6s %14s %14s %14s %14s %12s\n", "bytes", "k", "steps", "eager", "NCCL group", "replayed",
            "eager/replay", "group/replay");
   }
+  /* the floor: one 4-byte memset of the rank's number into `mark`, captured */
+  int *mark = NULL, got = -1;
+  cudaGraph_t floor_graph;
+  CUDA_CHECK(cudaMalloc((void **)&mark, sizeof *mark));
+  CUDA_CHECK(cudaMemset(mark, 0xff, sizeof *mark));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  CUDA_CHECK(cudaMemsetAsync(mark, rank + 1, sizeof *mark, stream));
+  CUDA_CHECK(cudaStreamEndCapture(stream, &floor_graph));
+  CUDA_CHECK(cudaGraphInstantiate(&w.floor, floor_graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(floor_graph));
   const int ks[] = {1, 8, 32, 128, 1}; /* the last: one 4-byte allreduce, an almost empty plan */
   for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
     int last = i + 1 == sizeof ks / sizeof *ks;
@@ -309,7 +328,8 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
     w.count = last ? 1 : SMALL_COUNT;
     size_t steps;
     w.plan = compile_allreduces(comm, w.send, w.recv, w.ops, w.count, &steps);
-    const int modes[] = {DIRECT, GROUPED, PLAN};
+    const int modes[] = {DIRECT, GROUPED, PLAN, FLOOR};
+    int n_modes = last ? 4 : 3;
     for (int k = 0; k < w.ops; k++) fill(w.send[k], w.count, (size_t)k, host);
     for (int m = 0; m < 3; m++) {
       run_for_check(&w, modes[m], stream);
@@ -321,14 +341,23 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
     int iters = 2000 / w.ops;
     if (iters < 20) iters = 20;
     if (smoke_iters) iters = smoke_iters;
-    double med[3];
-    time_modes(&w, modes, 3, iters, rounds, stream, start, stop, med);
+    double med[4];
+    time_modes(&w, modes, n_modes, iters, rounds, stream, start, stop, med);
     for (int k = 0; k < w.ops; k++) expect_sum(w.recv[k], w.count, (size_t)k, host, "small allreduce");
     all_checked(last ? "one 4-byte allreduce" : "small allreduces", PLAN, "after timing");
+    if (last) {
+      int want = (rank + 1) * 0x01010101;
+      CUDA_CHECK(cudaMemcpy(&got, mark, sizeof got, cudaMemcpyDeviceToHost));
+      if (got != want && wrong++ < 5) fprintf(stderr, "rank %d: the floor's memset left %#x, not %#x\n", rank, got, want);
+      all_checked("a graph of one memset", FLOOR, "after timing");
+    }
     if (rank == 0) {
       if (last) printf("  an almost empty plan:\n");
       printf("%6zu %6d %6zu %11.2f us %11.2f us %11.2f us %14.2f %12.2f\n", w.count * sizeof(float), w.ops, steps,
              med[0] * 1e6 / w.ops, med[1] * 1e6 / w.ops, med[2] * 1e6 / w.ops, med[0] / med[2], med[1] / med[2]);
+      if (last)
+        printf("  the floor, a graph of one 4-byte cudaMemsetAsync launched the same way: %.2f us; the plan's replay "
+               "beyond it (its collective included): %.2f us\n", med[3] * 1e6, (med[2] - med[3]) * 1e6);
       fflush(stdout);
     }
     cg_plan_destroy(w.plan);
@@ -337,6 +366,8 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
     CUDA_CHECK(cudaFree(w.send[k]));
     CUDA_CHECK(cudaFree(w.recv[k]));
   }
+  CUDA_CHECK(cudaGraphExecDestroy(w.floor));
+  CUDA_CHECK(cudaFree(mark));
 }
 
 /* ---- c) what the watchdog costs a replay */
