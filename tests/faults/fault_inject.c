@@ -56,7 +56,10 @@
  * launches, the monitor follows the plan's marks, and the handler checks the
  * drain and destroys the graph, the plan and the communicator before it
  * ends the job; gpu-embed-staged and gpu-embed-hosttransfer are the same on
- * the mpi-staged and hosttransfer backends.
+ * the mpi-staged and hosttransfer backends. gpu-direct and gpu-embed-direct
+ * are gpu-staged and gpu-embed-staged with CG_STAGING_DIRECT on managed
+ * buffers (docs/staged.md#direct: MPI gets the buffers themselves, on an MPI
+ * that is not CUDA-aware too), so the direct path's abort runs as well.
  *
  * In gpu and gpu-staged, a rank that reports also checks that the watchdog's
  * abort let its GPU go: cudaDeviceSynchronize must return cudaSuccess within
@@ -66,7 +69,8 @@
  * after S s"): the destroy waits for the communicator's abort to end.
  *
  * Usage: fault_inject MODE FAULT TIMEOUT_SECONDS, MODE one of host, gpu,
- * gpu-staged, gpu-launch, gpu-embed, gpu-embed-staged, gpu-embed-hosttransfer */
+ * gpu-staged, gpu-direct, gpu-launch, gpu-embed, gpu-embed-staged,
+ * gpu-embed-hosttransfer, gpu-embed-direct */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <mpi.h>
@@ -132,7 +136,8 @@ static void nap(double seconds) {
   nanosleep(&t, NULL);
 }
 
-static int gpu_run; /* gpu or gpu-staged: replays with cg_plan_run on a GPU */
+static int gpu_run; /* gpu, gpu-staged or gpu-direct: replays with cg_plan_run on a GPU */
+static int managed; /* gpu-direct, gpu-embed-direct: buffers MPI reaches without CUDA-awareness */
 static int embedded; /* gpu-embed*: replays of the program's graph that embeds the plan */
 
 #if CG_HAVE_CUDA
@@ -271,8 +276,9 @@ static void *buffer(int gpu) {
 #if CG_HAVE_CUDA
   void *p = NULL;
   if (gpu) {
-    if (cudaMalloc(&p, COUNT * sizeof(float)) != cudaSuccess || cudaMemset(p, 0, COUNT * sizeof(float)) != cudaSuccess)
-      return NULL;
+    cudaError_t e = managed ? cudaMallocManaged(&p, COUNT * sizeof(float), cudaMemAttachGlobal)
+                            : cudaMalloc(&p, COUNT * sizeof(float));
+    if (e != cudaSuccess || cudaMemset(p, 0, COUNT * sizeof(float)) != cudaSuccess) return NULL;
     return p;
   }
 #endif
@@ -362,14 +368,14 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  static const char *const modes[] = {"host",      "gpu",       "gpu-staged", "gpu-launch", "gpu-embed",
-                                      "gpu-embed-staged", "gpu-embed-hosttransfer"};
+  static const char *const modes[] = {"host",      "gpu",       "gpu-staged", "gpu-direct", "gpu-launch", "gpu-embed",
+                                      "gpu-embed-staged", "gpu-embed-hosttransfer", "gpu-embed-direct"};
   int known = 0;
   for (size_t m = 0; argc == 4 && m < sizeof modes / sizeof *modes; m++) known |= strcmp(argv[1], modes[m]) == 0;
   if (!known) {
     if (rank == 0)
-      fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-launch|gpu-embed|gpu-embed-staged|"
-              "gpu-embed-hosttransfer none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|"
+      fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-direct|gpu-launch|gpu-embed|gpu-embed-staged|"
+              "gpu-embed-hosttransfer|gpu-embed-direct none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|"
               "skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
     MPI_Finalize();
     return 2;
@@ -377,9 +383,10 @@ int main(int argc, char **argv) {
   const char *mode = argv[1];
   embedded = strncmp(mode, "gpu-embed", 9) == 0;
   int launch = strcmp(mode, "gpu-launch") == 0;
-  int staged = strcmp(mode, "gpu-staged") == 0 || strcmp(mode, "gpu-embed-staged") == 0;
+  managed = strcmp(mode, "gpu-direct") == 0 || strcmp(mode, "gpu-embed-direct") == 0;
+  int staged = managed || strcmp(mode, "gpu-staged") == 0 || strcmp(mode, "gpu-embed-staged") == 0;
   int hosttransfer = strcmp(mode, "gpu-embed-hosttransfer") == 0;
-  gpu_run = strcmp(mode, "gpu") == 0 || strcmp(mode, "gpu-staged") == 0;
+  gpu_run = strcmp(mode, "gpu") == 0 || strcmp(mode, "gpu-staged") == 0 || strcmp(mode, "gpu-direct") == 0;
   int gpu = strcmp(mode, "host") != 0;
   int faulty = rank == size - 1;
   const char *fault = argv[2];
@@ -403,6 +410,7 @@ int main(int argc, char **argv) {
   if (gpu) {
     o.backend = staged ? CG_BACKEND_MPI : hosttransfer ? CG_BACKEND_HOSTTRANSFER : CG_BACKEND_NCCL;
     o.device = CG_DEVICE_LOCAL_RANK;
+    if (managed) o.staging = CG_STAGING_DIRECT;
   }
   o.timeout_s = timeout_s;
   if (strcmp(fault, "skip-create") == 0) {
@@ -489,6 +497,11 @@ int main(int argc, char **argv) {
   if (expect && strcmp(expect, "1") == 0 && strcmp(fault, "none") == 0 && !plan_names(plan, "one-shot allreduce")) {
     fprintf(stderr, "fault_inject: rank %d: FAULT_EXPECT_ONESHOT=1 but the plan's DOT names no one-shot allreduce\n",
             rank);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+  /* the direct modes: MPI must get the buffers themselves, or the run tests staging through host memory */
+  if (managed && strcmp(fault, "none") == 0 && !plan_names(plan, "direct MPI_Iallreduce")) {
+    fprintf(stderr, "fault_inject: rank %d: %s, but the plan's DOT names no direct MPI_Iallreduce\n", rank, mode);
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
   if (embedded && (st = embed_plan(plan)) != CG_SUCCESS) fail(st, timeout_s);
