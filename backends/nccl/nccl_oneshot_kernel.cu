@@ -201,7 +201,8 @@ template <typename T, int RANKS> __global__ void __launch_bounds__(MAX_THREADS) 
   /* in: every peer's chunk once it has arrived (all of them polled at once),
    * then the sentinel back */
   unsigned polls = 0;
-  for (size_t c = first; c < chunks; c += stride) {
+  bool quit = false; /* aborted: every thread still reaches the barrier below */
+  for (size_t c = first; c < chunks && !quit; c += stride) {
     uint4 raw[RANKS];
     unsigned pending = 0;
 #pragma unroll
@@ -214,7 +215,10 @@ template <typename T, int RANKS> __global__ void __launch_bounds__(MAX_THREADS) 
       if (!arrived<T>(raw[r])) pending |= 1u << r;
     }
     while (pending) {
-      if (++polls % POLLS_PER_ABORT_CHECK == 0 && *a.aborted) return; /* the epochs no longer matter */
+      if (++polls % POLLS_PER_ABORT_CHECK == 0 && *a.aborted) {
+        quit = true;
+        break;
+      }
 #pragma unroll
       for (int r = 0; r < RANKS; r++)
         if (pending >> r & 1u) {
@@ -222,6 +226,7 @@ template <typename T, int RANKS> __global__ void __launch_bounds__(MAX_THREADS) 
           if (arrived<T>(raw[r])) pending &= ~(1u << r);
         }
     }
+    if (quit) break;
     store_chunk(recv, c, a.count, recv_aligned, reduce<T, RANKS>(a.op, raw));
 #pragma unroll
     for (int r = 0; r < RANKS; r++)
