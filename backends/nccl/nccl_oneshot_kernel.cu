@@ -256,10 +256,14 @@ template <typename T> static void launch(const cg_oneshot_args_t &a, dim3 grid, 
 }
 
 extern "C" cudaError_t cg_oneshot_launch(const cg_oneshot_args_t *args, int dtype_index, cudaStream_t stream) {
-  static const size_t lane[CG_ONESHOT_DTYPES] = {4, 2, 2};
-  if (dtype_index < 0 || dtype_index >= CG_ONESHOT_DTYPES || args->ranks < 2 || args->ranks > CG_ONESHOT_MAX_RANKS)
+  static const size_t lane_bytes[CG_ONESHOT_DTYPES] = {4, 2, 2};
+  /* what the kernel trusts: a slot per rank, this rank's among them, the
+   * staging's slot size, and one of its operations */
+  if (dtype_index < 0 || dtype_index >= CG_ONESHOT_DTYPES || args->ranks < 2 || args->ranks > CG_ONESHOT_MAX_RANKS ||
+      args->rank < 0 || args->rank >= args->ranks || args->count > CG_ONESHOT_MAX_BYTES / lane_bytes[dtype_index] ||
+      args->op < CG_ONESHOT_SUM || args->op > CG_ONESHOT_PROD)
     return cudaErrorInvalidValue;
-  size_t chunks = (args->count * lane[dtype_index] + 15) / 16;
+  size_t chunks = (args->count * lane_bytes[dtype_index] + 15) / 16;
   /* threads per block: chunks / 32 rounded up to a warp, within the bounds */
   size_t per_block = (chunks / 32 + MIN_THREADS - 1) / MIN_THREADS * MIN_THREADS;
   per_block = per_block < MIN_THREADS ? MIN_THREADS : per_block > MAX_THREADS ? MAX_THREADS : per_block;
