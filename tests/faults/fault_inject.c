@@ -61,7 +61,8 @@
  * buffers (docs/staged.md#direct: MPI gets the buffers themselves, on an MPI
  * that is not CUDA-aware too), so the direct path's abort runs as well.
  *
- * In gpu and gpu-staged, a rank that reports also checks that the watchdog's
+ * In gpu, gpu-staged and gpu-direct (and, from the handler, the gpu-embed
+ * modes), a rank that reports also checks that the watchdog's
  * abort let its GPU go: cudaDeviceSynchronize must return cudaSuccess within
  * the 5% of the timeout it waits anyway ("FAULT-DRAINED rank R after S s", or
  * "FAULT-STUCK rank R"). A drained rank then destroys its plan and

@@ -16,7 +16,8 @@
  * b) Small: k = 1, 8, 32, 128 allreduces of 1 KB (256 floats, separate
  *    buffers): eager (k ncclAllReduce calls back to back), NCCL group
  *    (ncclGroupStart/End around them) and replayed (one plan of k independent
- *    allreduce nodes, launched once); per-op time and eager/replayed. Then one
+ *    allreduce nodes, launched once); per-op time, eager/replayed and
+ *    group/replayed. Then one
  *    4-byte allreduce: the cost of replaying an almost empty plan, against
  *    the floor of any replay (a graph of the benchmark's holding one 4-byte
  *    cudaMemsetAsync, launched the same way, its result checked).
@@ -30,7 +31,7 @@
  *    the timeout the lock's counts the monitor reads); per-replay time of
  *    each and watched/unwatched (the bound: 1.00, no cost).
  * d) Symmetric memory (issue 25): k = 1, 8, 128 allreduces of 1 KB and one
- *    of 16 KB, out of place: captured in one graph of the benchmark's on
+ *    each of 16, 64 and 256 KB, out of place: captured in one graph of the benchmark's on
  *    separate buffers and on a symmetric window of the program's
  *    communicator (ncclMemAlloc, ncclCommWindowRegister), and the plan on
  *    separate buffers (packed), over a cg_arena (zero-copy) and over a
@@ -42,7 +43,8 @@
  * Timing: cudaEvents on the stream around a batch of launches, after warm-up.
  * Modes are interleaved batch by batch, each figure is the median over rounds
  * of the slowest rank's time, because these machines are noisy. Every mode's
- * result is checked once before timing, and the plan's again after it (in
+ * result is checked once before timing (part b's floor, its memset, after
+ * it), and the plan's again after it (in
  * parts c and d every mode's; integer-valued floats against the ranks' sum); a
  * wrong result prints "WRONG" and exits non-zero, as does any error. Only
  * rank 0 prints. Without a GPU for every rank it says why and exits 0: this is
