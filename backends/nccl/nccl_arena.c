@@ -145,7 +145,8 @@ static cg_status_t choose_paths(symmetric_arena_t *s, cg_comm_t *comm, cg_nccl_c
     return CG_SUCCESS;
   }
   int abort_comm = 0;
-  cg_status_t st = cg_nccl_cutover_measure(s->symmetric_max, s->symmetric_ratio, &abort_comm, n, memory, s->view.base, bytes, where);
+  cg_status_t st = cg_nccl_cutover_measure(s->symmetric_max, s->symmetric_ratio, &abort_comm, n, memory, s->view.base,
+                                           bytes, where);
   if (abort_comm && cg_comm_mark_aborted(comm, st, cg_error_last()))
     cg_nccl_backend.abort(n); /* every rank alike: NCCL work may wait for a peer that stopped */
   return st;

@@ -29,6 +29,10 @@ size_t cg_nccl_cutover_pick_handicapped(const double (*us)[2], int sizes, double
   return SIZE_MAX;
 }
 
+void cg_nccl_cutover_ratios(double *ratio, const double (*us)[2], int sizes) {
+  for (int i = 0; i < sizes; i++) ratio[i] = us[i][1] > 0 ? us[i][0] / us[i][1] : 0;
+}
+
 cg_status_t cg_nccl_enqueue_allreduce(const void *ctx, cudaStream_t stream) {
   const cg_nccl_timed_allreduce_t *a = ctx;
   ncclResult_t r = cg_nccl_settle(a->n->nccl, ncclAllReduce(a->buf, a->buf, a->count, a->type, ncclSum, a->n->nccl,
@@ -151,7 +155,7 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
   }
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) {
     symmetric_max[d] = cg_nccl_cutover_pick((const double (*)[2])slowest[d], sizes);
-    for (int i = 0; i < sizes; i++) ratio[d][i] = slowest[d][i][1] > 0 ? slowest[d][i][0] / slowest[d][i][1] : 0;
+    cg_nccl_cutover_ratios(ratio[d], (const double (*)[2])slowest[d], sizes);
   }
 out:
   /* after an abort the stream may hold kernels that never end: the caller's abort ends them first */

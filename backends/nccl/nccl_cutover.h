@@ -28,6 +28,9 @@ size_t cg_nccl_cutover_pick(const double (*us)[2], int sizes);
  * us[i][0] * handicap < us[i][1] (the one-shot kernel's 1.05: a near tie
  * goes to NCCL). cg_nccl_cutover_pick is handicap 1. */
 size_t cg_nccl_cutover_pick_handicapped(const double (*us)[2], int sizes, double handicap);
+/* ratio[i] = us[i][0] / us[i][1] for the `sizes` measured sizes (0 where
+ * us[i][1] is not positive): what windows and the one-shot path keep. */
+void cg_nccl_cutover_ratios(double *ratio, const double (*us)[2], int sizes);
 
 /* One way of making a call, for timing: enqueue(ctx, stream) enqueues it
  * once (and says why not). */

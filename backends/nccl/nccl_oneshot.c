@@ -205,7 +205,7 @@ static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where
     st = cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce of the times failed", what);
     goto out;
   }
-  for (int i = 0; i < SIZES; i++) n->oneshot.ratio[i] = slowest[i][1] > 0 ? slowest[i][0] / slowest[i][1] : 0;
+  cg_nccl_cutover_ratios(n->oneshot.ratio, (const double (*)[2])slowest, SIZES);
   /* a near tie goes to NCCL: the kernel counts as losing unless 5% faster
    * (at 512 KB it measured ahead and then ran a decode layer in 12.45 us
    * against NCCL's 12.31) */

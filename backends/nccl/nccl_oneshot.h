@@ -1,5 +1,5 @@
-/* Small allreduces (sum, avg, min, max, prod of float32, float16, bfloat16) as one kernel of commgraph's own instead of NCCL's
- * (nccl_oneshot_kernel.cu): each rank writes its input into every peer's
+/* Small allreduces (sum, avg, min, max, prod of float32, float16, bfloat16)
+ * as one kernel of commgraph's own instead of NCCL's (nccl_oneshot_kernel.cu): each rank writes its input into every peer's
  * memory over NVLink and reduces what its peers wrote into its own, with no
  * flag or barrier beside the data. Inside a CUDA graph NCCL's ring and tree
  * kernels pay some 10 us for 1 KB on 4 H100s; writing a few kilobytes to

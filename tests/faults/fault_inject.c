@@ -376,7 +376,8 @@ int main(int argc, char **argv) {
   if (!known) {
     if (rank == 0)
       fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-direct|gpu-launch|gpu-embed|gpu-embed-staged|"
-              "gpu-embed-hosttransfer|gpu-embed-direct none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|"
+              "gpu-embed-hosttransfer|gpu-embed-direct "
+              "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|"
               "skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
     MPI_Finalize();
     return 2;

@@ -350,7 +350,8 @@ static void bench_small(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream
     if (last) {
       int want = (rank + 1) * 0x01010101;
       CUDA_CHECK(cudaMemcpy(&got, mark, sizeof got, cudaMemcpyDeviceToHost));
-      if (got != want && wrong++ < 5) fprintf(stderr, "rank %d: the floor's memset left %#x, not %#x\n", rank, got, want);
+      if (got != want && wrong++ < 5)
+        fprintf(stderr, "rank %d: the floor's memset left %#x, not %#x\n", rank, got, want);
       all_checked("a graph of one memset", FLOOR, "after timing");
     }
     if (rank == 0) {

@@ -69,6 +69,14 @@ START_TEST(nccl_cutover__a_handicap_turns_near_ties_into_losses) {
 }
 END_TEST
 
+START_TEST(nccl_cutover__ratios_of_the_two_times_and_zero_without_a_second) {
+  double us[4][2] = {{3, 4}, {8, 2}, {5, 0}, {0, 7}}, ratio[5] = {-1, -1, -1, -1, -1};
+  cg_nccl_cutover_ratios(ratio, (const double (*)[2])us, 4);
+  ck_assert(ratio[0] == 0.75 && ratio[1] == 4 && ratio[2] == 0 && ratio[3] == 0);
+  ck_assert(ratio[4] == -1); /* nothing past the sizes */
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("nccl_cutover");
   TCase *t = tcase_create("nccl_cutover");
@@ -76,6 +84,7 @@ static Suite *suite(void) {
   tcase_add_test(t, nccl_cutover__edges);
   tcase_add_test(t, nccl_cutover__random_times_against_a_reference);
   tcase_add_test(t, nccl_cutover__a_handicap_turns_near_ties_into_losses);
+  tcase_add_test(t, nccl_cutover__ratios_of_the_two_times_and_zero_without_a_second);
   suite_add_tcase(s, t);
   return s;
 }
