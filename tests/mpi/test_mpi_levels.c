@@ -242,9 +242,13 @@ END_TEST
  * all of B's sends and receives at level 0: my A group {#3 #4 #8} waits for
  * the peer's #9, which waits for its B group {#5 #6 #10 #11}, whose #11 waits
  * for its #8, whose group waits for my #9, which waits for my B group, whose
- * #11 waits for my #8: a deadlock on a device. #11 must be a level above #5
- * (its chain reaches the peer's #9, which waits for the peer's #6, the match
- * of my #5), and with it #10: {#5 #6} {#10 #11}, A in one group. */
+ * #11 waits for my #8: a deadlock on a device. Levels from depths (the longest
+ * chain of operations over all ranks): A's interval starts after one
+ * collective and B's after two; #5 #6 are B's first level, #8 #9 (a chain
+ * through B's #6 leads to them) sit two above the self-messages #3 #4, and #10
+ * #11 above #5 #6: {#3 #4} {#8 #9} on A, {#5 #6} {#10 #11} on B. One group on A
+ * would do too; depths split where a chain through another communicator
+ * arrives. */
 START_TEST(levels__a_chain_through_another_communicator) {
   static int32_t ag_in[N], ag_out[64 * N], sc[64 * N], sc_out[N], ar[N], ar_out[N], self_in[N], self_out[N];
   static int32_t b_out[N], b_in[N], host[N], a_in[N], a_out[N], b_in2[N], b_out2[N], bc[N], ar2[N], ar2_out[N];
@@ -281,8 +285,7 @@ START_TEST(levels__a_chain_through_another_communicator) {
   if (rank == 0) printf("a chain through another communicator: rank 0's units %s\n", text);
   int ok = check_no_wait_cycle(&w, &lv, "a chain through another communicator");
   ck_assert_all_ranks(ok, "a chain through another communicator: no cycle of units across ranks");
-  /* and no more groups than that takes: A's in one, B's in two */
-  static const uint32_t want[14] = {[3] = 0, [4] = 0, [5] = 0, [6] = 0, [8] = 0, [9] = 0, [10] = 1, [11] = 1};
+  static const uint32_t want[14] = {[3] = 0, [4] = 0, [5] = 0, [6] = 0, [8] = 2, [9] = 2, [10] = 2, [11] = 2};
   ok = 1;
   for (uint32_t node = 3; node < 12 && peer != rank; node++) {
     uint32_t s = step_of_node(lv.plan, node);
@@ -493,6 +496,36 @@ START_TEST(levels__a_thousand_collectives_with_messages_settle) {
 }
 END_TEST
 
+/* A random program that was once refused as a cycle (seed 1795838009601073820,
+ * program 49, shrunk by hand): two world communicators A and B, messages to
+ * self on A around an allreduce, a chain from B through A's first interval
+ * back to B and one from A's second interval to B. Levels: A {#2 #3} {#4 #5}
+ * {#8 #9} allreduce {#11 #12}, B {#0 #1} {#6 #7 #13} {#14}; nothing waits in
+ * a cycle. */
+START_TEST(levels__self_messages_around_a_collective) {
+  static int32_t slot[SLOTS][N];
+  static const spec_t specs[] = {
+      {RING, 1, 1, 0, 2, 4, 0, -1, -1},  {RING, 0, 0, 1, 4, 2, 0, -1, -1}, {RING, 0, 1, 0, 2, 3, 0, -1, -1},
+      {RING, 1, 1, 1, 3, 1, 0, -1, -1},  {RING, 0, 0, 0, 9, 1, 0, -1, -1}, {ALLREDUCE, 0, 0, 0, 10, 1, 0, -1, -1},
+      {RING, 0, 0, 1, 11, 10, 0, -1, -1}, {RING, 1, 1, 0, 3, 11, 0, -1, -1}};
+  comms_t w;
+  comms_make(&w);
+  for (int order = 0; order < 2; order++) { /* A before B in id order, then after */
+    program_t p = {.comm_of = {order, 1 - order}, .n_specs = (int)(sizeof specs / sizeof specs[0])};
+    memcpy(p.specs, specs, sizeof specs);
+    cg_graph_t *g;
+    ck_assert_cg_ok(cg_graph_create(&g, NULL));
+    record(g, &p, &w, slot);
+    leveled_t lv;
+    leveled_make(&lv, g);
+    check_all(&w, &lv, order ? "self messages (B first)" : "self messages (A first)", NULL);
+    leveled_free(&lv);
+    cg_graph_destroy(g);
+  }
+  comms_free(&w);
+}
+END_TEST
+
 START_TEST(levels__random_programs_match_across_ranks) {
   static int32_t slot[SLOTS][N];
   comms_t w;
@@ -537,6 +570,7 @@ int main(void) {
   tcase_add_test(hand, levels__a_chain_through_another_communicator);
   tcase_add_test(hand, levels__a_token_between_two_communicators);
   tcase_add_test(hand, levels__a_thousand_collectives_with_messages_settle);
+  tcase_add_test(hand, levels__self_messages_around_a_collective);
   suite_add_tcase(s, hand);
   /* each program is settled in 17 passes over three communicators: with 200
    * programs the whole n4 job took 223 s under ASan in CI (d4f8e70) */

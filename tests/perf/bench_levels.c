@@ -7,7 +7,7 @@
  * a ring exchange (send right, receive left) after every 50th: none, on a
  * second communicator, or on the allreduces' own. "local" is the levels a host
  * plan takes (dependencies only, no exchange); "agreed" the levels cg_compile
- * gives a device plan (D over whole units, settled over the communicators'
+ * gives a device plan (depths over all ranks, settled over the communicators'
  * control channels in 17 passes), measured here on host communicators, which
  * have the same channel. Each figure is the median of 5 rounds of the slowest
  * rank; "agreed/local" their ratio; the bound is the local time (the exchange
