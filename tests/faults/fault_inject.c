@@ -59,7 +59,10 @@
  * the mpi-staged and hosttransfer backends. gpu-direct and gpu-embed-direct
  * are gpu-staged and gpu-embed-staged with CG_STAGING_DIRECT on managed
  * buffers (docs/staged.md#direct: MPI gets the buffers themselves, on an MPI
- * that is not CUDA-aware too), so the direct path's abort runs as well.
+ * that is not CUDA-aware too), so the direct path's abort runs as well;
+ * they sum without fusion (an average uses the library's own MPI op, and a
+ * bucket's fused buffer is device memory: either keeps a step staged), and a
+ * healthy run must show "direct MPI_Iallreduce" in the plan's DOT.
  *
  * In gpu, gpu-staged and gpu-direct (and, from the handler, the gpu-embed
  * modes), a rank that reports also checks that the watchdog's
@@ -443,7 +446,10 @@ int main(int argc, char **argv) {
     char name[32];
     snprintf(name, sizeof name, "layer%d.grad", l);
     cg_comm_t *on = other_comm && faulty ? second : comm;
-    if ((st = cg_allreduce(&node, g, on, grads[l], grads[l], COUNT, CG_FLOAT32, CG_AVG)) != CG_SUCCESS ||
+    /* the direct modes sum: MPI has no average, and a step on the library's
+     * own MPI op is staged through host memory even under CG_STAGING_DIRECT */
+    cg_redop_t op = managed ? CG_SUM : CG_AVG;
+    if ((st = cg_allreduce(&node, g, on, grads[l], grads[l], COUNT, CG_FLOAT32, op)) != CG_SUCCESS ||
         (st = cg_node_name(g, node, name)) != CG_SUCCESS)
       fail(st, timeout_s);
   }
@@ -460,7 +466,7 @@ int main(int argc, char **argv) {
   cg_compile_opts_t co = CG_COMPILE_OPTS_INIT;
   co.timeout_s = timeout_s;
   co.check_ranks = !unchecked;
-  co.fusion = !unchecked;
+  co.fusion = !unchecked && !managed; /* a bucket's fused buffer is device memory: staged, not direct */
   co.fingerprint = printed || swapped; /* the others see the watchdog at work */
   cg_plan_t *plan = NULL, *other = NULL;
   st = cg_compile(&plan, g, &co);

@@ -113,7 +113,16 @@ static size_t wrong(const oneshot_case_t *c, int i, uint64_t seed, int ranks) {
     cg_mpi_test_fill(inputs + (size_t)r * bytes, c->count, c->dtype, c->op, ranks, seed, (uint64_t)(i * 64 + r));
   cg_ref_reduce(expect, inputs, ranks, c->count, c->dtype, c->op);
   CUDA_OK(cudaMemcpy(got, c->recv, bytes, cudaMemcpyDeviceToHost));
-  for (size_t e = 0; e < c->count; e++) bad += cg_ref_load(got, e, c->dtype) != cg_ref_load(expect, e, c->dtype);
+  size_t first_bad = 0, last_bad = 0;
+  for (size_t e = 0; e < c->count; e++)
+    if (cg_ref_load(got, e, c->dtype) != cg_ref_load(expect, e, c->dtype)) {
+      if (!bad++) first_bad = e;
+      last_bad = e;
+    }
+  if (bad) /* where and how: which chunks of which threads, and what arrived instead */
+    fprintf(stderr, "rank %d: %zu of %zu elements wrong, #%zu .. #%zu; #%zu is %g, expected %g\n", cg_gpu_rank(), bad,
+            c->count, first_bad, last_bad, first_bad, cg_ref_load(got, first_bad, c->dtype),
+            cg_ref_load(expect, first_bad, c->dtype));
   free(inputs);
   free(expect);
   free(got);
