@@ -52,6 +52,7 @@ static void setup_device(kcase_t *c) {
   c->da = cg_gpu_alloc(c->a_bytes + 2 * GUARD);
   c->db = cg_gpu_alloc(c->b_bytes + 2 * GUARD);
   if (c->a_bytes) CUDA_OK(cudaMemcpy(c->da + GUARD, c->a + GUARD, c->a_bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize()); /* landed before a plan's stream reads it (pageable copies return early) */
 }
 
 /* The device address of a pointer into a host image. */
@@ -265,6 +266,7 @@ START_TEST(nccl_kinds__barrier_alone_and_between_other_nodes) {
   for (int i = 0; i < N; i++) in[i] = me * 10 + i;
   int32_t *d_in = cg_gpu_alloc(sizeof in), *d_sum = cg_gpu_alloc(sizeof sum), *d_ring = cg_gpu_alloc(sizeof ring);
   CUDA_OK(cudaMemcpy(d_in, in, sizeof in, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_barrier(NULL, g, comm));
   ck_assert_cg_ok(cg_allreduce(NULL, g, comm, d_in, d_sum, N, CG_INT32, CG_SUM));

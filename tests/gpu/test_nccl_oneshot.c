@@ -136,6 +136,10 @@ static void fill_case(const oneshot_case_t *c, int i, uint64_t seed, int me, int
   cg_mpi_test_fill(host, c->count, c->dtype, c->op, ranks, seed, (uint64_t)(i * 64 + me));
   if (!c->in_place) CUDA_OK(cudaMemset(c->recv, CG_MPI_POISON, bytes));
   CUDA_OK(cudaMemcpy(c->send, host, bytes, cudaMemcpyHostToDevice));
+  /* from pageable memory cudaMemcpy returns before the copy has landed, and
+   * the plan's streams do not wait for the default stream (gpu.md): the
+   * ladder's last-filled 1 MB input once arrived after its allreduce began */
+  CUDA_OK(cudaDeviceSynchronize());
   free(host);
 }
 
@@ -285,6 +289,7 @@ START_TEST(nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan) {
       for (int k = 0; k < 2; k++) { /* twice: the second call uses the other buffer */
         CUDA_OK(cudaMemcpy(send, mine, bytes, cudaMemcpyHostToDevice));
         if (!in_place) CUDA_OK(cudaMemset(recv, CG_MPI_POISON, bytes));
+        CUDA_OK(cudaDeviceSynchronize());
         st = cg_plan_run(plan);
         snprintf(what, sizeof what, "%s%s, call %d: runs (%s)", cg_dtype_name(dtypes[d]), in_place ? ", in place" : "",
                  k, st == CG_SUCCESS ? "ok" : cg_error_last());

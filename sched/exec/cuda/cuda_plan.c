@@ -60,6 +60,7 @@ void cg_cuda_release(cg_plan_t *p) {
   free(c->witness);
   free(c->seq_base);
   if (c->run_done) cudaEventDestroy(c->run_done);
+  if (c->legacy_done) cudaEventDestroy(c->legacy_done);
   cg_device_prints_free(c->prints);
   for (uint32_t l = 0; c->mark_lanes && l < c->n_lanes; l++)
     if (c->mark_lanes[l]) cudaStreamDestroy(c->mark_lanes[l]);
@@ -324,7 +325,8 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
                                                 ? least
                                                 : greatest)) != cudaSuccess)
       return cg_fail_cuda(err, "creating lane streams", "%s", where);
-  if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess)
+  if ((err = cudaEventCreateWithFlags(&c->run_done, cudaEventDisableTiming)) != cudaSuccess ||
+      (err = cudaEventCreateWithFlags(&c->legacy_done, cudaEventDisableTiming)) != cudaSuccess)
     return cg_fail_cuda(err, "cudaEventCreateWithFlags", "%s", where);
   if ((err = cudaMalloc((void **)&c->lock, sizeof *c->lock)) != cudaSuccess) {
     c->lock = NULL;
@@ -589,7 +591,13 @@ cg_status_t cg_cuda_start(cg_plan_t *p) {
   /* the waiter's from the start: the monitor leaves it alone */
   atomic_store(&c->running, 1);
   c->started_ns = cg_clock_ns();
-  cudaError_t err = cudaGraphLaunch(exec, c->lanes[0]);
+  /* The plan's streams are non-blocking, and a cudaMemcpy from pageable
+   * memory (or a cudaMemset) returns before it has landed: the replay waits
+   * for the legacy default stream, so it reads what the program wrote there
+   * (test_nccl_oneshot once saw its last-filled input arrive late). */
+  cudaError_t err = cudaEventRecord(c->legacy_done, cudaStreamLegacy);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(c->lanes[0], c->legacy_done, 0);
+  if (err == cudaSuccess) err = cudaGraphLaunch(exec, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   if (err != cudaSuccess) {
     atomic_store(&c->running, 0);

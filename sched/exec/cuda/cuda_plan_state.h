@@ -24,6 +24,7 @@ struct cg_cuda_plan {
   cudaGraphExec_t embed_exec; /* embed_graph instantiated, for launches once the plan was embedded */
   int embedded;          /* handed out or captured: replays take the lock from now on */
   cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
+  cudaEvent_t legacy_done; /* the legacy default stream's work before cg_plan_start: its replay waits for it */
   atomic_int running;   /* that replay is the waiter's (cg_plan_wait, _test, _run); the monitor leaves it */
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
   /* the watchdog (plans with a timeout): per step, a count the graph adds 1
