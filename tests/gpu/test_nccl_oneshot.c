@@ -136,9 +136,10 @@ static void fill_case(const oneshot_case_t *c, int i, uint64_t seed, int me, int
   cg_mpi_test_fill(host, c->count, c->dtype, c->op, ranks, seed, (uint64_t)(i * 64 + me));
   if (!c->in_place) CUDA_OK(cudaMemset(c->recv, CG_MPI_POISON, bytes));
   CUDA_OK(cudaMemcpy(c->send, host, bytes, cudaMemcpyHostToDevice));
-  /* from pageable memory cudaMemcpy returns before the copy has landed, and
-   * the plan's streams do not wait for the default stream (gpu.md): the
-   * ladder's last-filled 1 MB input once arrived after its allreduce began */
+  /* from pageable memory cudaMemcpy returns before the copy has landed: the
+   * ladder's last-filled 1 MB input once arrived after its allreduce began
+   * (7590014). cg_plan_start now waits for the legacy default stream
+   * (gpu.md); this keeps the sums checked here independent of that wait */
   CUDA_OK(cudaDeviceSynchronize());
   free(host);
 }
