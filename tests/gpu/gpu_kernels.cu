@@ -98,6 +98,23 @@ static __global__ void slow_increment_kernel(int32_t *buf, size_t n, int times, 
     }
 }
 
+/* __nanosleep may sleep anywhere in [0, 2t]: the global timer says when `us` have passed */
+static __device__ unsigned long long global_ns(void) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+static __global__ void sleep_kernel(unsigned us) {
+  unsigned long long end = global_ns() + 1000ull * us;
+  while (global_ns() < end) __nanosleep(1000);
+}
+
+cudaError_t cg_gpu_sleep(unsigned us, cudaStream_t stream) {
+  sleep_kernel<<<1, 1, 0, stream>>>(us);
+  return cudaGetLastError();
+}
+
 cudaError_t cg_gpu_fill_round(void *buf, int as_float, size_t n, uint64_t base, int rank,
                               const unsigned long long *round, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;

@@ -87,6 +87,10 @@ cudaError_t cg_gpu_affine(const int32_t *in, int32_t *out, size_t n, int32_t mul
  * running at once on the same buffer lose increments. */
 cudaError_t cg_gpu_slow_increment(int32_t *buf, size_t n, int times, unsigned delay_ns, cudaStream_t stream);
 
+/* One thread spins at least `us` microseconds (by the GPU's global timer):
+ * work that keeps `stream` busy for a known time. */
+cudaError_t cg_gpu_sleep(unsigned us, cudaStream_t stream);
+
 /* The same kernels as nodes of a graph built by hand (cudaGraphAddKernelNode),
  * after deps[0 .. n_deps). */
 cudaError_t cg_gpu_graph_fill_round(cudaGraphNode_t *node, cudaGraph_t graph, const cudaGraphNode_t *deps,

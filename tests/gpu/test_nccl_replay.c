@@ -227,6 +227,42 @@ START_TEST(nccl_replay__run_start_test_wait_on_a_device_plan) {
 }
 END_TEST
 
+/* cg_plan_run and cg_plan_start launch on the plan's own non-blocking streams:
+ * they must wait for the legacy default stream, where cudaMemcpy from pageable
+ * memory and cudaMemset may still be landing when they return. Here a kernel
+ * keeps the legacy stream busy for 20 ms before the input is written on it,
+ * and the host starts the plan at once: a replay that did not wait would read
+ * the poisoned input. */
+START_TEST(nccl_replay__run_and_start_wait_for_the_legacy_default_stream) {
+  int me = cg_gpu_rank();
+  int32_t *x = cg_gpu_alloc(SN * 4), *y = cg_gpu_alloc(SN * 4);
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), x, y, SN, CG_INT32, CG_SUM));
+  cg_plan_t *plan = cg_gpu_compile_all_ranks(g, "one allreduce");
+  cg_graph_destroy(g);
+  for (int round = 0; round < 4; round++) {
+    uint64_t seed = replay_seed(100 + round);
+    replay_poison_now(x, SN * 4);
+    replay_poison_now(y, SN * 4);
+    CUDA_OK(cg_gpu_sleep(20000, cudaStreamLegacy));
+    CUDA_OK(cg_gpu_fill(x, 0, SN, seed, me, 0, cudaStreamLegacy));
+    if (round % 2 == 0) {
+      ck_assert_cg_ok(cg_plan_run(plan));
+    } else {
+      ck_assert_cg_ok(cg_plan_start(plan));
+      ck_assert_cg_ok(cg_plan_wait(plan));
+    }
+    char what[80];
+    snprintf(what, sizeof what, "round %d (%s) after the legacy stream's fill", round,
+             round % 2 == 0 ? "cg_plan_run" : "cg_plan_start + cg_plan_wait");
+    ck_assert_all_ranks(replay_sum_right(y, seed), what);
+  }
+  cg_plan_destroy(plan);
+  cg_gpu_free(x); cg_gpu_free(y);
+}
+END_TEST
+
 /* ---- host functions become CUDA host nodes: ordered by their declared host
  * memory and run once per replay */
 
@@ -280,6 +316,7 @@ int main(void) {
   tcase_add_test(replay, nccl_replay__thousand_replays_with_fresh_inputs_right_every_time);
   tcase_add_test(replay, nccl_replay__user_kernels_and_replays_interleave_on_one_stream_without_host_sync);
   tcase_add_test(replay, nccl_replay__run_start_test_wait_on_a_device_plan);
+  tcase_add_test(replay, nccl_replay__run_and_start_wait_for_the_legacy_default_stream);
   tcase_add_test(replay, nccl_replay__host_functions_run_once_per_replay_in_declared_order);
   suite_add_tcase(s, replay);
   replay_add_api_tcase(s);
