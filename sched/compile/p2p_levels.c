@@ -257,23 +257,28 @@ static void describe_change(char *out, size_t size, const uint32_t (*was)[3], co
 static cg_status_t raise_to_matches(state_t *S, uint32_t c, const unsigned char *all, size_t stride,
                                     const uint32_t (*hellos)[3], int size, int me) {
   const cg_plan_comm_t *pc = &S->p->comms[c];
-  uint32_t n_slot = pc->n_steps ? pc->n_steps : 1;
-  uint32_t *slot = malloc((2 * (size_t)size + 1) * n_slot * sizeof *slot);
-  uint32_t *have = calloc(2 * (size_t)size + 1, sizeof *have), *cursor = calloc(2 * (size_t)size + 1, sizeof *cursor);
+  size_t keys = 2 * (size_t)size + 1;
+  /* slot[start[key] + q]: my q-th operation of that key, (2 * peer + kind) for sends and receives, 2 * size for
+   * collectives; one entry per operation */
+  uint32_t *slot = malloc((pc->n_steps ? pc->n_steps : 1) * sizeof *slot);
+  uint32_t *start = calloc(keys + 1, sizeof *start), *cursor = calloc(keys, sizeof *cursor);
   cg_status_t st = CG_SUCCESS;
-  if (!slot || !have || !cursor) {
+  if (!slot || !start || !cursor) {
     st = cg_fail(CG_ERR_NO_MEMORY, "settling send/receive levels");
     goto out;
   }
-  /* slot[key * n_slot + q]: my q-th operation of that key: (2 * peer + kind) for sends and receives, 2 * size for
-   * collectives */
+  for (uint32_t k = 0; k < pc->n_steps; k++) {
+    const cg_step_t *t = &S->p->steps[pc->steps[k]];
+    start[(is_p2p_step(t) ? 2 * (size_t)t->root + (t->op_kind == CG_NODE_RECV) : 2 * (size_t)size) + 1]++;
+  }
+  for (size_t key = 0; key < keys; key++) start[key + 1] += start[key];
   for (uint32_t k = 0; k < pc->n_steps; k++) {
     const cg_step_t *t = &S->p->steps[pc->steps[k]];
     size_t key = is_p2p_step(t) ? 2 * (size_t)t->root + (t->op_kind == CG_NODE_RECV) : 2 * (size_t)size;
-    slot[key * n_slot + have[key]++] = pc->steps[k];
+    slot[start[key] + cursor[key]++] = pc->steps[k];
   }
   for (int r = 0; r < size; r++) {
-    memset(cursor, 0, (2 * (size_t)size + 1) * sizeof *cursor);
+    memset(cursor, 0, keys * sizeof *cursor);
     for (uint32_t i = 0; i < hellos[r][0]; i++) {
       level_entry_t e;
       memcpy(&e, all + (size_t)r * stride + i * sizeof e, sizeof e);
@@ -282,14 +287,14 @@ static cg_status_t raise_to_matches(state_t *S, uint32_t c, const unsigned char 
       else if (e.peer == me) key = 2 * (size_t)r + !e.kind; /* their send is my receive from r */
       else continue;
       uint32_t q = cursor[key]++;
-      if (q >= have[key]) continue; /* unmatched: only with the cross-rank check off */
-      uint32_t s = slot[key * n_slot + q];
+      if (q >= start[key + 1] - start[key]) continue; /* unmatched: only with the cross-rank check off */
+      uint32_t s = slot[start[key] + q];
       if (e.level > S->lower[s]) S->lower[s] = e.level, S->settled = 0;
     }
   }
 out:
   free(slot);
-  free(have);
+  free(start);
   free(cursor);
   return st;
 }
@@ -327,9 +332,14 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
       dirty = !h->sent || h->sent_bytes != sent_bytes || (sent_bytes && memcmp(h->sent, entries, sent_bytes) != 0);
       free(h->sent);
       h->sent = malloc(sent_bytes ? sent_bytes : 1);
-      if (!h->sent) goto oom;
-      if (sent_bytes) memcpy(h->sent, entries, sent_bytes);
       h->sent_bytes = sent_bytes;
+      if (h->sent) {
+        if (sent_bytes) memcpy(h->sent, entries, sent_bytes);
+      } else { /* told in this round's hello, as above */
+        st = cg_fail(CG_ERR_NO_MEMORY, "settling the send/receive levels");
+        failed_here = 1;
+        n_entries = 0;
+      }
     }
     uint32_t hello[3] = {n_entries, (uint32_t)failed_here, dirty};
     cg_status_t x = cg_control_allgather(comm, hello, hellos, sizeof hello, timeout_s, waiting_in);
@@ -351,6 +361,8 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
     free(all);
     mine = calloc(bytes ? bytes : 1, 1);
     all = malloc((size_t)size * bytes + hello_bytes + 1);
+    /* Every rank now joins the round of entries and this one cannot: the others
+     * wait in it until their timeout names this rank (as in cg_agree_with). */
     if (!mine || !all) goto oom;
     for (uint32_t i = 0; i < max_e; i++) {
       level_entry_t e = i < n_entries ? entries[i] : (level_entry_t){-1, 0, 0, 0};
@@ -386,7 +398,8 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
       st = cg_fail(CG_ERR_MISMATCH, "%s", cycle_text);
       goto out;
     }
-    if (c != NONE && (st = raise_to_matches(S, c, h->last, bytes, hellos, size, me)) != CG_SUCCESS) goto out;
+    if (c != NONE && (st = raise_to_matches(S, c, h->last, bytes, hellos, size, me)) != CG_SUCCESS)
+      failed_here = 1; /* the next round's hello tells the others, and every rank stops there */
   }
 oom:
   st = cg_fail(CG_ERR_NO_MEMORY, "settling the send/receive levels");
