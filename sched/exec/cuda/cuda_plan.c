@@ -56,6 +56,7 @@ void cg_cuda_release(cg_plan_t *p) {
   if (c->launch_done) cudaEventDestroy(c->launch_done);
   free(c->timeout_report);
   if (c->marks) cudaFreeHost(c->marks);
+  if (c->mark_tally) cudaFree(c->mark_tally);
   free(c->marked);
   free(c->witness);
   free(c->seq_base);
@@ -150,8 +151,11 @@ static cg_status_t mark_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEvent_t
   if (!c->marked[p->issue_order[u->first + u->n - 1]]) return CG_SUCCESS; /* cg_cuda_choose_marks */
   cudaError_t err = cudaEventRecord(done, c->lanes[u->lane]);
   if (err == cudaSuccess) err = cudaStreamWaitEvent(marks, done, 0);
-  for (uint32_t k = 0; k < u->n && err == cudaSuccess; k++)
-    err = cg_progress_mark_launch(&c->marks_dev[p->issue_order[u->first + k]], marks);
+  for (uint32_t k = 0; k < u->n && err == cudaSuccess; k += CG_MARKS_PER_KERNEL) {
+    cg_mark_list_t list = {.n = u->n - k < CG_MARKS_PER_KERNEL ? u->n - k : CG_MARKS_PER_KERNEL};
+    for (uint32_t i = 0; i < list.n; i++) list.slot[i] = p->issue_order[u->first + k + i];
+    err = cg_progress_marks_launch(c->mark_tally, c->marks_dev, &list, marks);
+  }
   return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "the watchdog's progress marks", "%s", where);
 }
 
@@ -237,10 +241,16 @@ static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, cudaEv
     }
   }
   cg_status_t st = CG_SUCCESS;
-  for (uint32_t l = 0; l < 2 * p->n_lanes && st == CG_SUCCESS; l++) st = new_event(&joins[l], where);
+  for (uint32_t l = 0; l <= 2 * p->n_lanes && st == CG_SUCCESS; l++) st = new_event(&joins[l], where);
   for (uint32_t u = 0; u < p->n_units && marking(p->cuda) && st == CG_SUCCESS; u++)
     st = new_event(&unit_done[u], where);
   return st;
+}
+
+static int lane_has_collectives(const cg_plan_t *p, uint32_t lane) {
+  for (uint32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].lane == lane && p->steps[i].kind == CG_STEP_COLLECTIVE) return 1;
+  return 0;
 }
 
 static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins,
@@ -251,17 +261,32 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
   cg_status_t st = CG_SUCCESS;
   if (c->stamps && (err = cg_time_stamp_launch(&c->stamps[2 * (size_t)p->n_steps], c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "the profiling stamp", "%s", where);
-  /* the fingerprint before every step: the other lanes start after it */
-  if (st == CG_SUCCESS && marking(c)) st = cg_device_prints_enqueue(c->prints, c->lanes[0], where);
-  /* the other lanes join the capture from lane 0 and return to it at the end */
-  if (st == CG_SUCCESS && (err = cudaEventRecord(joins[0], c->lanes[0])) != cudaSuccess)
+  /* joins[2 n_lanes]: the capture's start; joins[0]: after the fingerprint's
+   * gathers, on the first lane with collectives, which every lane with
+   * collectives waits for (they come first on their communicators); lanes of
+   * user compute and copies start at once */
+  cudaEvent_t begun = joins[2 * (size_t)c->n_lanes];
+  uint32_t gathers = 0;
+  while (gathers + 1 < c->n_lanes && !lane_has_collectives(p, gathers)) gathers++;
+  if (st == CG_SUCCESS && (err = cudaEventRecord(begun, c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "cudaEventRecord", "%s", where);
-  for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++)
-    if ((err = cudaStreamWaitEvent(c->lanes[l], joins[0], 0)) != cudaSuccess)
+  if (st == CG_SUCCESS && gathers != 0 && (err = cudaStreamWaitEvent(c->lanes[gathers], begun, 0)) != cudaSuccess)
+    st = cg_fail_cuda(err, "cudaStreamWaitEvent", "%s", where);
+  if (st == CG_SUCCESS && marking(c)) st = cg_device_prints_gather(c->prints, c->lanes[gathers], where);
+  if (st == CG_SUCCESS && (err = cudaEventRecord(joins[0], c->lanes[gathers])) != cudaSuccess)
+    st = cg_fail_cuda(err, "cudaEventRecord", "%s", where);
+  for (uint32_t l = 0; l < c->n_lanes && st == CG_SUCCESS; l++) {
+    if (l == gathers || (l == 0 && !lane_has_collectives(p, 0))) continue; /* lane 0 began the capture */
+    if ((err = cudaStreamWaitEvent(c->lanes[l], lane_has_collectives(p, l) ? joins[0] : begun, 0)) != cudaSuccess)
       st = cg_fail_cuda(err, "cudaStreamWaitEvent", "%s", where);
+  }
+  /* the marks streams fork at the start; the first one holds the
+   * fingerprint's comparisons, off the lanes' path */
   for (uint32_t l = 0; l < c->n_lanes && st == CG_SUCCESS && marking(c); l++)
-    if ((err = cudaStreamWaitEvent(c->mark_lanes[l], joins[0], 0)) != cudaSuccess)
+    if ((err = cudaStreamWaitEvent(c->mark_lanes[l], l == gathers ? joins[0] : begun, 0)) != cudaSuccess)
       st = cg_fail_cuda(err, "cudaStreamWaitEvent (the marks streams)", "%s", where);
+  if (st == CG_SUCCESS && marking(c) && c->n_lanes)
+    st = cg_device_prints_check(c->prints, c->mark_lanes[gathers], where);
   for (uint32_t u = 0; u < p->n_units && st == CG_SUCCESS; u++)
     st = capture_unit(p, &p->units[u], events, marking(c) ? unit_done[u] : NULL, where);
   for (uint32_t l = 1; l < c->n_lanes && st == CG_SUCCESS; l++) {
@@ -292,7 +317,7 @@ cg_status_t cg_cuda_capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
   if (st == CG_SUCCESS) st = capture_units(out, p, events, joins, unit_done, where);
   for (uint32_t i = 0; events && i < p->n_steps; i++)
     if (events[i]) cudaEventDestroy(events[i]);
-  for (uint32_t l = 0; joins && l < 2 * p->n_lanes; l++)
+  for (uint32_t l = 0; joins && l <= 2 * p->n_lanes; l++)
     if (joins[l]) cudaEventDestroy(joins[l]);
   for (uint32_t u = 0; unit_done && u < p->n_units; u++)
     if (unit_done[u]) cudaEventDestroy(unit_done[u]);
@@ -343,6 +368,12 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
     memset(c->marks, 0, bytes);
     if ((err = cudaHostGetDevicePointer((void **)&c->marks_dev, c->marks, 0)) != cudaSuccess)
       return cg_fail_cuda(err, "cudaHostGetDevicePointer", "%s", where);
+    if ((err = cudaMalloc((void **)&c->mark_tally, bytes)) != cudaSuccess) {
+      c->mark_tally = NULL;
+      return cg_fail_cuda(err, "cudaMalloc (the watchdog's counts)", "%s", where);
+    }
+    if ((err = cudaMemset(c->mark_tally, 0, bytes)) != cudaSuccess)
+      return cg_fail_cuda(err, "cudaMemset (the watchdog's counts)", "%s", where);
     if ((err = cudaEventCreateWithFlags(&c->launch_done, cudaEventDisableTiming)) != cudaSuccess) {
       c->launch_done = NULL;
       return cg_fail_cuda(err, "cudaEventCreateWithFlags (the watchdog's)", "%s", where);
@@ -383,10 +414,12 @@ static cg_status_t build_embed_graph(cudaGraph_t *out, cg_plan_t *p, cudaGraph_t
   /* the watchdog counts the replays in and out of the lock */
   unsigned *entered = c->marks_dev ? &c->marks_dev[CG_MARK_ENTERED(p->n_steps)] : NULL;
   unsigned *left = c->marks_dev ? &c->marks_dev[CG_MARK_LEFT(p->n_steps)] : NULL;
-  if ((err = cg_plan_lock_launch(c->lock, entered, s)) != cudaSuccess)
+  unsigned *entered_tally = c->mark_tally ? &c->mark_tally[CG_MARK_ENTERED(p->n_steps)] : NULL;
+  unsigned *left_tally = c->mark_tally ? &c->mark_tally[CG_MARK_LEFT(p->n_steps)] : NULL;
+  if ((err = cg_plan_lock_launch(c->lock, entered_tally, entered, s)) != cudaSuccess)
     st = cg_fail_cuda(err, "the plan's lock kernel", "%s", where);
   if (st == CG_SUCCESS) st = capture_child_graph(s, plan_graph, where);
-  if (st == CG_SUCCESS && (err = cg_plan_unlock_launch(c->lock, left, s)) != cudaSuccess)
+  if (st == CG_SUCCESS && (err = cg_plan_unlock_launch(c->lock, left_tally, left, s)) != cudaSuccess)
     st = cg_fail_cuda(err, "the plan's unlock kernel", "%s", where);
   err = cudaStreamEndCapture(s, out);
   if (st == CG_SUCCESS && err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);

@@ -30,8 +30,9 @@ struct cg_cuda_plan {
   /* the watchdog (plans with a timeout): per step, a count the graph adds 1
    * to once the step is done (mapped host memory), then the counts of
    * replays that took and let go the embedded plan's lock (CG_MARK_ENTERED,
-   * CG_MARK_LEFT), and when cg_plan_start's replay began */
-  unsigned *marks, *marks_dev;
+   * CG_MARK_LEFT), and when cg_plan_start's replay began; mark_tally: the
+   * same counts in device memory, which the graph adds to (plan_lock.h) */
+  unsigned *marks, *marks_dev, *mark_tally;
   cudaStream_t *mark_lanes; /* per lane: where its marks are captured, off the lane's path */
   /* per step (cg_cuda_choose_marks, at each capture): whether it has a mark
    * of its own, and for one that has not, the next step of its lane that

@@ -115,13 +115,19 @@ static cg_status_t gather(const round_t *r, void *stream, const char *where) {
   return cg_fail(st, "%s: the replay's fingerprint: %s", where, detail);
 }
 
-cg_status_t cg_device_prints_enqueue(const cg_device_prints_t *prints, void *stream, const char *where) {
+cg_status_t cg_device_prints_gather(const cg_device_prints_t *prints, void *stream, const char *where) {
+  for (uint32_t i = 0; prints && i < prints->n; i++) {
+    cg_status_t st = gather(&prints->rounds[i], stream, where);
+    if (st != CG_SUCCESS) return st;
+  }
+  return CG_SUCCESS;
+}
+
+cg_status_t cg_device_prints_check(const cg_device_prints_t *prints, void *check_stream, const char *where) {
   for (uint32_t i = 0; prints && i < prints->n; i++) {
     const round_t *r = &prints->rounds[i];
-    cg_status_t st = gather(r, stream, where);
-    if (st != CG_SUCCESS) return st;
     cudaError_t err = cg_fingerprint_check_launch(r->all, r->comm->size, on_device(prints, r->flag),
-                                                  on_device(prints, r->seen), (cudaStream_t)stream);
+                                                  on_device(prints, r->seen), (cudaStream_t)check_stream);
     if (err != cudaSuccess) return cg_fail_cuda(err, "the fingerprint's check kernel", "%s", where);
   }
   return CG_SUCCESS;

@@ -21,10 +21,13 @@ typedef struct cg_device_prints cg_device_prints_t;
  * collectives and a backend that can gather on the device): device and
  * mapped memory, this rank's fingerprints copied in. Local. */
 cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *plan, const char *where);
-/* Enqueues the rounds on `stream` in the capture: the gathers, one
- * communicator after another by agreed id (the same order on every rank,
- * so they cannot wait in a cycle), and the comparisons. */
-cg_status_t cg_device_prints_enqueue(const cg_device_prints_t *prints, void *stream, const char *where);
+/* Enqueues the rounds' gathers on `stream` in the capture, one communicator
+ * after another by agreed id (the same order on every rank, so they cannot
+ * wait in a cycle); then their comparisons on `check_stream`, which
+ * nothing but the replay's end need wait for (the flag is read from the
+ * host): the steps wait for the gathers alone. */
+cg_status_t cg_device_prints_gather(const cg_device_prints_t *prints, void *stream, const char *where);
+cg_status_t cg_device_prints_check(const cg_device_prints_t *prints, void *check_stream, const char *where);
 /* Whether the plan has a round on `comm` (ranks must agree on it), and that
  * round's gather alone, outside the capture, as its warm-up (collective
  * over `comm`). */

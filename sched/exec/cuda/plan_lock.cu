@@ -6,50 +6,53 @@
  * kernel boundaries order the plan's work between them. */
 #include "plan_lock.h"
 
-/* `count` (mapped host memory, may be NULL): a count of the watchdog's that
- * only the lock's holder writes, so a plain increment. No system fence: the
- * monitor reads it once a millisecond, and the replay's path must not wait
- * for the write to cross the bus. */
-__device__ static void count_one(unsigned *count) {
-  if (!count) return;
-  volatile unsigned *v = count;
-  *v = *v + 1u;
+/* The watchdog's counts: `tally` (device memory) holds them and `shown`
+ * (mapped host memory) shows them to the monitor. Only one thread writes a
+ * count at a time (the lock's holder, or the one replay of the plan running),
+ * so plain increments of device memory, and a plain store to the host: no
+ * read across the bus, no system fence, so the kernel ends without waiting
+ * for PCIe. The monitor reads once a millisecond; a count that shows a few
+ * microseconds late only makes the report later, never wrong. */
+__device__ static void count_one(unsigned *tally, unsigned *shown) {
+  if (!tally) return;
+  unsigned now = tally[0] + 1u;
+  tally[0] = now;
+  *(volatile unsigned *)shown = now;
 }
 
-__global__ void cg_plan_lock_kernel(unsigned *word, unsigned *entered) {
+__global__ void cg_plan_lock_kernel(unsigned *word, unsigned *entered_tally, unsigned *entered) {
   while (atomicCAS(word, 0u, 1u) != 0u) __nanosleep(256);
   __threadfence();
-  count_one(entered);
+  count_one(entered_tally, entered);
 }
 
-__global__ void cg_plan_unlock_kernel(unsigned *word, unsigned *left) {
-  count_one(left);
+__global__ void cg_plan_unlock_kernel(unsigned *word, unsigned *left_tally, unsigned *left) {
+  count_one(left_tally, left);
   __threadfence();
   atomicExch(word, 0u);
 }
 
-extern "C" cudaError_t cg_plan_lock_launch(unsigned *word, unsigned *entered, cudaStream_t stream) {
-  cg_plan_lock_kernel<<<1, 1, 0, stream>>>(word, entered);
+extern "C" cudaError_t cg_plan_lock_launch(unsigned *word, unsigned *entered_tally, unsigned *entered,
+                                           cudaStream_t stream) {
+  cg_plan_lock_kernel<<<1, 1, 0, stream>>>(word, entered_tally, entered);
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left, cudaStream_t stream) {
-  cg_plan_unlock_kernel<<<1, 1, 0, stream>>>(word, left);
+extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left_tally, unsigned *left,
+                                             cudaStream_t stream) {
+  cg_plan_unlock_kernel<<<1, 1, 0, stream>>>(word, left_tally, left);
   return cudaGetLastError();
 }
 
-/* A step's progress mark for the watchdog (cuda_plan.c): the host reads the
- * count to learn which steps of the current replay are done. */
-__global__ void cg_progress_mark_kernel(unsigned *slot) {
-  /* one writer at a time (replays of a plan run one after the other), so a
-   * plain increment; atomics on host memory over PCIe may not be supported */
-  volatile unsigned *v = slot;
-  *v = *v + 1u;
-  __threadfence_system();
+/* A unit's progress marks for the watchdog (cuda_plan.c): one kernel counts
+ * every step of the list, so a unit of many steps is one node of the graph. */
+__global__ void cg_progress_marks_kernel(unsigned *tally, unsigned *shown, cg_mark_list_t list) {
+  for (unsigned i = 0; i < list.n; i++) count_one(&tally[list.slot[i]], &shown[list.slot[i]]);
 }
 
-extern "C" cudaError_t cg_progress_mark_launch(unsigned *slot, cudaStream_t stream) {
-  cg_progress_mark_kernel<<<1, 1, 0, stream>>>(slot);
+extern "C" cudaError_t cg_progress_marks_launch(unsigned *tally, unsigned *shown, const cg_mark_list_t *list,
+                                                cudaStream_t stream) {
+  cg_progress_marks_kernel<<<1, 1, 0, stream>>>(tally, shown, *list);
   return cudaGetLastError();
 }
 

@@ -10,14 +10,23 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* With the watchdog (entered, left: mapped host memory, else NULL), the
- * holder adds 1 to *entered once it has the lock and to *left before it lets
- * it go: a replay of an embedded plan is in flight while they differ. */
-cudaError_t cg_plan_lock_launch(unsigned *word, unsigned *entered, cudaStream_t stream);
-cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left, cudaStream_t stream);
-/* The watchdog's progress mark: one thread adds 1 to `slot` (mapped host
- * memory) once the stream's earlier work is done. */
-cudaError_t cg_progress_mark_launch(unsigned *slot, cudaStream_t stream);
+/* With the watchdog (else NULL): the holder adds 1 to the count of replays
+ * that took the lock once it has it, and to the count that let it go before
+ * it does; a replay of an embedded plan is in flight while they differ. Each
+ * count lives in device memory (*_tally) and is shown in mapped host memory
+ * (entered, left), where the monitor reads it. */
+cudaError_t cg_plan_lock_launch(unsigned *word, unsigned *entered_tally, unsigned *entered, cudaStream_t stream);
+cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left_tally, unsigned *left, cudaStream_t stream);
+/* The watchdog's progress marks: once the stream's earlier work is done, one
+ * thread adds 1 to the count of each step in the list (tally: device memory,
+ * shown: mapped host memory, indexed by step). */
+#define CG_MARKS_PER_KERNEL 32
+typedef struct cg_mark_list {
+  unsigned n;
+  unsigned slot[CG_MARKS_PER_KERNEL];
+} cg_mark_list_t;
+cudaError_t cg_progress_marks_launch(unsigned *tally, unsigned *shown, const cg_mark_list_t *list,
+                                     cudaStream_t stream);
 /* The replay's fingerprint: where the 16-byte entries of `all` (ranks of
  * them, device memory) differ, one thread copies them to `seen` and sets
  * *flag to 1 (both mapped host memory). */
