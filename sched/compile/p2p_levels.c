@@ -308,7 +308,10 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
   int size = comm->size, me = comm->rank;
   cg_status_t st = CG_SUCCESS;
   heard_t *h = S ? &S->heard[pi] : NULL;
-  uint32_t (*hellos)[3] = malloc((size_t)size * sizeof *hellos);
+  /* on the stack up to 256 ranks, so that a rank short of memory still
+   * joins the hellos and tells the others */
+  uint32_t stack_hellos[256][3];
+  uint32_t (*hellos)[3] = size <= 256 ? stack_hellos : malloc((size_t)size * sizeof *hellos);
   level_entry_t *entries = NULL;
   unsigned char *mine = NULL, *all = NULL;
   if (!hellos) goto oom;
@@ -404,7 +407,7 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
 oom:
   st = cg_fail(CG_ERR_NO_MEMORY, "settling the send/receive levels");
 out:
-  free(hellos);
+  if (hellos != stack_hellos) free(hellos);
   free(entries);
   free(mine);
   free(all);
