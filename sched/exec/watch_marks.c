@@ -1,5 +1,5 @@
 /* The watchdog's choice of marked steps (watch_marks.h). Plain plan data:
- * the CUDA executor (cuda_plan.c, cuda_watchdog.c) captures and reads the
+ * the CUDA executor (cuda_capture.c, cuda_watchdog.c) captures and reads the
  * marks, unit tests check the choice without a GPU. */
 #include "watch_marks.h"
 

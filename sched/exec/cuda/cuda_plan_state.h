@@ -110,8 +110,8 @@ cg_status_t cg_cuda_watch_launch(cg_plan_t *p);
 cg_status_t cg_cuda_watch_embedded(cg_plan_t *p, const char *caller);
 void cg_cuda_watch_forget(cg_plan_t *p);
 
-/* ---- the realizer (cuda_plan.c): the device executor's entries
- * (cuda_executor.c) and what profiling uses */
+/* ---- the realizer (cuda_plan.c, its capture in cuda_capture.c): the device
+ * executor's entries (cuda_executor.c) and what profiling uses */
 
 cg_status_t cg_cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t mine, const char *where);
 void cg_cuda_release(cg_plan_t *p);
@@ -124,6 +124,10 @@ cg_status_t cg_cuda_rebuild(cg_plan_t *p, const char *where);
  * with a timeout, or with the profiling stamps instead while p->cuda->stamps
  * is set. */
 cg_status_t cg_cuda_capture(cudaGraph_t *out, cg_plan_t *p, const char *where);
+/* Adds `child` (cloned) to the capture `stream` is part of, after what was
+ * captured on it so far; what is captured on it next follows the new node
+ * (cuda_capture.c; CUDA 12.3 or later, else CG_ERR_UNSUPPORTED). */
+cg_status_t cg_cuda_capture_child_graph(cudaStream_t stream, cudaGraph_t child, const char *where);
 /* Instantiates `graph` into *exec and uploads it on `stream`. */
 cg_status_t cg_cuda_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStream_t stream, const char *where);
 /* Whether the plan's cg_plan_start replay is done (*done), and how it ended. */

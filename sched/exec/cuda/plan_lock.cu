@@ -44,7 +44,7 @@ extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left_tall
   return cudaGetLastError();
 }
 
-/* A unit's progress marks for the watchdog (cuda_plan.c): one kernel counts
+/* A unit's progress marks for the watchdog (cuda_capture.c): one kernel counts
  * every step of the list, so a unit of many steps is one node of the graph. */
 __global__ void cg_progress_marks_kernel(unsigned *tally, unsigned *shown, cg_mark_list_t list) {
   for (unsigned i = 0; i < list.n; i++) count_one(&tally[list.slot[i]], &shown[list.slot[i]]);
