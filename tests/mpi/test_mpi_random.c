@@ -138,23 +138,30 @@ static uint64_t fnv1a(uint64_t h, const char *text, size_t len) {
 }
 
 /* The part of a dump the ranks of a communicator share: "comm C #K group G <shape>" of each
- * collective (sends and receives name peers, and step numbers and
- * dependencies follow hazards that depend on the rank). */
+ * collective, communicator by communicator (sends and receives name peers;
+ * step numbers, dependencies and so the interleaving of communicators follow
+ * hazards that depend on the rank, a broadcast's root reading where the
+ * others write: seed 1795855505467624889, program 130, put a bucket's
+ * broadcast before or after another communicator's alltoall by rank). */
 static uint64_t collectives_digest(const char *dump) {
   uint64_t h = 0xCBF29CE484222325ull;
-  for (const char *line = dump; line && *line;) {
-    const char *end = strchr(line, '\n');
-    size_t len = end ? (size_t)(end - line) : strlen(line);
-    const char *comm = strstr(line, " comm ");
-    if (comm && comm < line + len && !strstr(line, " send ") && !strstr(line, " recv ")) {
-      const char *stop = strstr(comm, " node ");
-      const char *bucket = strstr(comm, " bucket ");
-      if (bucket && (!stop || bucket < stop)) stop = bucket;
-      if (!stop || stop > line + len) stop = line + len;
-      h = fnv1a(h, comm, (size_t)(stop - comm));
-      h = fnv1a(h, "\n", 1);
+  for (int c = 0; c < 8; c++) {
+    char key[32];
+    snprintf(key, sizeof key, " comm %d #", c);
+    for (const char *line = dump; line && *line;) {
+      const char *end = strchr(line, '\n');
+      size_t len = end ? (size_t)(end - line) : strlen(line);
+      const char *comm = strstr(line, key);
+      if (comm && comm < line + len && !strstr(line, " send ") && !strstr(line, " recv ")) {
+        const char *stop = strstr(comm, " node ");
+        const char *bucket = strstr(comm, " bucket ");
+        if (bucket && (!stop || bucket < stop)) stop = bucket;
+        if (!stop || stop > line + len) stop = line + len;
+        h = fnv1a(h, comm, (size_t)(stop - comm));
+        h = fnv1a(h, "\n", 1);
+      }
+      line = end ? end + 1 : NULL;
     }
-    line = end ? end + 1 : NULL;
   }
   return h;
 }
