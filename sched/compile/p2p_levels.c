@@ -365,7 +365,8 @@ static cg_status_t settle(state_t *S, uint32_t pi, uint32_t c, const cg_comm_t *
     mine = calloc(bytes ? bytes : 1, 1);
     all = malloc((size_t)size * bytes + hello_bytes + 1);
     /* Every rank now joins the round of entries and this one cannot: the others
-     * wait in it until their timeout names this rank (as in cg_agree_with). */
+     * wait in it until their timeout names this rank, for ever without one
+     * (as in cg_agree_with when its allocation fails). */
     if (!mine || !all) goto oom;
     for (uint32_t i = 0; i < max_e; i++) {
       level_entry_t e = i < n_entries ? entries[i] : (level_entry_t){-1, 0, 0, 0};

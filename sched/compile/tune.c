@@ -73,22 +73,24 @@ static void max_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride, in
  * rank that starts first waits for the others inside its replay, and the
  * slowest rank's time would count that skew (the wake-up after the last
  * replay's wait, the host's own noise), which differs from replay to replay
- * and can be larger than the difference between candidates. The round also
- * carries a failure, so every rank stops timing together. */
+ * and can be larger than the difference between candidates. */
 static cg_status_t time_all(double *seconds, cg_plan_t **plans, uint32_t n, int replays) {
   static const cg_agree_payload_t payload = {max_bytes, max_fill, max_use};
   double *t = calloc((size_t)n * (size_t)replays, sizeof *t), warm;
   cg_participants_t pt = {0};
   cg_status_t st = t ? CG_SUCCESS : cg_fail(CG_ERR_NO_MEMORY, WHERE ": allocating replay times");
+  for (uint32_t k = 0; k < n && st == CG_SUCCESS; k++) st = replay(&warm, plans[k]);
   cg_status_t listed = cg_participants_of_plan(&pt, plans[0], WHERE);
   if (st == CG_SUCCESS) st = listed;
-  for (uint32_t k = 0; k < n && st == CG_SUCCESS; k++) st = replay(&warm, plans[k]);
-  int stop = listed != CG_SUCCESS;
-  for (int r = 0; r < replays && !stop; r++)
-    for (uint32_t k = 0; k < n && !stop; k++) {
-      st = cg_agree(NULL, &pt, st, "time the candidate plans", WHERE);
-      if (st != CG_SUCCESS) stop = 1; /* on every rank at once */
-      else st = replay(&t[(size_t)k * replays + r], plans[k]);
+  /* every rank takes part in every round, even after its own failure: a
+   * round that carried failures could stop the ranks of one communicator and
+   * not those of another that shares only some of them (the final round
+   * carries the failure, as before) */
+  for (int r = 0; r < replays && listed == CG_SUCCESS; r++)
+    for (uint32_t k = 0; k < n; k++) {
+      cg_status_t lined = cg_agree(NULL, &pt, CG_SUCCESS, "line up a timed replay", WHERE);
+      if (st == CG_SUCCESS) st = lined;
+      if (st == CG_SUCCESS) st = replay(&t[(size_t)k * replays + r], plans[k]);
     }
   for (uint32_t k = 0; k < n; k++) {
     seconds[k] = 0;
