@@ -125,6 +125,90 @@ END_TEST
 START_TEST(tune__instant_backward) { tune_case(0); }
 END_TEST
 
+/* Communicators over different ranks: A holds every rank but the last, B
+ * every rank but the first, so that with 3 ranks or more some are in both
+ * and the first and last in one only. Every rank must go through the same
+ * rounds of cg_plan_tune (profiling, agreement, the round before each timed
+ * replay) on the communicators it has, and the plan kept sums right. */
+enum { N2 = 6, G2 = 1 << 16 };
+
+typedef struct small_layer {
+  int32_t *grad;
+  int index, rank;
+} small_layer_t;
+
+static void small_backward(void *arg) {
+  const small_layer_t *l = arg;
+  struct timespec t = {0, 2000 * 1000};
+  nanosleep(&t, NULL);
+  for (int i = 0; i < G2; i++) l->grad[i] = (l->rank + 1) * (l->index + 1) + i % 5;
+}
+
+/* Every gradient of communicator j holds the sum over ranks first .. last. */
+static int small_sums_right(int32_t *const grads[2], const cg_comm_t *const c[2], int size) {
+  int ok = 1;
+  for (int j = 0; j < 2; j++) {
+    if (!c[j]) continue;
+    int first = j == 0 ? 0 : 1, last = j == 0 ? size - 2 : size - 1, ranks = last - first + 1;
+    int weight = (last + 1) * (last + 2) / 2 - first * (first + 1) / 2; /* sum of rank + 1 */
+    for (int k = 0; k < N2; k++)
+      for (int i = 0; i < G2; i++) ok &= grads[j][(size_t)k * G2 + i] == (k + 1) * weight + ranks * (i % 5);
+  }
+  return ok;
+}
+
+START_TEST(tune__communicators_over_different_ranks) {
+  int rank = cg_mpi_rank(), size = cg_mpi_size();
+  MPI_Comm sub[2];
+  MPI_Comm_split(MPI_COMM_WORLD, rank < size - 1 ? 0 : MPI_UNDEFINED, rank, &sub[0]);
+  MPI_Comm_split(MPI_COMM_WORLD, rank >= 1 ? 0 : MPI_UNDEFINED, rank, &sub[1]);
+  cg_comm_t *c[2] = {NULL, NULL};
+  int32_t *grads[2] = {NULL, NULL};
+  small_layer_t layers[2][N2];
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int j = 0; j < 2; j++) {
+    if (sub[j] == MPI_COMM_NULL) continue;
+    ck_assert_cg_ok(cg_comm_create(&c[j], sub[j], NULL));
+    grads[j] = malloc((size_t)N2 * G2 * sizeof *grads[j]);
+    ck_assert_ptr_nonnull(grads[j]);
+  }
+  for (int k = N2 - 1; k >= 0; k--)
+    for (int j = 0; j < 2; j++) {
+      if (!c[j]) continue;
+      layers[j][k] = (small_layer_t){grads[j] + (size_t)k * G2, k, rank};
+      cg_access_t access = CG_ACCESS_INIT;
+      cg_range_t writes[] = {{layers[j][k].grad, G2 * sizeof(int32_t)}};
+      access.everything = 0, access.writes = writes, access.n_writes = 1;
+      ck_assert_cg_ok(cg_host_func(NULL, g, small_backward, &layers[j][k], &access));
+      ck_assert_cg_ok(cg_allreduce(NULL, g, c[j], layers[j][k].grad, layers[j][k].grad, G2, CG_INT32, CG_SUM));
+    }
+  cg_compile_opts_t first = CG_COMPILE_OPTS_INIT;
+  first.bucket_bytes = (size_t)64 << 20;
+  cg_plan_t *plan = NULL, *tuned = NULL;
+  ck_assert_cg_ok(cg_compile(&plan, g, &first));
+  cg_tune_opts_t o = CG_TUNE_OPTS_INIT;
+  o.replays = 2;
+  o.compile.bucket_bytes = (size_t)64 << 20;
+  cg_status_t st = cg_plan_tune(&tuned, plan, g, &o);
+  char what[600];
+  snprintf(what, sizeof what, "cg_plan_tune over A and B: %s", st == CG_SUCCESS ? "" : cg_error_last());
+  ck_assert_all_ranks(st == CG_SUCCESS, what);
+  for (int j = 0; j < 2; j++)
+    if (grads[j]) memset(grads[j], CG_MPI_POISON, (size_t)N2 * G2 * sizeof *grads[j]);
+  ck_assert_cg_ok(cg_plan_run(tuned));
+  ck_assert_all_ranks(small_sums_right(grads, (const cg_comm_t *const *)c, size), "the tuned plan's sums");
+  cg_plan_destroy(tuned);
+  cg_plan_destroy(plan);
+  cg_graph_destroy(g);
+  for (int j = 0; j < 2; j++) {
+    cg_comm_destroy(c[j]);
+    free(grads[j]);
+    if (sub[j] != MPI_COMM_NULL) MPI_Comm_free(&sub[j]);
+  }
+}
+END_TEST
+
 /* A graph that is not the plan's is refused before anything runs. */
 START_TEST(tune__refuses_another_graph) {
   cg_comm_t *c = NULL;
@@ -153,6 +237,7 @@ static Suite *suite(void) {
   TCase *tc = cg_mpi_tcase("tune");
   tcase_add_test(tc, tune__slow_backward);
   tcase_add_test(tc, tune__instant_backward);
+  tcase_add_test(tc, tune__communicators_over_different_ranks);
   tcase_add_test(tc, tune__refuses_another_graph);
   suite_add_tcase(s, tc);
   return s;
