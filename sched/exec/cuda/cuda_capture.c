@@ -192,11 +192,8 @@ static cg_status_t create_events(cudaEvent_t *events, cudaEvent_t *joins, cudaEv
   return st;
 }
 
-static int lane_has_collectives(const cg_plan_t *p, uint32_t lane) {
-  for (uint32_t i = 0; i < p->n_steps; i++)
-    if (p->steps[i].lane == lane && p->steps[i].kind == CG_STEP_COLLECTIVE) return 1;
-  return 0;
-}
+/* Collectives (sends and receives too) run on their communicator's lane. */
+static int lane_has_collectives(const cg_plan_t *p, uint32_t lane) { return p->lanes[lane].kind == CG_LANE_COMM; }
 
 static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *events, cudaEvent_t *joins,
                                  cudaEvent_t *unit_done, const char *where) {
