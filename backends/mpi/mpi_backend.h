@@ -78,6 +78,10 @@ cg_status_t cg_mpi_replay_allgather_start(void **request, void *comm_impl, const
                                           size_t bytes);
 void cg_mpi_control_answer(void *comm_impl, const char *waiting_in);
 void cg_mpi_control_roll_call(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s);
+/* 1 when the control channel may be used from a second thread of the
+ * library's (the backend table's control_any_thread): MPI gives
+ * MPI_THREAD_MULTIPLE and is not finalized. */
+int cg_mpi_control_any_thread(void *comm_impl);
 void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why);
 
 /* The roll call on any MPI communicator (mpi_control.c): answering the

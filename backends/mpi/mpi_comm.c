@@ -112,6 +112,7 @@ const cg_backend_t cg_mpi_backend = {
     .control_test = cg_mpi_control_test,
     .control_answer = cg_mpi_control_answer,
     .control_roll_call = cg_mpi_control_roll_call,
+    .control_any_thread = cg_mpi_control_any_thread,
     .control_abandon = cg_mpi_control_abandon,
     .replay_allgather_start = cg_mpi_replay_allgather_start,
     .host_check_thread = host_check_thread,

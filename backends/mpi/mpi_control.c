@@ -31,7 +31,11 @@
  * cg_comm_create's arrival round, on the application's communicator (only
  * after a timeout there: see cg_mpi_arrive). */
 #define CG_ROLL_CALL_TAG 32701
+/* answers go to one of CG_ROLL_ANSWER_TAGS tags from here, the one the call
+ * names: two threads of a rank that call the roll at once (the program's and
+ * the device watchdog's monitor) each take their own answers */
 #define CG_ROLL_ANSWER_TAG 32702
+#define CG_ROLL_ANSWER_TAGS 32
 #define CG_WAITING_IN_BYTES 192
 
 typedef struct control_round {
@@ -118,10 +122,12 @@ void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why) {
 
 /* What a roll call carries: the id of the communicator it is meant for
  * (MPI reuses a freed communicator's context, so a message that outlived its
- * communicator could match on a new one: such a stale call is dropped) and a
- * nonce the answer echoes (stale answers are dropped). */
+ * communicator could match on a new one: such a stale call is dropped), a
+ * nonce the answer echoes (stale answers are dropped) and the tag to answer
+ * with. */
 typedef struct roll_query {
   uint64_t comm_id, nonce;
+  int32_t answer_tag, unused;
 } roll_query_t;
 typedef struct roll_answer {
   uint64_t nonce;
@@ -135,21 +141,33 @@ typedef struct roll_answer {
 static roll_answer_t answer_ring[64];
 static atomic_uint answer_next;
 
+/* The next message with `tag` into buf (at most `bytes`), if one is there:
+ * 1 with its source in *from. A matched probe, so that two threads polling
+ * one communicator (the program's and the device watchdog's monitor) never
+ * both see a message that only one of them then receives. */
+static int take_message(void *buf, int bytes, int *from, MPI_Comm comm, int tag) {
+  int flag = 0;
+  MPI_Message message;
+  MPI_Status status;
+  if (MPI_Improbe(MPI_ANY_SOURCE, tag, comm, &flag, &message, &status) != MPI_SUCCESS || !flag) return 0;
+  *from = status.MPI_SOURCE;
+  return MPI_Mrecv(buf, bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE) == MPI_SUCCESS;
+}
+
 static void answer_roll_calls(MPI_Comm comm, uint64_t comm_id, const char *waiting_in) {
   for (;;) {
-    int flag = 0;
-    MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, CG_ROLL_CALL_TAG, comm, &flag, &status) != MPI_SUCCESS || !flag) return;
-    roll_query_t q = {0, 0};
-    if (MPI_Recv(&q, (int)sizeof q, MPI_BYTE, status.MPI_SOURCE, CG_ROLL_CALL_TAG, comm, MPI_STATUS_IGNORE) !=
-        MPI_SUCCESS)
-      return;
+    roll_query_t q = {0, 0, CG_ROLL_ANSWER_TAG, 0};
+    int from = MPI_PROC_NULL;
+    if (!take_message(&q, (int)sizeof q, &from, comm, CG_ROLL_CALL_TAG)) return;
     if (q.comm_id != comm_id) continue; /* meant for a communicator freed before this one */
     roll_answer_t *a = &answer_ring[atomic_fetch_add(&answer_next, 1) % 64];
     a->nonce = q.nonce;
     snprintf(a->text, sizeof a->text, "%s", waiting_in);
     MPI_Request request;
-    if (MPI_Isend(a, (int)sizeof *a, MPI_BYTE, status.MPI_SOURCE, CG_ROLL_ANSWER_TAG, comm, &request) == MPI_SUCCESS)
+    int tag = q.answer_tag >= CG_ROLL_ANSWER_TAG && q.answer_tag < CG_ROLL_ANSWER_TAG + CG_ROLL_ANSWER_TAGS
+                  ? q.answer_tag
+                  : CG_ROLL_ANSWER_TAG;
+    if (MPI_Isend(a, (int)sizeof *a, MPI_BYTE, from, tag, comm, &request) == MPI_SUCCESS)
       MPI_Request_free(&request);
   }
 }
@@ -203,7 +221,8 @@ static void roll_call(char *report, size_t size, MPI_Comm comm, uint64_t comm_id
   static atomic_uint_fast64_t nonces;
   uint64_t k = atomic_fetch_add(&nonces, 1);
   roll_query_t *q = &query_ring[k % 64];
-  *q = (roll_query_t){comm_id, ((uint64_t)(unsigned)getpid() << 32) ^ k ^ (uint64_t)(MPI_Wtime() * 1e6)};
+  *q = (roll_query_t){comm_id, ((uint64_t)(unsigned)getpid() << 32) ^ k ^ (uint64_t)(MPI_Wtime() * 1e6),
+                      CG_ROLL_ANSWER_TAG + (int32_t)(k % CG_ROLL_ANSWER_TAGS), 0};
   const roll_query_t query = *q;
   int me = 0, n = 0;
   size_t used = 0;
@@ -230,14 +249,10 @@ static void roll_call(char *report, size_t size, MPI_Comm comm, uint64_t comm_id
   double end = MPI_Wtime() + grace_s;
   while (missing > 0 && MPI_Wtime() < end) {
     answer_roll_calls(comm, comm_id, waiting_in); /* the others may be calling the roll too */
-    int flag = 0;
-    MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, CG_ROLL_ANSWER_TAG, comm, &flag, &status) != MPI_SUCCESS || !flag) continue;
     roll_answer_t a;
     memset(&a, 0, sizeof a);
-    int from = status.MPI_SOURCE;
-    if (MPI_Recv(&a, (int)sizeof a, MPI_BYTE, from, CG_ROLL_ANSWER_TAG, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      continue;
+    int from = MPI_PROC_NULL;
+    if (!take_message(&a, (int)sizeof a, &from, comm, query.answer_tag)) continue;
     a.text[sizeof a.text - 1] = '\0';
     /* an answer to an earlier roll call, or a second one */
     if (a.nonce != query.nonce || from < 0 || from >= n || answered[from]) continue;
@@ -288,6 +303,13 @@ void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *wait
 void cg_mpi_control_roll_call(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s) {
   const cg_mpi_comm_t *m = comm_impl;
   roll_call(report, size, m->control, m->roll_id, waiting_in, timeout_s);
+}
+
+int cg_mpi_control_any_thread(void *comm_impl) {
+  const cg_mpi_comm_t *m = comm_impl;
+  int finalized = 1;
+  MPI_Finalized(&finalized); /* callable from any thread, at any time */
+  return m && m->thread_level >= MPI_THREAD_MULTIPLE && !finalized;
 }
 
 cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {

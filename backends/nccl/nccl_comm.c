@@ -79,6 +79,11 @@ static void control_roll_call(char *report, size_t size, void *impl, const char 
     snprintf(report, size, "no roll call (the communicator was aborted)");
 }
 
+static int control_any_thread(void *impl) {
+  cg_mpi_comm_t *m = ((cg_nccl_comm_t *)impl)->control;
+  return m && cg_mpi_control_any_thread(m);
+}
+
 static void control_abandon(void *impl, void *request, const char *why) {
   cg_mpi_comm_t *m = ((cg_nccl_comm_t *)impl)->control;
   if (m) cg_mpi_control_abandon(m, request, why);
@@ -153,6 +158,7 @@ const cg_backend_t cg_nccl_backend = {
     .control_test = control_test,
     .control_answer = control_answer,
     .control_roll_call = control_roll_call,
+    .control_any_thread = control_any_thread,
     .control_abandon = control_abandon,
     .device_warmup = cg_nccl_warmup,
     .device_group_start = cg_nccl_group_start,

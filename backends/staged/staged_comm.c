@@ -70,6 +70,11 @@ static void control_roll_call(char *report, size_t size, void *impl, const char 
     snprintf(report, size, "no roll call (the communicator was aborted)");
 }
 
+static int control_any_thread(void *impl) {
+  cg_mpi_comm_t *m = ((cg_staged_comm_t *)impl)->mpi;
+  return m && cg_mpi_control_any_thread(m);
+}
+
 static void control_abandon(void *impl, void *request, const char *why) {
   cg_mpi_comm_t *m = ((cg_staged_comm_t *)impl)->mpi;
   if (m) cg_mpi_control_abandon(m, request, why);
@@ -103,6 +108,7 @@ static void abort_comm(void *impl) {
     .control_test = control_test,                       \
     .control_answer = control_answer,                   \
     .control_roll_call = control_roll_call,             \
+    .control_any_thread = control_any_thread,           \
     .control_abandon = control_abandon,                 \
     .host_step_prepare = cg_staged_step_prepare,        \
     .host_step_release = cg_staged_step_release,        \

@@ -107,6 +107,16 @@ void cg_watchdog_answer(const cg_plan_t *plan, uint64_t replay, uint64_t *last_n
   }
 }
 
+int cg_watchdog_any_thread(const cg_plan_t *plan) {
+  if (plan->timeout_s <= 0 || !plan->n_comms) return 0;
+  for (uint32_t c = 0; c < plan->n_comms; c++) {
+    const cg_comm_t *comm = plan->comms[c].comm;
+    const cg_backend_t *b = comm->ops->backend;
+    if (!b || !b->control_any_thread || !b->control_any_thread(comm->impl)) return 0;
+  }
+  return 1;
+}
+
 void cg_watchdog_roll_call(char *buf, size_t size, const cg_plan_t *plan, uint64_t replay, const cg_comm_t *comm) {
   const cg_backend_t *b = comm ? comm->ops->backend : NULL;
   if (plan->timeout_s <= 0 || !b || !b->control_roll_call) return;

@@ -51,6 +51,11 @@ cg_status_t cg_watchdog_fire(cg_plan_t *plan, const char *caller, uint64_t repla
  * this replay: late, in other code, or gone) and where the others are.
  * Neither runs without a timeout. */
 void cg_watchdog_answer(const cg_plan_t *plan, uint64_t replay, uint64_t *last_ns);
+/* Whether both may also run on a thread of the library's beside the
+ * program's (the device watchdog's monitor, for the replays nobody waits
+ * for in commgraph): every communicator's control channel allows it
+ * (MPI_THREAD_MULTIPLE). */
+int cg_watchdog_any_thread(const cg_plan_t *plan);
 void cg_watchdog_roll_call(char *buf, size_t size, const cg_plan_t *plan, uint64_t replay, const cg_comm_t *comm);
 
 #endif

@@ -14,7 +14,7 @@
 
 #include "plan_internal.h"
 
-#define CG_BACKEND_INTERFACE_VERSION 6u
+#define CG_BACKEND_INTERFACE_VERSION 7u
 
 /* Where a backend's steps may read and write. */
 #define CG_BACKEND_HOST_MEMORY 1u
@@ -46,6 +46,11 @@ struct cg_backend {
    * round on the communicator at once with `why`. */
   void (*control_answer)(void *comm_impl, const char *waiting_in);
   void (*control_roll_call)(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s);
+  /* Whether control_answer and control_roll_call may run on a thread of the
+   * library's beside the program's own calls (the device watchdog's monitor
+   * thread; MPI: only under MPI_THREAD_MULTIPLE, and not once MPI is
+   * finalized). NULL or 0: only on the thread that waits in the plan. */
+  int (*control_any_thread)(void *comm_impl);
   void (*control_abandon)(void *comm_impl, void *request, const char *why);
   /* The same allgather on the channel host plan steps use, so it is ordered
    * with the plan's collectives on every rank (the replay's fingerprint);

@@ -49,6 +49,7 @@ struct cg_cuda_plan {
   atomic_int fired;        /* a replay's timeout: CG_FIRED_CLAIMED by the first of the waiter and the
                               monitor to see it, CG_FIRED_REPORTED once its report is stored */
   uint64_t answered_ns;    /* when the waiter last answered roll calls (cg_watchdog_answer) */
+  uint64_t monitor_answered_ns; /* the same for the monitor thread, for a replay nobody waits for */
   cg_status_t fired_status; /* what fired: CG_ERR_TIMEOUT, or CG_ERR_MISMATCH (fingerprints) */
   cg_device_prints_t *prints; /* the replay's fingerprint (plans with a timeout), or NULL */
   uint64_t progress_ns;    /* when the marks last moved */
@@ -83,10 +84,10 @@ uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);
  * waited for and the last completed, from the progress marks), marks the
  * plan timed out and aborts its communicators; CG_ERR_TIMEOUT. Once per
  * plan: *first is 0 when the monitor or the waiter had reported it already
- * (the status then repeats that report, and nobody is to notify again). On
- * the program's thread (roll_call), the report names the ranks that are not
- * in this replay (cg_watchdog_roll_call: MPI calls, so never on the
- * monitor's thread). The handler is the caller's to call
+ * (the status then repeats that report, and nobody is to notify again).
+ * With roll_call, the report names the ranks that are not in this replay
+ * (cg_watchdog_roll_call: MPI calls, so on the monitor's thread only where
+ * cg_watchdog_any_thread allows). The handler is the caller's to call
  * (cg_watchdog_notify*). */
 cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call);
 /* A replay's fingerprints differed (mismatch: the sentence naming the

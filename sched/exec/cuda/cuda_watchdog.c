@@ -9,7 +9,9 @@
  * is outstanding, or an embedded plan's lock is held (its lock kernels
  * count the replays in and out), the plan's marks must move at least once
  * per timeout. It only reads mapped host memory for embedded plans: their
- * replays pay for no callback. */
+ * replays pay for no callback. Under MPI_THREAD_MULTIPLE it also answers
+ * the other ranks' roll calls while such a replay is in flight, and calls
+ * the roll itself before it reports (cg_watchdog_any_thread). */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <pthread.h>
 #include <stdio.h>
@@ -294,11 +296,21 @@ typedef struct fired {
 static int fire(cg_plan_t *p, const char *caller, fired_t *fired) {
   int first = 0;
   char mismatch[900];
+  /* the roll call too where MPI allows calls from this thread: it holds
+   * monitor_lock meanwhile (at most 0.25 s), and it answers the others'
+   * roll calls while it waits for theirs */
   cg_status_t st = cg_device_prints_mismatch(p->cuda->prints, mismatch, sizeof mismatch)
                        ? cg_cuda_mismatch(&first, p, caller, cg_cuda_replay_number(p), mismatch)
-                       : cg_cuda_time_out(&first, p, caller, cg_cuda_replay_number(p), 0);
+                       : cg_cuda_time_out(&first, p, caller, cg_cuda_replay_number(p), cg_watchdog_any_thread(p));
   if (first) *fired = (fired_t){st, cg_copy_text(cg_error_last(), 4096)};
   return 1;
+}
+
+/* A replay in flight that nobody waits for in commgraph: the roll calls of
+ * ranks whose replay timed out hear from this thread where this rank is
+ * ("plan 'x', replay R", as a waiting rank says), where MPI allows it. */
+static void answer_for(cg_plan_t *p) {
+  if (cg_watchdog_any_thread(p)) cg_watchdog_answer(p, cg_cuda_replay_number(p), &p->cuda->monitor_answered_ns);
 }
 
 /* An embedded plan: a replay is in flight while the lock's holder counted
@@ -318,6 +330,7 @@ static int check_embedded(cg_plan_t *p, fired_t *fired) {
     cudaSetDevice(p->device);
     in_flight = cudaEventQuery(c->launch_done) == cudaErrorNotReady;
   }
+  if (in_flight) answer_for(p);
   uint64_t now = cg_clock_ns(), sum = marks_sum(p);
   if (!in_flight || sum != c->marks_seen) {
     c->marks_seen = sum;
@@ -346,6 +359,7 @@ static int check_plan(cg_plan_t *p, fired_t *fired) {
       return fire(p, "cg_plan_launch (watchdog)", fired);
     return 1;
   }
+  answer_for(p);
   uint64_t now = cg_clock_ns(), sum = marks_sum(p);
   if (sum != c->marks_seen) {
     c->marks_seen = sum;
