@@ -39,6 +39,9 @@
  *      replays on the same stream) and compiled again with bucket boundaries
  *      from the measured ready times and collective costs (the fastest of
  *      the default and the model's boundaries at a few alpha scales);
+ *   5f. commgraph, tuned, from its tuning file: mode 5t's buckets compiled
+ *      again from the tuning file it saves, with no timeout: what 5w and 5m
+ *      are compared with (the same compile, the watchdog aside);
  *   5w. commgraph, tuned and watched: mode 5t's buckets (from its tuning
  *      file) compiled with a replay timeout (60 s) and the default
  *      fingerprint: the replay watchdog's marks and the fingerprint's
@@ -389,8 +392,8 @@ int main(int argc, char **argv) {
   NCCL_CHECK_ON(c.nccl, ncclAllReduce(large.base, large.base, large_count, ncclFloat32, ncclSum, c.nccl, c.s));
   CUDA_CHECK(cudaStreamSynchronize(c.s));
 
-  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5w, 5m and 6 */
-  enum { FIXED = 7 }; /* the first mode 6 */
+  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5f, 5w, 5m and 6 */
+  enum { FIXED = 8 }; /* the first mode 6 */
   int nb_per_b = FIXED + a.n_bucket + 1, nb = 3 + a.n_backward * nb_per_b;
   bt_bench_t *b = cgb_xcalloc((size_t)nb, sizeof *b);
   unsigned long long **stamps = cgb_xcalloc((size_t)nb, sizeof *stamps), *ns = cgb_xcalloc((size_t)n, sizeof *ns);
@@ -456,10 +459,12 @@ int main(int argc, char **argv) {
     }
     /* watched: the tuned plan's buckets (its tuning file) with the replay
      * watchdog on: what the watchdog costs an iteration */
-    m[5].plan = bt_compile_watched(graph, m[4].plan, BT_WATCH_TIMEOUT_S, 1, &m[5].stats);
-    snprintf(m[5].label, sizeof m[5].label, "5w. commgraph, tuned, watched (%g s timeout)", BT_WATCH_TIMEOUT_S);
-    m[6].plan = bt_compile_watched(graph, m[4].plan, BT_WATCH_TIMEOUT_S, 0, &m[6].stats);
-    snprintf(m[6].label, sizeof m[6].label, "5m. commgraph, tuned, watched, fingerprint 0");
+    m[5].plan = bt_compile_watched(graph, m[4].plan, -1, 1, &m[5].stats);
+    snprintf(m[5].label, sizeof m[5].label, "5f. commgraph, tuned, from its tuning file");
+    m[6].plan = bt_compile_watched(graph, m[4].plan, BT_WATCH_TIMEOUT_S, 1, &m[6].stats);
+    snprintf(m[6].label, sizeof m[6].label, "5w. commgraph, tuned, watched (%g s timeout)", BT_WATCH_TIMEOUT_S);
+    m[7].plan = bt_compile_watched(graph, m[4].plan, BT_WATCH_TIMEOUT_S, 0, &m[7].stats);
+    snprintf(m[7].label, sizeof m[7].label, "5m. commgraph, tuned, watched, fingerprint 0");
     for (int z = 0; z <= a.n_bucket; z++) {
       bt_bench_t *fixed = &m[FIXED + z];
       size_t cap = z < a.n_bucket ? (size_t)(a.bucket_mb[z] * CGB_MIB) : total * sizeof(float);

@@ -92,7 +92,7 @@ cg_graph_t *bt_record_graph(const bt_ctx_t *c, const bt_tensors_t *g, const unsi
                             unsigned long long *stamps);
 cg_plan_t *bt_compile(cg_graph_t *graph, size_t bucket_bytes, cg_plan_stats_t *stats);
 /* `graph` compiled with `tuned`'s tuning (through a tuning file) and a
- * replay timeout of `timeout_s`. */
+ * replay timeout of `timeout_s` (negative: none, whatever CG_TIMEOUT says). */
 cg_plan_t *bt_compile_watched(cg_graph_t *graph, const cg_plan_t *tuned, double timeout_s, int fingerprint,
                               cg_plan_stats_t *stats);
 #define BT_WATCH_TIMEOUT_S 60.0
