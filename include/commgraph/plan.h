@@ -49,9 +49,9 @@ typedef struct cg_compile_opts {
                       order with its collectives; ranks that ran different sequences (a graph that differs with
                       check_ranks 0, plans started in different orders) fail the replay with CG_ERR_MISMATCH
                       instead of mixing their data silently (docs/watchdog.md#fingerprint). Device plans
-                      with a timeout on NCCL communicators gather the same 16 bytes inside their CUDA graph
-                      before their steps and fail with CG_ERR_MISMATCH (their communicators aborted) where
-                      they differ. 0: none */
+                      with a timeout (NCCL, mpi-staged, hosttransfer) gather the same 16 bytes inside their
+                      CUDA graph before their steps and fail with CG_ERR_MISMATCH (their communicators
+                      aborted) where they differ. 0: none */
 } cg_compile_opts_t;
 #define CG_COMPILE_OPTS_INIT {sizeof(cg_compile_opts_t), 1, NULL, 1, 0, 0.0, NULL, 1}
 

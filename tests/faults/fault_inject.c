@@ -15,7 +15,7 @@
  *                     ranks' buckets would differ in size, which MPI does
  *                     not compare: that is what the check is for.)
  *   differ-fingerprint  differ-unchecked on a plan with the replay's
- *                     fingerprint (host plans, device plans on NCCL): every
+ *                     fingerprint (host plans, device plans on every backend): every
  *                     rank fails the first replay with CG_ERR_MISMATCH at once
  *   swapped-plans     a second plan (the same allreduces, summing) that the faulty rank runs
  *                     before the first in replay 3, the others after it: the

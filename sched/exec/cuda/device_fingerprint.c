@@ -13,10 +13,13 @@
 #include "plan_lock.h"
 
 typedef struct round {
-  const cg_comm_t *comm;
+  cg_comm_t *comm;
   cg_print_t *mine, *all; /* device: this rank's 16 bytes, then every rank's */
   cg_print_t *seen;       /* mapped: every rank's, written where they differ */
   unsigned *flag;         /* mapped: 1 once a replay found them different */
+  /* a backend without a gather of its own (the staged ones): the gather as
+   * an allgather step of 16 bytes, prepared like a plan's (step.backend_state) */
+  cg_step_t step;
 } round_t;
 
 struct cg_device_prints {
@@ -26,8 +29,17 @@ struct cg_device_prints {
   unsigned char *mapped, *mapped_dev; /* every round's flag and seen, host and device addresses */
 };
 
+/* How a communicator gathers: its backend's own gather (NCCL), or an
+ * allgather step like a plan's (the staged backends); 0 where neither. */
+static int can_gather(const cg_backend_t *b) { return b && (b->device_allgather_enqueue || b->device_step_enqueue); }
+
 void cg_device_prints_free(cg_device_prints_t *prints) {
   if (!prints) return;
+  for (uint32_t i = 0; prints->rounds && i < prints->n; i++) {
+    const round_t *r = &prints->rounds[i];
+    const cg_backend_t *b = r->comm->ops->backend;
+    if (r->step.backend_state && b->host_step_release) b->host_step_release(r->comm->impl, r->step.backend_state);
+  }
   if (prints->device) cudaFree(prints->device);
   if (prints->mapped) cudaFreeHost(prints->mapped);
   free(prints->rounds);
@@ -36,6 +48,35 @@ void cg_device_prints_free(cg_device_prints_t *prints) {
 
 /* A flag's 16 bytes (kept aligned), then the ranks' prints. */
 static size_t mapped_bytes(int ranks) { return sizeof(cg_print_t) * (1 + (size_t)ranks); }
+
+/* The gather as a plan step, for a backend without a gather of its own:
+ * every rank's 16 bytes into `all`, on the communicator's data channel like
+ * the plan's collectives (so it is ordered with them on every rank). */
+static cg_status_t prepare_step(round_t *r, const char *where) {
+  const cg_backend_t *b = r->comm->ops->backend;
+  if (b->device_allgather_enqueue) return CG_SUCCESS;
+  r->step = (cg_step_t){.kind = CG_STEP_COLLECTIVE,
+                        .op_kind = CG_NODE_ALLGATHER,
+                        .node = CG_NO_STEP,
+                        .comm_index = CG_NO_LANE,
+                        .post_after = CG_NO_STEP,
+                        .post_next = CG_NO_STEP,
+                        .comm = r->comm,
+                        .send = r->mine,
+                        .recv = r->all,
+                        .count = sizeof(cg_print_t),
+                        .dtype = CG_UINT8,
+                        .root = -1,
+                        .unit = CG_NO_STEP,
+                        .bucket = CG_NO_STEP};
+  if (!b->host_step_prepare) return CG_SUCCESS;
+  cg_status_t st = b->host_step_prepare(&r->step.backend_state, r->comm->impl, &r->step);
+  if (st == CG_SUCCESS) return CG_SUCCESS;
+  r->step.backend_state = NULL;
+  char detail[600];
+  snprintf(detail, sizeof detail, "%s", cg_error_last());
+  return cg_fail(st, "%s: preparing the replay's fingerprint: %s", where, detail);
+}
 
 cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *plan, const char *where) {
   cg_status_t st = CG_SUCCESS;
@@ -50,12 +91,11 @@ cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *
     goto out;
   }
   for (uint32_t c = 0; c < plan->n_comms; c++) {
-    const cg_comm_t *comm = plan->comms[c].comm;
-    const cg_backend_t *b = comm->ops->backend;
+    cg_comm_t *comm = plan->comms[c].comm;
     /* the index the compile gives the plan on this communicator once it
      * succeeds (compile.c): the plans compiled on it so far */
     cg_print_t print = cg_print_of(plan, c, atomic_load(&comm->compiled));
-    if (!b || !b->device_allgather_enqueue || !print.collectives) continue;
+    if (!can_gather(comm->ops->backend) || !print.collectives) continue;
     /* by agreed id: the same order on every rank */
     uint32_t at = prints->n++;
     while (at > 0 && prints->rounds[at - 1].comm->id > comm->id) {
@@ -64,7 +104,7 @@ cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *
       at--;
     }
     mine[at] = print;
-    prints->rounds[at] = (round_t){comm, NULL, NULL, NULL, NULL};
+    prints->rounds[at] = (round_t){.comm = comm};
     device_entries += 1 + (size_t)comm->size;
     mapped += mapped_bytes(comm->size);
   }
@@ -89,6 +129,7 @@ cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *
     at_mapped += mapped_bytes(r->comm->size);
     if ((err = cudaMemcpy(r->mine, &mine[i], sizeof mine[i], cudaMemcpyHostToDevice)) != cudaSuccess)
       st = cg_fail_cuda(err, "cudaMemcpy (the replay's fingerprint)", "%s", where);
+    if (st == CG_SUCCESS) st = prepare_step(r, where);
   }
   if (st == CG_SUCCESS) memset(prints->mapped, 0, mapped);
 out:
@@ -108,7 +149,9 @@ static void *on_device(const cg_device_prints_t *prints, const void *host) {
 
 static cg_status_t gather(const round_t *r, void *stream, const char *where) {
   const cg_backend_t *b = r->comm->ops->backend;
-  cg_status_t st = b->device_allgather_enqueue(r->comm->impl, r->mine, r->all, sizeof(cg_print_t), stream);
+  cg_status_t st = b->device_allgather_enqueue
+                       ? b->device_allgather_enqueue(r->comm->impl, r->mine, r->all, sizeof(cg_print_t), stream)
+                       : b->device_step_enqueue(r->comm->impl, &r->step, stream);
   if (st == CG_SUCCESS) return CG_SUCCESS;
   char detail[600];
   snprintf(detail, sizeof detail, "%s", cg_error_last());

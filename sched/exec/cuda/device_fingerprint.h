@@ -1,7 +1,9 @@
 /* A device plan's replay fingerprint (cg_compile_opts_t.fingerprint, with a
  * timeout; docs/watchdog.md#fingerprint): inside the plan's CUDA graph,
- * before its steps, each communicator whose backend can (NCCL) gathers every
- * rank's 16 bytes (fingerprint.h), and a one-thread kernel compares them;
+ * before its steps, each communicator gathers every rank's 16 bytes
+ * (fingerprint.h: NCCL with its own allgather, the staged backends with an
+ * allgather step of their own prepared like a plan's), and a one-thread
+ * kernel compares them;
  * where they differ it leaves the gathered bytes and a flag in mapped host
  * memory, which the thread that waits for the replay or the watchdog's
  * monitor reads. Ranks that run different sequences (graphs that differ,
@@ -19,7 +21,8 @@ typedef struct cg_device_prints cg_device_prints_t;
 
 /* The plan's rounds (*out NULL when no communicator of the plan has
  * collectives and a backend that can gather on the device): device and
- * mapped memory, this rank's fingerprints copied in. Local. */
+ * mapped memory, this rank's fingerprints copied in, the gathers' steps
+ * prepared where the backend has no gather of its own. Local. */
 cg_status_t cg_device_prints_prepare(cg_device_prints_t **out, const cg_plan_t *plan, const char *where);
 /* Enqueues the rounds' gathers on `stream` in the capture, one communicator
  * after another by agreed id (the same order on every rank, so they cannot
