@@ -48,7 +48,7 @@ static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, con
     if (y < fastest) fastest = y;
     if (step_bytes(s) > largest) largest = step_bytes(s);
   }
-  *out = (cg_comm_cost_t){pc->comm, n ? fmin(fastest, ALPHA_PRIOR_US) : 1.0, INFINITY};
+  *out = (cg_comm_cost_t){pc->comm, n ? fmin(fastest, ALPHA_PRIOR_US) : 1.0, INFINITY, 0};
   double det = n * sxx - sx * sx;
   double slope = det > 0 ? (n * sxy - sx * sy) / det : 0, alpha = n ? (sy - slope * sx) / n : 0;
   if (slope > 0 && alpha >= 0) {
@@ -156,5 +156,31 @@ cg_status_t cg_cost_model_make(cg_tuning_t *t, const cg_plan_t *plan, const cg_g
 cg_status_t cg_cost_model_scaled(cg_tuning_t *out, const cg_tuning_t *t, double alpha_scale, const char *where) {
   cg_status_t st = cg_tuning_copy(out, t, where);
   for (uint32_t c = 0; st == CG_SUCCESS && c < out->n_costs; c++) out->costs[c].alpha_us *= alpha_scale;
+  return st;
+}
+
+cg_status_t cg_cost_model_overlap(cg_tuning_t *out, const cg_tuning_t *t, const cg_plan_t *plan,
+                                  const cg_profile_t *prof, double overlap_scale, const char *where) {
+  cg_status_t st = cg_tuning_copy(out, t, where);
+  for (uint32_t c = 0; st == CG_SUCCESS && c < plan->n_comms; c++) {
+    cg_comm_cost_t *cost = (cg_comm_cost_t *)cg_tuning_cost(out, plan->comms[c].comm);
+    if (!cost) continue;
+    cost->overlap_us = cost->alpha_us * overlap_scale;
+    /* the profiled plan's collectives delayed the ready times it measured:
+     * take out overlap_us for each that started before, so that the search
+     * puts back its own candidates' */
+    const cg_plan_comm_t *pc = &plan->comms[c];
+    for (uint32_t v = 0; v < plan->n_names && v < out->n_nodes; v++) {
+      if (plan->nodes[v].comm != pc->comm || out->ready_us[v] <= 0) continue;
+      uint32_t before = 0;
+      for (uint32_t k = 0; k < pc->n_steps; k++) {
+        const cg_step_t *s = &plan->steps[pc->steps[k]];
+        before += s->kind == CG_STEP_COLLECTIVE && prof->start_us[pc->steps[k]] < out->ready_us[v];
+      }
+      double ready = out->ready_us[v] - cost->overlap_us * (double)before;
+      out->ready_us[v] = ready > 0 ? ready : 0;
+    }
+  }
+  if (st != CG_SUCCESS) cg_tuning_free(out);
   return st;
 }

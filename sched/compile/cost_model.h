@@ -22,4 +22,16 @@ cg_status_t cg_cost_model_make(cg_tuning_t *t, const cg_plan_t *plan, const cg_g
  * scales and keeps the one that runs fastest. */
 cg_status_t cg_cost_model_scaled(cg_tuning_t *out, const cg_tuning_t *t, double alpha_scale, const char *where);
 
+/* Candidate tunings with overlap: `t` (made from `plan`'s profile `prof`)
+ * where every collective also delays the compute later collectives wait for
+ * by overlap_us = alpha_us * overlap_scale (each collective lengthens a
+ * backward pass that runs beside it: on 2 H200 a few microseconds each, so
+ * one alpha charged to every bucket both makes buckets few, which is right,
+ * and keeps the last one large, which is not). The ready times go back to
+ * what they were before the profiled plan's collectives delayed them (each
+ * that started earlier: overlap_us less); the fusion's search adds its own
+ * candidates' delays (fusion.c). */
+cg_status_t cg_cost_model_overlap(cg_tuning_t *out, const cg_tuning_t *t, const cg_plan_t *plan,
+                                  const cg_profile_t *prof, double overlap_scale, const char *where);
+
 #endif

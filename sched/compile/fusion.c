@@ -384,6 +384,83 @@ static cg_status_t tuned_breaks(sim_t *s, uint32_t c, const cg_comm_cost_t *cost
   return CG_SUCCESS;
 }
 
+/* The search with overlap (cost->overlap_us > 0): every collective before a
+ * bucket delays the compute its members wait for, so the k-th bucket's
+ * members are ready overlap_us * (k - 1) later than measured. With F(p, k)
+ * the finish of the k-th bucket when it ends at position p,
+ *   F(p, k) = min over i of max(F(i - 1, k - 1), max ready(i..p) + overlap (k - 1))
+ *             + alpha + bytes(i..p) / bytes_per_us,
+ * and the boundaries of the best F(len - 1, k) (ties: fewer buckets). Up to
+ * OVERLAP_MAX_BUCKETS buckets on sequences of up to OVERLAP_MAX_LEN
+ * collectives; longer ones are searched without the overlap. */
+#define OVERLAP_MAX_BUCKETS 48
+#define OVERLAP_MAX_LEN 1024
+
+static cg_status_t tuned_breaks_overlap(sim_t *s, uint32_t c, const cg_comm_cost_t *cost, const char *where) {
+  const cg_comm_sequence_t *sq = &s->order->sequences[c];
+  const cg_tuning_t *t = s->tuning;
+  uint32_t len = sq->len, K = OVERLAP_MAX_BUCKETS < len ? OVERLAP_MAX_BUCKETS : len;
+  if (!len) return CG_SUCCESS;
+  double *finish = malloc((size_t)K * len * sizeof *finish);
+  uint32_t *from = malloc((size_t)K * len * sizeof *from);
+  if (!finish || !from) {
+    free(finish), free(from);
+    return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the tuned bucket search", where);
+  }
+  for (size_t e = 0; e < (size_t)K * len; e++) finish[e] = INFINITY, from[e] = UINT32_MAX;
+  size_t cap = s->f->bucket_bytes[c];
+  for (uint32_t p = 0; p < len; p++) {
+    double ready = 0;
+    size_t bytes = 0;
+    for (uint32_t i = p + 1; i-- > 0 && p - i < TUNED_WINDOW;) {
+      const cg_node_rec_t *n = cg_graph_node(s->g, sq->nodes[i]);
+      size_t b = cg_fusion_node_bytes(n);
+      if (i < p && (b > cap || bytes > cap - b)) break;
+      bytes += b;
+      double r = t->ready_us[sq->nodes[i]];
+      if (r > ready) ready = r;
+      double cost_us = cost->alpha_us + (double)bytes / cost->bytes_per_us;
+      /* k - 1 buckets before this one, at most i of them; the first bucket
+       * begins the sequence */
+      for (uint32_t k = i ? 2 : 1; k <= K && k - 1 <= i; k++) {
+        double start = ready + cost->overlap_us * (double)(k - 1);
+        if (k > 1) {
+          double before = finish[(size_t)(k - 2) * len + i - 1];
+          if (before == INFINITY) continue;
+          if (before > start) start = before;
+        }
+        double f = start + cost_us;
+        size_t at = (size_t)(k - 1) * len + p;
+        if (f <= finish[at] + 1e-3) finish[at] = f, from[at] = i; /* ties: the larger bucket */
+      }
+      const cg_node_rec_t *before = i ? cg_graph_node(s->g, sq->nodes[i - 1]) : NULL;
+      if (!before || !cg_kind_is_fusible(n->kind) || !cg_kind_is_fusible(before->kind) || !same_key(n, before)) break;
+    }
+  }
+  uint32_t best = UINT32_MAX;
+  for (uint32_t k = 1; k <= K; k++) {
+    double f = finish[(size_t)(k - 1) * len + len - 1];
+    if (f < INFINITY && (best == UINT32_MAX || f < finish[(size_t)(best - 1) * len + len - 1] - 1e-3)) best = k;
+  }
+  /* none within OVERLAP_MAX_BUCKETS (sequences that break more often): the
+   * search without the overlap */
+  if (best == UINT32_MAX) {
+    free(finish), free(from);
+    cg_comm_cost_t plain = *cost;
+    plain.overlap_us = 0;
+    return tuned_breaks(s, c, &plain, where);
+  }
+  for (uint32_t p = len, k = best; p-- > 0 && k > 0; k--) {
+    uint32_t i = from[(size_t)(k - 1) * len + p];
+    s->tuned_break[sq->nodes[i]] = 1;
+    p = i;
+    if (!p) break;
+  }
+  free(finish);
+  free(from);
+  return CG_SUCCESS;
+}
+
 cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_order_t *order, int enabled,
                            size_t bucket_bytes, const cg_tuning_t *tuning, const char *where) {
   cg_status_t st = CG_SUCCESS;
@@ -433,7 +510,10 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   if (tuning && !(s.tuned_break = calloc(nn, 1))) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating tuned breaks", where);
   for (uint32_t c = 0; tuning && st == CG_SUCCESS && c < n_seq; c++) {
     const cg_comm_cost_t *cost = cg_tuning_cost(tuning, order->sequences[c].comm);
-    if (cost) st = tuned_breaks(&s, c, cost, where);
+    if (cost && cost->overlap_us > 0 && order->sequences[c].len <= OVERLAP_MAX_LEN)
+      st = tuned_breaks_overlap(&s, c, cost, where);
+    else if (cost)
+      st = tuned_breaks(&s, c, cost, where);
   }
   if (st == CG_SUCCESS) st = simulate(&s, where);
 out:

@@ -7,9 +7,10 @@
  * delayed rank measured), and the fusion pass picks the bucket boundaries
  * that minimize the predicted finish of each communicator's last collective
  * (fusion.c). The model can still be wrong (a collective's fixed cost inside
- * a busy replay is poorly known), so the boundaries of a few alpha scales and
- * the default boundaries are compiled and timed, and the fastest on the
- * slowest rank is kept. No compile runs the cross-rank check again: the graph
+ * a busy replay is poorly known, and so is how much each collective slows
+ * the compute beside it), so the boundaries of a few alpha scales and
+ * overlaps and the default boundaries are compiled and timed, and the
+ * fastest on the slowest rank is kept. No compile runs the cross-rank check again: the graph
  * is the plan's, and the agreement on the tuning carries any rank's failure. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,16 +106,6 @@ static cg_status_t time_all(double *seconds, cg_plan_t **plans, uint32_t n, int 
   return st;
 }
 
-/* 1 when a and b cut their collectives into the same buckets. */
-static int same_buckets(const cg_plan_t *a, const cg_plan_t *b) {
-  if (a->n_buckets != b->n_buckets) return 0;
-  for (uint32_t i = 0; i < a->n_buckets; i++)
-    if (a->buckets[i].n_members != b->buckets[i].n_members ||
-        memcmp(a->buckets[i].members, b->buckets[i].members, a->buckets[i].n_members * sizeof(uint32_t)))
-      return 0;
-  return 1;
-}
-
 /* The cost model's alpha times these: the boundaries of each are compiled and
  * timed (cost_model.h says why one alpha is not enough). Below 1 too: the
  * calibration raises alpha until the model is no faster than the profiled
@@ -123,7 +114,14 @@ static int same_buckets(const cg_plan_t *a, const cg_plan_t *b) {
  * exposed) than the best of the scales from 1 up (34.4 us). */
 static const double alpha_scales[] = {0.5, 1, 2, 4, 8};
 #define N_SCALES (sizeof alpha_scales / sizeof alpha_scales[0])
-#define MAX_CANDIDATES (N_SCALES + 1)
+/* And the model's alpha with each collective also delaying the compute
+ * later ones wait for, by alpha times these (cg_cost_model_overlap): on 2
+ * H200 (ResNet-50, B = 1 ms, session 12) the boundaries of alpha x 4 won,
+ * six buckets whose last one, 8.7 MB, ran 55 us after the backward pass,
+ * while the communication lane sat idle for 160 us before it. */
+static const double overlap_scales[] = {0.125, 0.25, 0.5};
+#define N_OVERLAPS (sizeof overlap_scales / sizeof overlap_scales[0])
+#define MAX_CANDIDATES (N_SCALES + N_OVERLAPS + 1)
 
 /* Profiles `plan` (collective, like any replay) and models it into *tuning;
  * the plan keeps what it measured (its dump and DOT show it). A rank that
@@ -150,28 +148,33 @@ static cg_status_t measure(cg_tuning_t *tuning, cg_plan_t *plan, cg_graph_t *gra
   return mine;
 }
 
-/* Compiles the model's boundaries at each alpha scale into candidates[*n..],
- * dropping those that cut as an earlier candidate does. `mine` carries this
- * rank's failure into the compiles (every compile agrees, so a failure on
- * one rank ends them all). */
+/* Compiles the model's boundaries at each alpha scale, then with each
+ * overlap (`profiled`: the plan the model was made from, with its profile
+ * in `measured`), into candidates[*n..]. `mine` carries this rank's failure into the
+ * compiles (every compile agrees, so a failure on one rank ends them all). */
 static cg_status_t add_scaled(cg_plan_t **candidates, uint32_t *n, cg_graph_t *graph, const cg_compile_opts_t *copts,
-                              const cg_tuning_t *tuning, cg_status_t mine) {
+                              const cg_tuning_t *tuning, const cg_plan_t *profiled, cg_status_t mine) {
   cg_status_t st = CG_SUCCESS;
-  for (size_t k = 0; k < N_SCALES && st == CG_SUCCESS; k++) {
+  for (size_t k = 0; k < N_SCALES + N_OVERLAPS && st == CG_SUCCESS; k++) {
     cg_tuning_t scaled = {0};
-    cg_status_t made = mine == CG_SUCCESS ? cg_cost_model_scaled(&scaled, tuning, alpha_scales[k], WHERE) : mine;
+    cg_status_t made = mine;
+    if (made == CG_SUCCESS && k < N_SCALES)
+      made = cg_cost_model_scaled(&scaled, tuning, alpha_scales[k], WHERE);
+    else if (made == CG_SUCCESS && !profiled->measured)
+      made = cg_fail(CG_ERR_INTERNAL, WHERE ": the profiled plan kept no profile");
+    else if (made == CG_SUCCESS)
+      made = cg_cost_model_overlap(&scaled, tuning, profiled, profiled->measured, overlap_scales[k - N_SCALES], WHERE);
     st = cg_compile_tuning(&candidates[*n], graph, copts, made == CG_SUCCESS ? &scaled : NULL, 0, made);
     cg_tuning_free(&scaled);
     if (st != CG_SUCCESS) break;
-    /* buckets are agreed, so every rank drops the same duplicates */
-    int seen = 0;
-    for (uint32_t j = 0; j < *n && !seen; j++) seen = same_buckets(candidates[j], candidates[*n]);
-    if (seen) {
-      cg_plan_destroy(candidates[*n]);
-      candidates[*n] = NULL;
-    } else {
-      (*n)++;
-    }
+    /* Kept even where it cuts as an earlier candidate does: each
+     * communicator's ranks agree on its buckets, but a rank on A alone and
+     * one on A and B can see a candidate as a duplicate and as new (its
+     * buckets on B differ), then time different lists and wait for each
+     * other for good (test_mpi_tune, communicators over different ranks,
+     * once the overlap candidates came). The fastest stays the first of
+     * equal ones. */
+    (*n)++;
   }
   return st;
 }
@@ -226,7 +229,7 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
   uint32_t n = 0;
   st = cg_compile_tuning(&candidates[n], graph, &copts, mine == CG_SUCCESS ? &tuning : NULL, 1, mine);
   if (st == CG_SUCCESS) n++;
-  if (st == CG_SUCCESS) st = add_scaled(candidates, &n, graph, &copts, &tuning, CG_SUCCESS);
+  if (st == CG_SUCCESS) st = add_scaled(candidates, &n, graph, &copts, &tuning, plan, CG_SUCCESS);
   cg_tuning_free(&tuning);
   /* the model can be wrong: the candidate that runs fastest on the slowest
    * rank is kept; the default unless another is strictly faster */
@@ -242,7 +245,7 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
     candidates[0] = kept;
     n = 1;
     mine = measure(&tuning, kept, graph, opts);
-    st = add_scaled(candidates, &n, graph, &copts, &tuning, mine);
+    st = add_scaled(candidates, &n, graph, &copts, &tuning, kept, mine);
     cg_tuning_free(&tuning);
     st = keep_fastest(&kept, candidates, n, st, opts->replays);
   }

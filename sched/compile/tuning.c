@@ -16,9 +16,11 @@ int cg_plan_default_won(const cg_plan_t *plan) {
 }
 
 /* ---- agreeing: per participant, a header (this rank's status, its
- * default_won and its failure's detail), then alpha and bytes_per_us, then
- * one ready time per collective of its sequence (doubles). Every rank fills
- * it, failed or not, so a failure and its reason reach every rank. */
+ * default_won and its failure's detail), then alpha, bytes_per_us and
+ * overlap_us, then one ready time per collective of its sequence (doubles).
+ * Every rank fills it, failed or not, so a failure and its reason reach
+ * every rank. */
+enum { COST_VALUES = 3 };
 
 enum { DETAIL_BYTES = 512 };
 
@@ -52,7 +54,7 @@ static const cg_comm_sequence_t *seq_of(const agree_ctx_t *a, uint32_t i) {
 
 static size_t agree_bytes(void *ctx, uint32_t i) {
   const cg_comm_sequence_t *seq = seq_of(ctx, i);
-  return sizeof(header_t) + (2 + (seq ? (size_t)seq->len : 0)) * sizeof(double);
+  return sizeof(header_t) + (COST_VALUES + (seq ? (size_t)seq->len : 0)) * sizeof(double);
 }
 
 static void agree_fill(void *ctx, uint32_t i, uint8_t *mine) {
@@ -62,13 +64,13 @@ static void agree_fill(void *ctx, uint32_t i, uint8_t *mine) {
   memcpy(mine, &h, sizeof h);
   mine += sizeof h;
   if (a->mine != CG_SUCCESS) return; /* zeros: nothing measured */
-  double v[2] = {INFINITY, 0};
+  double v[COST_VALUES] = {INFINITY, 0, 0};
   const cg_comm_cost_t *c = cg_tuning_cost(a->t, a->comms[i]);
-  if (c) v[0] = c->alpha_us, v[1] = c->bytes_per_us;
+  if (c) v[0] = c->alpha_us, v[1] = c->bytes_per_us, v[2] = c->overlap_us;
   memcpy(mine, v, sizeof v);
   const cg_comm_sequence_t *seq = seq_of(a, i);
   for (uint32_t p = 0; seq && p < seq->len; p++)
-    memcpy(mine + (2 + p) * sizeof(double), &a->t->ready_us[seq->nodes[p]], sizeof(double));
+    memcpy(mine + (COST_VALUES + p) * sizeof(double), &a->t->ready_us[seq->nodes[p]], sizeof(double));
 }
 
 static void agree_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride, int size) {
@@ -91,7 +93,7 @@ static void agree_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride, 
   if (!all_ok || a->mine != CG_SUCCESS) return;
   cg_comm_cost_t *c = (cg_comm_cost_t *)cg_tuning_cost(a->t, a->comms[i]);
   const cg_comm_sequence_t *seq = seq_of(a, i);
-  size_t n = 2 + (seq ? (size_t)seq->len : 0);
+  size_t n = COST_VALUES + (seq ? (size_t)seq->len : 0);
   for (int r = 0; r < size; r++) {
     const uint8_t *data = all + (size_t)r * stride + sizeof(header_t);
     double v;
@@ -99,8 +101,9 @@ static void agree_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride, 
       memcpy(&v, data + k * sizeof(double), sizeof v);
       if (k == 0 && c && v < c->alpha_us) c->alpha_us = v;
       if (k == 1 && c && v > c->bytes_per_us) c->bytes_per_us = v;
-      if (k >= 2) {
-        double *ready = &a->t->ready_us[seq->nodes[k - 2]];
+      if (k == 2 && c && v > c->overlap_us) c->overlap_us = v;
+      if (k >= COST_VALUES) {
+        double *ready = &a->t->ready_us[seq->nodes[k - COST_VALUES]];
         if (v > *ready) *ready = v;
       }
     }

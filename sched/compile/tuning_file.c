@@ -37,7 +37,8 @@ cg_status_t cg_tuning_file_write(FILE *f, const char *path, const cg_tuning_shap
   fprintf(f, "commgraph-tuning %d\n", CG_TUNING_FILE_VERSION);
   fputs("# the tuning a plan was compiled with (cg_plan_save_tuning; docs/tuning.md): per node on a\n"
         "# communicator, when its inputs were ready (us from the replay's start); per communicator by\n"
-        "# agreed id, a collective's cost alpha_us + bytes / bytes_per_us\n", f);
+        "# agreed id, a collective's cost alpha_us + bytes / bytes_per_us (and overlap_us: how much each\n"
+        "# collective delays the compute later ones wait for)\n", f);
   fprintf(f, "nodes %u\n", shape->n_nodes);
   for (uint32_t i = 0; i < shape->n_nodes; i++) {
     if (!shape->communicates[i]) continue;
@@ -52,8 +53,14 @@ cg_status_t cg_tuning_file_write(FILE *f, const char *path, const cg_tuning_shap
     char alpha[64], bandwidth[64];
     cg_text_format_double(alpha, sizeof alpha, v->alpha_us[k], 17, 0);
     cg_text_format_double(bandwidth, sizeof bandwidth, v->bytes_per_us[k], 17, 0);
-    fprintf(f, "comm %u size %d rank %d alpha_us %s bytes_per_us %s\n", k, shape->sizes[k], shape->ranks[k], alpha,
+    fprintf(f, "comm %u size %d rank %d alpha_us %s bytes_per_us %s", k, shape->sizes[k], shape->ranks[k], alpha,
             bandwidth);
+    if (v->overlap_us[k] != 0) {
+      char overlap[64];
+      cg_text_format_double(overlap, sizeof overlap, v->overlap_us[k], 17, 0);
+      fprintf(f, " overlap_us %s", overlap);
+    }
+    fputc('\n', f);
   }
   fprintf(f, "boundaries %s\nend\n", v->default_won ? "default" : "tuned");
   if (fflush(f) != 0 || ferror(f))
@@ -257,13 +264,14 @@ cg_status_t cg_tuning_file_read(FILE *f, const char *path, const cg_tuning_shape
     st = next_line(r);
     p = r->text;
     uint32_t index = 0, size = 0, rank = 0;
-    double alpha = 0, bw = 0;
+    double alpha = 0, bw = 0, overlap = 0;
     if (st == CG_SUCCESS &&
         (!word(&p, "comm") || !number_u32(&p, &index) || !word(&p, "size") || !number_u32(&p, &size) ||
          !word(&p, "rank") || !number_u32(&p, &rank) || !word(&p, "alpha_us") || !number_double(&p, &alpha) ||
-         !word(&p, "bytes_per_us") || !number_double(&p, &bw) || !at_end(&p)))
-      st = bad(r, "expected 'comm %u size <ranks> rank <rank> alpha_us <a> bytes_per_us <b>', found '%.80s'", k,
-               r->eof ? "the end of the file" : r->text);
+         !word(&p, "bytes_per_us") || !number_double(&p, &bw) ||
+         (!at_end(&p) && (!word(&p, "overlap_us") || !number_double(&p, &overlap) || !at_end(&p)))))
+      st = bad(r, "expected 'comm %u size <ranks> rank <rank> alpha_us <a> bytes_per_us <b> [overlap_us <o>]', "
+               "found '%.80s'", k, r->eof ? "the end of the file" : r->text);
     else if (st == CG_SUCCESS && index != k)
       st = bad(r, "communicator %u where communicator %u comes (by agreed id)", index, k);
     else if (st == CG_SUCCESS && size != (uint32_t)shape->sizes[k])
@@ -275,7 +283,9 @@ cg_status_t cg_tuning_file_read(FILE *f, const char *path, const cg_tuning_shape
       st = bad(r, "communicator %u: alpha_us %g is not a finite number >= 0", k, alpha);
     else if (st == CG_SUCCESS && !(bw > 0))
       st = bad(r, "communicator %u: bytes_per_us %g is not above 0", k, bw);
-    if (st == CG_SUCCESS) v->alpha_us[k] = alpha, v->bytes_per_us[k] = bw;
+    else if (st == CG_SUCCESS && (!isfinite(overlap) || overlap < 0))
+      st = bad(r, "communicator %u: overlap_us %g is not a finite number >= 0", k, overlap);
+    if (st == CG_SUCCESS) v->alpha_us[k] = alpha, v->bytes_per_us[k] = bw, v->overlap_us[k] = overlap;
   }
   /* the winner, and the end */
   if (st == CG_SUCCESS) st = next_line(r);
@@ -370,7 +380,8 @@ cg_status_t cg_plan_save_tuning(const cg_plan_t *plan, const char *path) {
   if (st != CG_SUCCESS) return st;
   double *alpha = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *alpha);
   double *bw = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *bw);
-  if (!alpha || !bw) st = cg_fail(CG_ERR_NO_MEMORY, "%s: describing the tuning", where);
+  double *overlap = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *overlap);
+  if (!alpha || !bw || !overlap) st = cg_fail(CG_ERR_NO_MEMORY, "%s: describing the tuning", where);
   if (st == CG_SUCCESS) cg_plan_comms_by_id(s.by_id, plan);
   for (uint32_t v = 0; st == CG_SUCCESS && v < plan->n_names; v++) s.communicates[v] = plan->nodes[v].comm != NULL;
   for (uint32_t k = 0; st == CG_SUCCESS && k < plan->n_comms; k++) {
@@ -381,10 +392,11 @@ cg_status_t cg_plan_save_tuning(const cg_plan_t *plan, const char *path) {
       break;
     }
     s.sizes[k] = c->size, s.ranks[k] = c->rank, alpha[k] = cost->alpha_us, bw[k] = cost->bytes_per_us;
+    overlap[k] = cost->overlap_us;
   }
   cg_tuning_shape_t shape = {plan->n_names, (const char *const *)plan->node_names, s.communicates, plan->n_comms,
                              s.sizes, s.ranks};
-  cg_tuning_values_t values = {t->ready_us, alpha, bw, cg_plan_default_won(plan)};
+  cg_tuning_values_t values = {t->ready_us, alpha, bw, overlap, cg_plan_default_won(plan)};
   int rank = plan->n_comms ? plan->comms[0].comm->rank : 0;
   char full[4096], tmp[4200];
   FILE *f = NULL;
@@ -400,6 +412,7 @@ cg_status_t cg_plan_save_tuning(const cg_plan_t *plan, const char *path) {
   if (f && st != CG_SUCCESS) remove(tmp);
   free(alpha);
   free(bw);
+  free(overlap);
   shape_storage_free(&s);
   return st;
 }
@@ -413,9 +426,10 @@ cg_status_t cg_tuning_load(cg_tuning_t *out, int *default_won, const cg_graph_t 
   if (st != CG_SUCCESS) return st;
   const char **names = calloc(n ? n : 1, sizeof *names);
   double *alpha = calloc(n_comms ? n_comms : 1, sizeof *alpha), *bw = calloc(n_comms ? n_comms : 1, sizeof *bw);
+  double *overlap = calloc(n_comms ? n_comms : 1, sizeof *overlap);
   *out = (cg_tuning_t){calloc(n ? n : 1, sizeof(double)), n, calloc(n_comms ? n_comms : 1, sizeof(cg_comm_cost_t)),
                        n_comms, 0};
-  if (!names || !alpha || !bw || !out->ready_us || !out->costs)
+  if (!names || !alpha || !bw || !overlap || !out->ready_us || !out->costs)
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: loading a tuning of %u nodes", where, n);
   for (uint32_t v = 0; st == CG_SUCCESS && v < n; v++) {
     const cg_node_rec_t *node = cg_graph_node(g, v);
@@ -433,7 +447,7 @@ cg_status_t cg_tuning_load(cg_tuning_t *out, int *default_won, const cg_graph_t 
     s.sizes[k] = c->size, s.ranks[k] = c->rank;
   }
   cg_tuning_shape_t shape = {n, names, s.communicates, n_comms, s.sizes, s.ranks};
-  cg_tuning_values_t values = {out->ready_us, alpha, bw, 0};
+  cg_tuning_values_t values = {out->ready_us, alpha, bw, overlap, 0};
   char full[4096];
   FILE *f = NULL;
   int rank = n_comms ? order->sequences[0].comm->rank : 0;
@@ -444,7 +458,7 @@ cg_status_t cg_tuning_load(cg_tuning_t *out, int *default_won, const cg_graph_t 
   if (st == CG_SUCCESS) st = cg_tuning_file_read(f, full, &shape, &values, where);
   if (f) fclose(f);
   for (uint32_t k = 0; st == CG_SUCCESS && k < n_comms; k++)
-    out->costs[k] = (cg_comm_cost_t){order->sequences[s.by_id[k]].comm, alpha[k], bw[k]};
+    out->costs[k] = (cg_comm_cost_t){order->sequences[s.by_id[k]].comm, alpha[k], bw[k], overlap[k]};
   if (st == CG_SUCCESS)
     *default_won = values.default_won;
   else
@@ -452,6 +466,7 @@ cg_status_t cg_tuning_load(cg_tuning_t *out, int *default_won, const cg_graph_t 
   free(names);
   free(alpha);
   free(bw);
+  free(overlap);
   shape_storage_free(&s);
   return st;
 }

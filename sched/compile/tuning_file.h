@@ -11,8 +11,9 @@
  *   node <index> "<name>" <ready_us>          one per node on a communicator,
  *                                             by index
  *   comms <communicator count>
- *   comm <k> size <ranks> rank <rank> alpha_us <a> bytes_per_us <b>
- *                                             k: by agreed id, 0, 1, ...
+ *   comm <k> size <ranks> rank <rank> alpha_us <a> bytes_per_us <b> [overlap_us <o>]
+ *                                             k: by agreed id, 0, 1, ...;
+ *                                             overlap_us only where not 0
  *   boundaries tuned | default                which won cg_plan_tune's timing
  *   end
  *
@@ -45,6 +46,7 @@ typedef struct cg_tuning_shape {
 typedef struct cg_tuning_values {
   double *ready_us;                /* n_nodes; only communicating nodes' are written and read */
   double *alpha_us, *bytes_per_us; /* n_comms */
+  double *overlap_us;              /* n_comms: 0 where the file has none */
   int default_won;                 /* the default boundaries won the timing (boundaries default) */
 } cg_tuning_values_t;
 

@@ -105,7 +105,10 @@ int cg_plan_model_text(char *buf, size_t size, const cg_plan_t *plan, uint32_t c
   const cg_comm_cost_t *cost = cg_tuning_cost(plan->tuning, plan->comms[comm_index].comm);
   if (!cost) return 0;
   double gbs = cost->bytes_per_us * 1e-3; /* bytes per us: MB/s; GB/s a thousandth of that */
-  snprintf(buf, size, "alpha %.1f " MICRO ", %.*f GB/s", cost->alpha_us, gbs >= 100 ? 0 : gbs >= 10 ? 1 : 2, gbs);
+  int n = snprintf(buf, size, "alpha %.1f " MICRO ", %.*f GB/s", cost->alpha_us, gbs >= 100 ? 0 : gbs >= 10 ? 1 : 2,
+                   gbs);
+  if (cost->overlap_us > 0 && n > 0 && (size_t)n < size)
+    snprintf(buf + n, size - (size_t)n, ", overlap %.1f " MICRO, cost->overlap_us);
   return 1;
 }
 

@@ -39,10 +39,13 @@ cg_status_t cg_profile_copy(cg_profile_t *out, const cg_profile_t *from, const c
 void cg_profile_free(cg_profile_t *profile);
 
 /* One communicator's measured collective cost: alpha_us + bytes / bytes_per_us
- * (bytes: a node's largest buffer, as buckets count them). */
+ * (bytes: a node's largest buffer, as buckets count them); overlap_us: how
+ * much each collective on it delays the compute that later collectives wait
+ * for (the fusion's search shifts the ready times of the k-th bucket's
+ * members by k - 1 times it; 0: none). */
 typedef struct cg_comm_cost {
   const cg_comm_t *comm;
-  double alpha_us, bytes_per_us;
+  double alpha_us, bytes_per_us, overlap_us;
 } cg_comm_cost_t;
 
 typedef struct cg_tuning {

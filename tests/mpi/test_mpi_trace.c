@@ -170,7 +170,7 @@ START_TEST(trace__buckets_and_ranks) {
     for (uint32_t v = 0; v < plan->n_names; v++) tuning->ready_us[v] = 10.0 * v;
     tuning->n_costs = 1;
     tuning->costs = calloc(1, sizeof *tuning->costs);
-    tuning->costs[0] = (cg_comm_cost_t){world, 6.5, 301000.0};
+    tuning->costs[0] = (cg_comm_cost_t){world, 6.5, 301000.0, 0};
     plan->tuning = tuning;
     char *dump2 = cg_test_plan_text(plan, 0), *dot2 = cg_test_plan_text(plan, 1);
     uint32_t world_index = plan->comms[0].comm == world ? 0 : 1;

@@ -3,6 +3,7 @@
  * programs, with the suite and main. What a correct fused plan is lives in
  * fusion_invariants.c, which every plan built here is checked against, so
  * that a test states only what is particular to it. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,7 +333,7 @@ START_TEST(fusion__tuned_boundaries_follow_the_cost_model) {
   }
   uint32_t n = cg_graph_node_count(g);
   for (int variant = 0; variant < 3; variant++) {
-    cg_comm_cost_t cost = {comm, variant == 2 ? 5000.0 : 10.0, variant == 2 ? 1e12 : 1e5};
+    cg_comm_cost_t cost = {comm, variant == 2 ? 5000.0 : 10.0, variant == 2 ? 1e12 : 1e5, 0};
     cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1, 0};
     for (uint32_t v = 0; v < n; v++) /* node 2j + 1 is gradient N-1-j's allreduce */
       t.ready_us[v] = variant == 1 ? 0 : 1000.0 * (double)(v / 2 + 1);
@@ -357,6 +358,80 @@ START_TEST(fusion__tuned_boundaries_follow_the_cost_model) {
     free(t.ready_us);
   }
   cg_graph_destroy(g);
+  free(grads);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
+/* The predicted finish of the buckets `cut` makes (bit j: a new bucket at
+ * position j + 1) under the search's model with overlap: the k-th bucket's
+ * members are ready overlap (k - 1) later. */
+static double overlap_finish(unsigned cut, int n, const double *ready, const size_t *bytes,
+                             const cg_comm_cost_t *c) {
+  double finish = 0, r = 0;
+  size_t b = 0;
+  int k = 0;
+  for (int p = 0; p < n; p++) {
+    if (ready[p] > r) r = ready[p];
+    b += bytes[p];
+    if (p < n - 1 && !(cut >> p & 1u)) continue;
+    double start = r + c->overlap_us * k++;
+    finish = (finish > start ? finish : start) + c->alpha_us + (double)b / c->bytes_per_us;
+    r = 0, b = 0;
+  }
+  return finish;
+}
+
+/* The search with overlap (cg_plan_tune's overlap candidates) on random
+ * backward passes of up to 9 gradients: its buckets predict the earliest
+ * finish of every way to cut the sequence (all 2^(n-1), by brute force). */
+START_TEST(fusion__tuned_boundaries_with_overlap_finish_first) {
+  enum { MAX = 9, UNIT = 4096 };
+  cg_comm_t *comm = offline(0, 2);
+  float *grads = calloc((size_t)MAX * 8 * UNIT, sizeof *grads);
+  ck_assert_ptr_nonnull(grads);
+  for (int round = 0; round < 40; round++) {
+    int n = 1 + (int)cg_test_below(MAX);
+    size_t count[MAX], bytes[MAX], at = 0;
+    double ready[MAX], r = 0;
+    cg_graph_t *g = fusion_new_graph();
+    for (int j = 0; j < n; j++) { /* position j is gradient n - 1 - j, recorded j-th */
+      count[j] = UNIT * (1 + cg_test_below(8));
+      bytes[j] = count[j] * sizeof(float);
+      ready[j] = r += (double)cg_test_below(200);
+      ck_assert_cg_ok(cg_allreduce(NULL, g, comm, grads + at, grads + at, count[j], CG_FLOAT32, CG_SUM));
+      at += count[j];
+    }
+    cg_comm_cost_t cost = {comm, (double)cg_test_below(100), 100.0 + (double)cg_test_below(2000),
+                           (double)(1 + cg_test_below(60))};
+    uint32_t nodes = cg_graph_node_count(g);
+    cg_tuning_t t = {calloc(nodes, sizeof(double)), nodes, &cost, 1, 0};
+    for (int j = 0; j < n; j++) t.ready_us[j] = ready[j];
+    cg_plan_t *plan = NULL;
+    cg_compile_opts_t o = CG_COMPILE_OPTS_INIT;
+    o.bucket_bytes = (size_t)MAX * 8 * UNIT * sizeof(float); /* no cap */
+    ck_assert_cg_ok(cg_compile_tuned(&plan, g, &o, &t, CG_SUCCESS));
+    fusion_check_fused(g, plan, NULL, plan->bucket_bytes, 1);
+    /* the plan's cuts: a collective of one node or a bucket of consecutive ones */
+    unsigned got = 0;
+    for (uint32_t i = 0; i < plan->n_steps; i++) {
+      const cg_step_t *st = &plan->steps[i];
+      if (st->kind != CG_STEP_COLLECTIVE) continue;
+      uint32_t first = st->bucket == CG_NO_STEP ? st->node : plan->buckets[st->bucket].members[0];
+      if (first > 0) got |= 1u << (first - 1);
+    }
+    double best = INFINITY, mine = overlap_finish(got, n, ready, bytes, &cost);
+    for (unsigned cut = 0; cut < 1u << (n - 1); cut++) {
+      double f = overlap_finish(cut, n, ready, bytes, &cost);
+      if (f < best) best = f;
+    }
+    ck_assert_msg(mine <= best + 1e-3, "round %d, %d gradients: cut %#x finishes at %.3f us, the best at %.3f "
+                  "(alpha %.0f, %.0f bytes/us, overlap %.0f)", round, n, got, mine, best, cost.alpha_us,
+                  cost.bytes_per_us, cost.overlap_us);
+    cg_plan_destroy(plan);
+    cg_graph_destroy(g);
+    free(t.ready_us);
+  }
   free(grads);
   cg_comm_destroy(comm);
 }
@@ -649,7 +724,8 @@ static Suite *suite(void) {
        fusion__bucket_size_splits_buckets, fusion__dependent_allreduces_do_not_fuse, fusion__different_keys_do_not_fuse,
        fusion__bucket_bytes_from_the_environment, fusion__stats_count_copies,
        fusion__bucket_never_holds_back_other_communication, fusion__buckets_overlap_compute,
-       fusion__overlap_buckets_close_at_their_size_as_in_ddp, fusion__tuned_boundaries_follow_the_cost_model},
+       fusion__overlap_buckets_close_at_their_size_as_in_ddp, fusion__tuned_boundaries_follow_the_cost_model,
+       fusion__tuned_boundaries_with_overlap_finish_first},
       {fusion__fence_waits_for_bucket_unpack, fusion__bucket_pack_waits_for_fence},
       {arena__pieces_touch_and_align_to_their_elements, arena__random_allocations_follow_the_model}};
   const char *names[] = {"fusion", "bugs", "arena"};

@@ -26,7 +26,7 @@ typedef struct case_data {
   char name_text[MAX_NODES][40];
   uint8_t communicates[MAX_NODES];
   int sizes[MAX_COMMS], ranks[MAX_COMMS];
-  double ready[MAX_NODES], alpha[MAX_COMMS], bw[MAX_COMMS];
+  double ready[MAX_NODES], alpha[MAX_COMMS], bw[MAX_COMMS], overlap[MAX_COMMS];
   cg_tuning_values_t values;
 } case_t;
 
@@ -69,12 +69,13 @@ static void random_case(case_t *c) {
     c->ranks[k] = (int)cg_test_below((uint64_t)c->sizes[k]);
     c->alpha[k] = random_double(0);
     c->bw[k] = random_double(1);
+    c->overlap[k] = cg_test_below(2) ? random_double(0) : 0; /* 0 is left out of the file */
   }
   c->shape.names = cg_test_below(5) ? c->names : NULL;
   c->shape.communicates = c->communicates;
   c->shape.sizes = c->sizes;
   c->shape.ranks = c->ranks;
-  c->values = (cg_tuning_values_t){c->ready, c->alpha, c->bw, (int)cg_test_below(2)};
+  c->values = (cg_tuning_values_t){c->ready, c->alpha, c->bw, c->overlap, (int)cg_test_below(2)};
 }
 
 /* The file's text (malloc'ed). */
@@ -98,7 +99,8 @@ static cg_status_t read_text(const char *text, const case_t *c, case_t *into) {
   fputs(text, f);
   rewind(f);
   memset(into, 0, sizeof *into);
-  into->values = (cg_tuning_values_t){into->ready, into->alpha, into->bw, -1};
+  for (int k = 0; k < MAX_COMMS; k++) into->overlap[k] = -1; /* poisoned: every read sets it */
+  into->values = (cg_tuning_values_t){into->ready, into->alpha, into->bw, into->overlap, -1};
   cg_status_t st = cg_tuning_file_read(f, "t.txt", &c->shape, &into->values, "test");
   fclose(f);
   return st;
@@ -114,6 +116,7 @@ START_TEST(tuning_file__random_tunings_round_trip_exactly) {
     if (c.communicates[i]) ck_assert_msg(!memcmp(&back.ready[i], &c.ready[i], sizeof(double)), "node %u", i);
   ck_assert(!memcmp(back.alpha, c.alpha, c.shape.n_comms * sizeof(double)));
   ck_assert(!memcmp(back.bw, c.bw, c.shape.n_comms * sizeof(double)));
+  ck_assert(!memcmp(back.overlap, c.overlap, c.shape.n_comms * sizeof(double)));
   ck_assert_int_eq(back.values.default_won, c.values.default_won);
   /* another rank's file: only the ranks differ, and they are not compared */
   for (uint32_t k = 0; k < c.shape.n_comms; k++) c.ranks[k] = (c.ranks[k] + 1) % c.sizes[k];
@@ -171,7 +174,7 @@ static void fixed_case(case_t *c) {
   c->communicates[1] = c->communicates[3] = 1;
   c->sizes[0] = 4, c->sizes[1] = 2, c->ranks[0] = 3, c->ranks[1] = 1;
   c->ready[1] = 1.5, c->ready[3] = 2500.25, c->alpha[0] = 12, c->alpha[1] = 0.5, c->bw[0] = 3e4, c->bw[1] = 1e5;
-  c->values = (cg_tuning_values_t){c->ready, c->alpha, c->bw, 0};
+  c->values = (cg_tuning_values_t){c->ready, c->alpha, c->bw, c->overlap, 0};
 }
 
 START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
@@ -211,6 +214,9 @@ START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
       {c0, "comm 0 size 4 rank 3 alpha_us inf bytes_per_us 30000", "alpha_us inf is not a finite number", 0},
       {c1, "comm 1 size 2 rank 1 alpha_us 1 bytes_per_us 0", "bytes_per_us 0 is not above 0", 0},
       {c1, "comm 1 size 2 rank 1 alpha_us 1", "expected 'comm 1 size <ranks>", 0},
+      {c1, "comm 1 size 2 rank 1 alpha_us 1 bytes_per_us 5 overlap_us -2", "overlap_us -2 is not a finite", 0},
+      {c1, "comm 1 size 2 rank 1 alpha_us 1 bytes_per_us 5 overlap_us", "expected 'comm 1 size <ranks>", 0},
+      {c1, "comm 1 size 2 rank 1 alpha_us 1 bytes_per_us 5 lag_us 3", "expected 'comm 1 size <ranks>", 0},
       {bounds, "boundaries best", "expected 'boundaries tuned' or 'boundaries default'", 0},
       {end, NULL, "expected 'end', found 'the end of the file (cut short?)'", 0},
       {end, "end\nmore", "text after 'end': 'more'", end + 1},
@@ -285,7 +291,8 @@ START_TEST(tuning_file__a_saved_tuning_compiles_to_the_same_buckets) {
   cg_graph_t *g = backward(comm, grads);
   uint32_t n = cg_graph_node_count(g);
   /* random ready times, rising with the backward, and a random cost */
-  cg_comm_cost_t cost = {comm, 1.0 + (double)cg_test_below(2000), 1e3 * (double)(1 + cg_test_below(1000))};
+  cg_comm_cost_t cost = {comm, 1.0 + (double)cg_test_below(2000), 1e3 * (double)(1 + cg_test_below(1000)),
+                         cg_test_below(2) ? (double)cg_test_below(50) : 0};
   cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1, 0};
   double at = 0;
   for (uint32_t v = 0; v < n; v++) t.ready_us[v] = at += (double)cg_test_below(3000) / 7.0;
