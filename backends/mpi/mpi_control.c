@@ -307,9 +307,10 @@ void cg_mpi_control_roll_call(char *report, size_t size, void *comm_impl, const 
 
 int cg_mpi_control_any_thread(void *comm_impl) {
   const cg_mpi_comm_t *m = comm_impl;
+  if (!m || m->thread_level < MPI_THREAD_MULTIPLE) return 0; /* no MPI call from this thread at all */
   int finalized = 1;
   MPI_Finalized(&finalized); /* callable from any thread, at any time */
-  return m && m->thread_level >= MPI_THREAD_MULTIPLE && !finalized;
+  return !finalized;
 }
 
 cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {

@@ -165,17 +165,21 @@ cg_status_t cg_cost_model_overlap(cg_tuning_t *out, const cg_tuning_t *t, const 
   for (uint32_t c = 0; st == CG_SUCCESS && c < plan->n_comms; c++) {
     cg_comm_cost_t *cost = (cg_comm_cost_t *)cg_tuning_cost(out, plan->comms[c].comm);
     if (!cost) continue;
+    const cg_plan_comm_t *pc = &plan->comms[c];
+    uint32_t on_comm = 0;
+    for (uint32_t v = 0; v < plan->n_names; v++) on_comm += plan->nodes[v].comm == pc->comm;
+    if (on_comm > CG_OVERLAP_MAX_COLLECTIVES) continue; /* the search would not take it */
     cost->overlap_us = cost->alpha_us * overlap_scale;
     /* the profiled plan's collectives delayed the ready times it measured:
      * take out overlap_us for each that started before, so that the search
      * puts back its own candidates' */
-    const cg_plan_comm_t *pc = &plan->comms[c];
     for (uint32_t v = 0; v < plan->n_names && v < out->n_nodes; v++) {
       if (plan->nodes[v].comm != pc->comm || out->ready_us[v] <= 0) continue;
       uint32_t before = 0;
       for (uint32_t k = 0; k < pc->n_steps; k++) {
         const cg_step_t *s = &plan->steps[pc->steps[k]];
-        before += s->kind == CG_STEP_COLLECTIVE && prof->start_us[pc->steps[k]] < out->ready_us[v];
+        before += s->kind == CG_STEP_COLLECTIVE && s->op_kind != CG_NODE_BARRIER &&
+                  prof->start_us[pc->steps[k]] < out->ready_us[v];
       }
       double ready = out->ready_us[v] - cost->overlap_us * (double)before;
       out->ready_us[v] = ready > 0 ? ready : 0;

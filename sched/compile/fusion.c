@@ -391,10 +391,10 @@ static cg_status_t tuned_breaks(sim_t *s, uint32_t c, const cg_comm_cost_t *cost
  *   F(p, k) = min over i of max(F(i - 1, k - 1), max ready(i..p) + overlap (k - 1))
  *             + alpha + bytes(i..p) / bytes_per_us,
  * and the boundaries of the best F(len - 1, k) (ties: fewer buckets). Up to
- * OVERLAP_MAX_BUCKETS buckets on sequences of up to OVERLAP_MAX_LEN
- * collectives; longer ones are searched without the overlap. */
+ * OVERLAP_MAX_BUCKETS buckets on sequences of up to CG_OVERLAP_MAX_COLLECTIVES
+ * collectives; longer ones are searched without the overlap (and get none
+ * from the cost model). */
 #define OVERLAP_MAX_BUCKETS 48
-#define OVERLAP_MAX_LEN 1024
 
 static cg_status_t tuned_breaks_overlap(sim_t *s, uint32_t c, const cg_comm_cost_t *cost, const char *where) {
   const cg_comm_sequence_t *sq = &s->order->sequences[c];
@@ -443,7 +443,9 @@ static cg_status_t tuned_breaks_overlap(sim_t *s, uint32_t c, const cg_comm_cost
     if (f < INFINITY && (best == UINT32_MAX || f < finish[(size_t)(best - 1) * len + len - 1] - 1e-3)) best = k;
   }
   /* none within OVERLAP_MAX_BUCKETS (sequences that break more often): the
-   * search without the overlap */
+   * search without the overlap, on ready times the cost model moved earlier
+   * (cg_cost_model_overlap): this candidate then hopes for too much, and
+   * the timing judges it */
   if (best == UINT32_MAX) {
     free(finish), free(from);
     cg_comm_cost_t plain = *cost;
@@ -510,7 +512,7 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   if (tuning && !(s.tuned_break = calloc(nn, 1))) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating tuned breaks", where);
   for (uint32_t c = 0; tuning && st == CG_SUCCESS && c < n_seq; c++) {
     const cg_comm_cost_t *cost = cg_tuning_cost(tuning, order->sequences[c].comm);
-    if (cost && cost->overlap_us > 0 && order->sequences[c].len <= OVERLAP_MAX_LEN)
+    if (cost && cost->overlap_us > 0 && order->sequences[c].len <= CG_OVERLAP_MAX_COLLECTIVES)
       st = tuned_breaks_overlap(&s, c, cost, where);
     else if (cost)
       st = tuned_breaks(&s, c, cost, where);

@@ -43,6 +43,11 @@ void cg_profile_free(cg_profile_t *profile);
  * much each collective on it delays the compute that later collectives wait
  * for (the fusion's search shifts the ready times of the k-th bucket's
  * members by k - 1 times it; 0: none). */
+/* The longest sequence of collectives on one communicator that the fusion's
+ * search with overlap takes (fusion.c); longer ones are searched without it,
+ * and cg_cost_model_overlap leaves their communicators without one. */
+#define CG_OVERLAP_MAX_COLLECTIVES 1024u
+
 typedef struct cg_comm_cost {
   const cg_comm_t *comm;
   double alpha_us, bytes_per_us, overlap_us;

@@ -30,15 +30,15 @@ static void answer_until_done(MPI_Comm comm, MPI_Comm done_comm, const char *wai
   }
 }
 
-/* Takes the roll calls this rank did not answer, so that none outlives the
- * communicator. */
+/* Takes the roll calls this rank did not answer (and answers that came
+ * after their call's grace), so that none outlives the communicator. */
 static void drain(MPI_Comm comm) {
   for (int flag = 1; flag;) {
     MPI_Message message;
     MPI_Status status;
-    char query[64];
+    char message_bytes[1024]; /* a call or a late answer: both far smaller */
     MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &message, &status);
-    if (flag) MPI_Mrecv(query, (int)sizeof query, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    if (flag) MPI_Mrecv(message_bytes, (int)sizeof message_bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
   }
 }
 

@@ -50,6 +50,8 @@ struct cg_cuda_plan {
                               monitor to see it, CG_FIRED_REPORTED once its report is stored */
   uint64_t answered_ns;    /* when the waiter last answered roll calls (cg_watchdog_answer) */
   uint64_t monitor_answered_ns; /* the same for the monitor thread, for a replay nobody waits for */
+  uint64_t launched_replay; /* p->replays at the latest cg_plan_launch, stored under the monitor's lock:
+                               what the monitor names (p->replays moves on the program's thread) */
   cg_status_t fired_status; /* what fired: CG_ERR_TIMEOUT, or CG_ERR_MISMATCH (fingerprints) */
   cg_device_prints_t *prints; /* the replay's fingerprint (plans with a timeout), or NULL */
   uint64_t progress_ns;    /* when the marks last moved */

@@ -289,6 +289,12 @@ typedef struct fired {
   char *report; /* malloc'd; NULL: nothing to tell */
 } fired_t;
 
+/* The replay the monitor names: an embedded plan's from its marks, a
+ * launched one's as cg_plan_launch left it under monitor_lock. */
+static uint64_t monitor_replay(const cg_plan_t *p) {
+  return p->cuda->embedded && p->cuda->marks ? marks_replay(p) : p->cuda->launched_replay;
+}
+
 /* The monitor's verdict on a plan whose replay made no progress for the
  * timeout, or whose ranks' fingerprints differed: 1 (it leaves the list),
  * with the report in *fired for the handler unless the waiter reported it
@@ -300,8 +306,8 @@ static int fire(cg_plan_t *p, const char *caller, fired_t *fired) {
    * monitor_lock meanwhile (at most 0.25 s), and it answers the others'
    * roll calls while it waits for theirs */
   cg_status_t st = cg_device_prints_mismatch(p->cuda->prints, mismatch, sizeof mismatch)
-                       ? cg_cuda_mismatch(&first, p, caller, cg_cuda_replay_number(p), mismatch)
-                       : cg_cuda_time_out(&first, p, caller, cg_cuda_replay_number(p), cg_watchdog_any_thread(p));
+                       ? cg_cuda_mismatch(&first, p, caller, monitor_replay(p), mismatch)
+                       : cg_cuda_time_out(&first, p, caller, monitor_replay(p), cg_watchdog_any_thread(p));
   if (first) *fired = (fired_t){st, cg_copy_text(cg_error_last(), 4096)};
   return 1;
 }
@@ -310,7 +316,7 @@ static int fire(cg_plan_t *p, const char *caller, fired_t *fired) {
  * ranks whose replay timed out hear from this thread where this rank is
  * ("plan 'x', replay R", as a waiting rank says), where MPI allows it. */
 static void answer_for(cg_plan_t *p) {
-  if (cg_watchdog_any_thread(p)) cg_watchdog_answer(p, cg_cuda_replay_number(p), &p->cuda->monitor_answered_ns);
+  if (cg_watchdog_any_thread(p)) cg_watchdog_answer(p, monitor_replay(p), &p->cuda->monitor_answered_ns);
 }
 
 /* An embedded plan: a replay is in flight while the lock's holder counted
@@ -440,6 +446,7 @@ static cg_status_t watch(cg_plan_t *p, const char *caller) {
 
 cg_status_t cg_cuda_watch_launch(cg_plan_t *p) {
   pthread_mutex_lock(&monitor_lock);
+  p->cuda->launched_replay = p->replays;
   cg_status_t st = watch(p, "cg_plan_launch");
   pthread_mutex_unlock(&monitor_lock);
   return st;
