@@ -331,46 +331,68 @@ static void initial_reasons(cg_fusion_t *f, const cg_graph_t *g, const cg_comm_o
  * practice on long sequences. */
 #define TUNED_WINDOW 1024
 
+/* A bucket that may end at a position: its first position, bytes and its
+ * members' latest ready time. */
+typedef struct bucket_choice {
+  uint32_t first;
+  size_t bytes;
+  double ready;
+} bucket_choice_t;
+
+/* The buckets that may end at position p, first p, then p - 1, ..., while
+ * first..p may form one bucket (same key, consecutive, within the bucket
+ * size `cap` and TUNED_WINDOW members): into out (TUNED_WINDOW entries);
+ * how many. */
+static uint32_t buckets_ending_at(bucket_choice_t *out, const sim_t *s, const cg_comm_sequence_t *sq, size_t cap,
+                                  uint32_t p) {
+  uint32_t n = 0;
+  double ready = 0;
+  size_t bytes = 0;
+  for (uint32_t i = p + 1; i-- > 0 && p - i < TUNED_WINDOW;) {
+    const cg_node_rec_t *node = cg_graph_node(s->g, sq->nodes[i]);
+    size_t b = cg_fusion_node_bytes(node);
+    if (i < p && (b > cap || bytes > cap - b)) break;
+    bytes += b;
+    double r = s->tuning->ready_us[sq->nodes[i]];
+    if (r > ready) ready = r;
+    out[n++] = (bucket_choice_t){i, bytes, ready};
+    /* i may join i - 1 only when both fuse with the same key */
+    const cg_node_rec_t *before = i ? cg_graph_node(s->g, sq->nodes[i - 1]) : NULL;
+    if (!before || !cg_kind_is_fusible(node->kind) || !cg_kind_is_fusible(before->kind) || !same_key(node, before))
+      break;
+  }
+  return n;
+}
+
 /* Bucket boundaries for one communicator from measured times: with F(p) the
  * predicted finish of the collective that ends at position p, a bucket of
  * positions i..p starts once the one before has finished and its last input
  * is ready, and costs alpha + bytes / bytes_per_us:
  *   F(p) = min over i of max(F(i - 1), max ready(i..p)) + alpha + bytes(i..p) / bytes_per_us
- * over the i that may join p (same key, consecutive, within the bucket size).
- * Marks the first position of every chosen bucket that could have joined the
- * one before. */
+ * over the i that may join p (buckets_ending_at). Marks the first position
+ * of every chosen bucket that could have joined the one before. */
 static cg_status_t tuned_breaks(sim_t *s, uint32_t c, const cg_comm_cost_t *cost, const char *where) {
   const cg_comm_sequence_t *sq = &s->order->sequences[c];
-  const cg_tuning_t *t = s->tuning;
   uint32_t len = sq->len;
   double *finish = malloc((len ? len : 1) * sizeof *finish);
   uint32_t *from = malloc((len ? len : 1) * sizeof *from);
-  if (!finish || !from) {
-    free(finish), free(from);
+  bucket_choice_t *choices = malloc(TUNED_WINDOW * sizeof *choices);
+  if (!finish || !from || !choices) {
+    free(finish), free(from), free(choices);
     return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the tuned bucket search", where);
   }
-  size_t cap = s->f->bucket_bytes[c];
   for (uint32_t p = 0; p < len; p++) {
     finish[p] = INFINITY;
     from[p] = p;
-    double ready = 0;
-    size_t bytes = 0;
-    for (uint32_t i = p + 1; i-- > 0 && p - i < TUNED_WINDOW;) {
-      const cg_node_rec_t *n = cg_graph_node(s->g, sq->nodes[i]);
-      size_t b = cg_fusion_node_bytes(n);
-      if (i < p && (b > cap || bytes > cap - b)) break;
-      bytes += b;
-      double r = t->ready_us[sq->nodes[i]];
-      if (r > ready) ready = r;
-      double start = i ? finish[i - 1] : 0;
-      if (ready > start) start = ready;
-      double f = start + cost->alpha_us + (double)bytes / cost->bytes_per_us;
+    uint32_t n = buckets_ending_at(choices, s, sq, s->f->bucket_bytes[c], p);
+    for (uint32_t j = 0; j < n; j++) {
+      const bucket_choice_t *b = &choices[j];
+      double start = b->first ? finish[b->first - 1] : 0;
+      if (b->ready > start) start = b->ready;
+      double f = start + cost->alpha_us + (double)b->bytes / cost->bytes_per_us;
       /* within a nanosecond counts as a tie, which goes to the larger bucket
        * (fewer collectives for the same finish) */
-      if (f <= finish[p] + 1e-3) finish[p] = f, from[p] = i;
-      /* i may join i - 1 only when both fuse with the same key */
-      const cg_node_rec_t *before = i ? cg_graph_node(s->g, sq->nodes[i - 1]) : NULL;
-      if (!before || !cg_kind_is_fusible(n->kind) || !cg_kind_is_fusible(before->kind) || !same_key(n, before)) break;
+      if (f <= finish[p] + 1e-3) finish[p] = f, from[p] = b->first;
     }
   }
   for (uint32_t p = len; p-- > 0;) {
@@ -381,6 +403,7 @@ static cg_status_t tuned_breaks(sim_t *s, uint32_t c, const cg_comm_cost_t *cost
   }
   free(finish);
   free(from);
+  free(choices);
   return CG_SUCCESS;
 }
 
@@ -398,32 +421,26 @@ static cg_status_t tuned_breaks(sim_t *s, uint32_t c, const cg_comm_cost_t *cost
 
 static cg_status_t tuned_breaks_overlap(sim_t *s, uint32_t c, const cg_comm_cost_t *cost, const char *where) {
   const cg_comm_sequence_t *sq = &s->order->sequences[c];
-  const cg_tuning_t *t = s->tuning;
   uint32_t len = sq->len, K = OVERLAP_MAX_BUCKETS < len ? OVERLAP_MAX_BUCKETS : len;
   if (!len) return CG_SUCCESS;
   double *finish = malloc((size_t)K * len * sizeof *finish);
   uint32_t *from = malloc((size_t)K * len * sizeof *from);
-  if (!finish || !from) {
-    free(finish), free(from);
+  bucket_choice_t *choices = malloc(TUNED_WINDOW * sizeof *choices);
+  if (!finish || !from || !choices) {
+    free(finish), free(from), free(choices);
     return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the tuned bucket search", where);
   }
   for (size_t e = 0; e < (size_t)K * len; e++) finish[e] = INFINITY, from[e] = UINT32_MAX;
-  size_t cap = s->f->bucket_bytes[c];
   for (uint32_t p = 0; p < len; p++) {
-    double ready = 0;
-    size_t bytes = 0;
-    for (uint32_t i = p + 1; i-- > 0 && p - i < TUNED_WINDOW;) {
-      const cg_node_rec_t *n = cg_graph_node(s->g, sq->nodes[i]);
-      size_t b = cg_fusion_node_bytes(n);
-      if (i < p && (b > cap || bytes > cap - b)) break;
-      bytes += b;
-      double r = t->ready_us[sq->nodes[i]];
-      if (r > ready) ready = r;
-      double cost_us = cost->alpha_us + (double)bytes / cost->bytes_per_us;
+    uint32_t n = buckets_ending_at(choices, s, sq, s->f->bucket_bytes[c], p);
+    for (uint32_t j = 0; j < n; j++) {
+      const bucket_choice_t *b = &choices[j];
+      uint32_t i = b->first;
+      double cost_us = cost->alpha_us + (double)b->bytes / cost->bytes_per_us;
       /* k - 1 buckets before this one, at most i of them; the first bucket
        * begins the sequence */
       for (uint32_t k = i ? 2 : 1; k <= K && k - 1 <= i; k++) {
-        double start = ready + cost->overlap_us * (double)(k - 1);
+        double start = b->ready + cost->overlap_us * (double)(k - 1);
         if (k > 1) {
           double before = finish[(size_t)(k - 2) * len + i - 1];
           if (before == INFINITY) continue;
@@ -433,8 +450,6 @@ static cg_status_t tuned_breaks_overlap(sim_t *s, uint32_t c, const cg_comm_cost
         size_t at = (size_t)(k - 1) * len + p;
         if (f <= finish[at] + 1e-3) finish[at] = f, from[at] = i; /* ties: the larger bucket */
       }
-      const cg_node_rec_t *before = i ? cg_graph_node(s->g, sq->nodes[i - 1]) : NULL;
-      if (!before || !cg_kind_is_fusible(n->kind) || !cg_kind_is_fusible(before->kind) || !same_key(n, before)) break;
     }
   }
   uint32_t best = UINT32_MAX;
@@ -442,17 +457,7 @@ static cg_status_t tuned_breaks_overlap(sim_t *s, uint32_t c, const cg_comm_cost
     double f = finish[(size_t)(k - 1) * len + len - 1];
     if (f < INFINITY && (best == UINT32_MAX || f < finish[(size_t)(best - 1) * len + len - 1] - 1e-3)) best = k;
   }
-  /* none within OVERLAP_MAX_BUCKETS (sequences that break more often): the
-   * search without the overlap, on ready times the cost model moved earlier
-   * (cg_cost_model_overlap): this candidate then hopes for too much, and
-   * the timing judges it */
-  if (best == UINT32_MAX) {
-    free(finish), free(from);
-    cg_comm_cost_t plain = *cost;
-    plain.overlap_us = 0;
-    return tuned_breaks(s, c, &plain, where);
-  }
-  for (uint32_t p = len, k = best; p-- > 0 && k > 0; k--) {
+  for (uint32_t p = len, k = best; best != UINT32_MAX && p-- > 0 && k > 0; k--) {
     uint32_t i = from[(size_t)(k - 1) * len + p];
     s->tuned_break[sq->nodes[i]] = 1;
     p = i;
@@ -460,7 +465,13 @@ static cg_status_t tuned_breaks_overlap(sim_t *s, uint32_t c, const cg_comm_cost
   }
   free(finish);
   free(from);
-  return CG_SUCCESS;
+  free(choices);
+  if (best != UINT32_MAX) return CG_SUCCESS;
+  /* none within OVERLAP_MAX_BUCKETS (sequences that break more often): the
+   * search without the overlap, on ready times the cost model moved earlier
+   * (cg_cost_model_overlap): this candidate then hopes for too much, and
+   * the timing judges it */
+  return tuned_breaks(s, c, cost, where);
 }
 
 cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_order_t *order, int enabled,
