@@ -1,12 +1,15 @@
-"""Data-parallel training of a small GPT with commgraph, against PyTorch's
+"""Data-parallel training with commgraph, against PyTorch's
 DistributedDataParallel, on one GPU per rank:
 
-    mpiexec -n 4 python3 samples/python/train_gpt.py [--steps 100] [--smoke]
+    mpiexec -n 4 python3 samples/python/train.py [--model gpt|resnet50] [--steps 100] [--smoke]
 
 (COMMGRAPH_LIBRARY pointing at libcommgraph.so and python/ on PYTHONPATH,
-or the package installed.) Synthetic tokens, the same on every mode; the
-model starts from the same weights everywhere. Modes, one after another in
-one job:
+or the package installed.) Models (models.py): a small GPT (default; fp32,
+8 sequences of 256 tokens per rank) or ResNet-50 (bf16 autocast, 32 images
+of 224 x 224 per rank, issue 24's comparison). Synthetic data, the same on
+every mode; the model starts from the same weights everywhere; cuDNN in
+its deterministic algorithms, so that the modes' losses can be compared.
+Modes, one after another in one job:
 
   compute    forward, backward and the optimizer step captured in one CUDA
              graph, no gradient exchange: the bound of the iteration
@@ -31,8 +34,9 @@ every step; "WRONG" and exit 1 otherwise), and times each mode: ms per
 iteration (median of the slowest rank over rounds), the exposed
 communication (iteration minus compute), and the ratio to ddp-graph.
 --bucket-mb and --first-bucket-mb set the buckets (DDP's and commgraph-overlap's),
---timeout and --no-fingerprint the commgraph plans' watchdog.
---smoke: a tiny model, 6 steps, 2 timed rounds (a test, scripts/gpu-test);
+--timeout and --no-fingerprint the commgraph plans' watchdog, --dtype fp32
+or bf16 (autocast) the forward pass's arithmetic (gradients stay fp32).
+--smoke: a tiny model (ResNet-50 on 32 x 32 images), 6 steps, 2 timed rounds (a test, scripts/gpu-test);
 without PyTorch or a GPU per rank it exits 77 (1 with CG_REQUIRE_GPU set).
 """
 import argparse
@@ -56,53 +60,15 @@ except ImportError:
     skip("no PyTorch in this python")
 
 import commgraph as cg  # noqa: E402
-
-
-class Attention(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.out = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
-
-
-class Block(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab, seq, dim, heads, layers):
-        super().__init__()
-        self.tokens = nn.Embedding(vocab, dim)
-        self.positions = nn.Parameter(torch.zeros(1, seq, dim))
-        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
-        self.ln = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, vocab, bias=False)
-
-    def forward(self, idx, targets):
-        x = self.tokens(idx) + self.positions[:, : idx.shape[1]]
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.ln(x))
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+import models  # noqa: E402  (next to this file)
 
 
 def options():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", choices=("gpt", "resnet50"), default="gpt")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default=None,
+                   help="the forward pass's arithmetic: fp32, or bf16 under autocast (default: fp32 for the GPT, "
+                        "bf16 for ResNet-50)")
     p.add_argument("--steps", type=int, default=100, help="training steps whose losses are compared")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds per mode")
     p.add_argument("--iters", type=int, default=20, help="iterations per timed round")
@@ -110,7 +76,8 @@ def options():
     p.add_argument("--dim", type=int, default=512)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
-    p.add_argument("--batch", type=int, default=8, help="sequences per rank")
+    p.add_argument("--batch", type=int, default=None, help="sequences (GPT, default 8) or images (32) per rank")
+    p.add_argument("--image", type=int, default=224, help="ResNet-50's image side in pixels")
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--modes", default="compute,commgraph,commgraph-overlap,ddp,ddp-graph")
     p.add_argument("--bucket-mb", type=float, default=25.0,
@@ -123,8 +90,13 @@ def options():
                    help="compile the commgraph plans without the replay fingerprint (issue 23's check)")
     p.add_argument("--smoke", action="store_true", help="tiny and short: a test")
     a = p.parse_args()
+    if a.dtype is None:
+        a.dtype = "fp32" if a.model == "gpt" else "bf16"
+    if a.batch is None:
+        a.batch = 8 if a.model == "gpt" else 32
     if a.smoke:
         a.steps, a.rounds, a.iters, a.layers, a.dim, a.heads, a.seq, a.vocab = 6, 2, 3, 2, 64, 4, 32, 256
+        a.image, a.batch = 32, min(a.batch, 4)
     return a
 
 
@@ -140,11 +112,16 @@ class Job:
         torch.cuda.set_device(self.device)
         torch.backends.cuda.matmul.allow_tf32 = False  # the modes compare losses closely
         torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.deterministic = True  # no atomics in the convolutions' backward either
         torch.manual_seed(1234)  # the same weights on every rank
-        self.initial = GPT(a.vocab, a.seq, a.dim, a.heads, a.layers).to(self.device).state_dict()
+        initial = models.build(a).to(self.device)
+        self.n_params = sum(p.numel() for p in initial.parameters())
+        self.initial = initial.state_dict()
         total = a.steps + a.rounds * a.iters + 16
+        if a.model != "gpt":
+            total = min(total, 16)  # 16 batches of images (19 MB each at full size), over and over
         g = torch.Generator().manual_seed(99 + self.rank)  # each rank its own batches, every mode the same
-        self.data = torch.randint(a.vocab, (total, a.batch, a.seq + 1), generator=g).to(self.device)
+        self.data = [t.to(self.device) for t in models.synthetic_data(a, total, g)]
         self.step_index = 0
         port = int(os.environ.get("CG_SAMPLE_PORT", "29517"))
         if any(m.startswith("ddp") for m in a.modes.split(",")):
@@ -156,13 +133,13 @@ class Job:
 
     def model(self):
         torch.manual_seed(1234)
-        m = GPT(self.a.vocab, self.a.seq, self.a.dim, self.a.heads, self.a.layers).to(self.device)
+        m = models.build(self.a).to(self.device)
         m.load_state_dict(self.initial)
         return m
 
     def batch(self, s):
-        chunk = self.data[s % self.data.shape[0]]
-        return chunk[:, :-1], chunk[:, 1:]
+        inputs, targets = self.data
+        return inputs[s % inputs.shape[0]], targets[s % inputs.shape[0]]
 
     def slowest(self, seconds):
         """The slowest rank's value: a commgraph allreduce (max) of a CPU tensor."""
@@ -224,15 +201,19 @@ class Captured:
         return self.loss
 
 
-def plain_step(model, optimizer, exchange=None):
+def plain_step(job, model, optimizer, exchange=None):
+    bf16 = job.a.dtype == "bf16"
+
     def step(x, y):
         optimizer.zero_grad(set_to_none=False)
-        loss = model(x, y)
+        # no autocast cache: a captured graph must not keep casts made outside it
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
+            loss = model(x, y)
         loss.backward()
         if exchange is not None:
             exchange()
         optimizer.step()
-        return loss.detach()
+        return loss.detach().float()
     return step
 
 
@@ -243,7 +224,7 @@ def adamw(model):
 def make_compute(job):
     model = job.model()
     optimizer = adamw(model)
-    return Captured(job, model, optimizer, plain_step(model, optimizer)).iteration, []
+    return Captured(job, model, optimizer, plain_step(job, model, optimizer)).iteration, []
 
 
 def make_commgraph(job):
@@ -257,7 +238,7 @@ def make_commgraph(job):
         graph.allreduce(job.comm, p.grad, op="avg")
     plan = graph.compile(**job.plan_options())
     optimizer = adamw(model)  # after the gradients exist, so its state matches theirs
-    captured = Captured(job, model, optimizer, plain_step(model, optimizer, lambda: plan.launch()))
+    captured = Captured(job, model, optimizer, plain_step(job, model, optimizer, lambda: plan.launch()))
     return captured.iteration, [plan, arena, captured]
 
 
@@ -313,21 +294,21 @@ def make_commgraph_overlap(job):
     def exchange():
         launch_ready()
         if state["next"] != len(plans):
-            raise RuntimeError(f"train_gpt: {len(plans) - state['next']} buckets never got all their gradients")
+            raise RuntimeError(f"train: {len(plans) - state['next']} buckets never got all their gradients")
         torch.cuda.current_stream().wait_stream(side)  # the optimizer reads the averages
         waiting[:] = [len(b) for b in buckets]
         state["next"] = 0
 
     optimizer = adamw(model)
-    captured = Captured(job, model, optimizer, plain_step(model, optimizer, exchange))
+    captured = Captured(job, model, optimizer, plain_step(job, model, optimizer, exchange))
     return captured.iteration, [*plans, arena, captured, handles]
 
 
 def make_ddp(job):
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=job.a.bucket_mb,
-                    gradient_as_bucket_view=True)
-    step = plain_step(model, adamw(model))
+                    gradient_as_bucket_view=True, broadcast_buffers=False)
+    step = plain_step(job, model, adamw(model))
 
     def iteration(s):
         x, y = job.batch(s)
@@ -340,10 +321,10 @@ def make_ddp_graph(job):
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):  # PyTorch's notes: DDP built on a side stream
         model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=job.a.bucket_mb,
-                    gradient_as_bucket_view=True)
+                    gradient_as_bucket_view=True, broadcast_buffers=False)
     torch.cuda.current_stream().wait_stream(side)
     optimizer = adamw(model)
-    captured = Captured(job, model, optimizer, plain_step(model, optimizer), warmup=11)
+    captured = Captured(job, model, optimizer, plain_step(job, model, optimizer), warmup=11)
     return captured.iteration, [model, captured]
 
 
@@ -389,14 +370,12 @@ def main():
     modes = [m for m in a.modes.split(",") if m]
     for m in modes:
         if m not in MAKERS:
-            sys.exit(f"train_gpt: unknown mode {m!r} (one of {', '.join(MAKERS)})")
+            sys.exit(f"train: unknown mode {m!r} (one of {', '.join(MAKERS)})")
     results = {m: run_mode(job, m) for m in modes}
     wrong = False
     if job.rank == 0:
-        n_params = sum(t.numel() for t in job.initial.values())
-        print(f"train_gpt: {job.size} ranks, {torch.cuda.get_device_name(job.device)}, torch {torch.__version__}, "
-              f"commgraph {cg.__version__}; GPT {a.layers} layers x {a.dim}, {n_params / 1e6:.1f} M parameters, "
-              f"{a.batch} x {a.seq} tokens per rank, fp32")
+        print(f"train: {job.size} ranks, {torch.cuda.get_device_name(job.device)}, torch {torch.__version__}, "
+              f"commgraph {cg.__version__}; {models.describe(a, job.n_params)}, {a.dtype}")
         print(f"command: mpiexec -n {job.size} python3 {' '.join(sys.argv)}")
         shown = sorted({0, a.steps // 2, a.steps - 1})
         print("loss at step " + ", ".join(str(s) for s in shown))
