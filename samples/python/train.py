@@ -22,6 +22,12 @@ Modes, one after another in one job:
              launched on a communication stream from a gradient hook once
              its last gradient is accumulated, so buckets overlap the rest
              of the backward pass as DDP's do; captured in the same graph
+  commgraph-events
+             one plan for the whole exchange, captured in the same graph:
+             gradients in groups (--event-mb), a hook records each group's
+             external CUDA event once its gradients are accumulated, the
+             plan waits for each event before averaging that group, and
+             commgraph's fusion makes the buckets from those waits
   ddp        DistributedDataParallel, eager (25 MB buckets, gradients as
              bucket views)
   ddp-graph  DistributedDataParallel captured in one CUDA graph, as PyTorch's
@@ -79,11 +85,13 @@ def options():
     p.add_argument("--batch", type=int, default=None, help="sequences (GPT, default 8) or images (32) per rank")
     p.add_argument("--image", type=int, default=224, help="ResNet-50's image side in pixels")
     p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--modes", default="compute,commgraph,commgraph-overlap,ddp,ddp-graph")
+    p.add_argument("--modes", default="compute,commgraph,commgraph-overlap,commgraph-events,ddp,ddp-graph")
     p.add_argument("--bucket-mb", type=float, default=25.0,
                    help="DDP's bucket_cap_mb, and commgraph-overlap's buckets after the first")
     p.add_argument("--first-bucket-mb", type=float, default=1.0,
                    help="the first bucket's cap in commgraph-overlap (DDP's is 1 MiB, fixed)")
+    p.add_argument("--event-mb", type=float, default=4.0,
+                   help="commgraph-events: gradients per external event (a group closes once it holds this)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="the commgraph plans' watchdog in seconds (0: none)")
     p.add_argument("--no-fingerprint", action="store_true",
@@ -123,6 +131,7 @@ class Job:
         g = torch.Generator().manual_seed(99 + self.rank)  # each rank its own batches, every mode the same
         self.data = [t.to(self.device) for t in models.synthetic_data(a, total, g)]
         self.step_index = 0
+        self.notes = {}  # mode: what its plans hold, printed under the table
         port = int(os.environ.get("CG_SAMPLE_PORT", "29517"))
         if any(m.startswith("ddp") for m in a.modes.split(",")):
             dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=self.rank,
@@ -201,7 +210,7 @@ class Captured:
         return self.loss
 
 
-def plain_step(job, model, optimizer, exchange=None):
+def plain_step(job, model, optimizer, exchange=None, before_backward=None):
     bf16 = job.a.dtype == "bf16"
 
     def step(x, y):
@@ -209,6 +218,8 @@ def plain_step(job, model, optimizer, exchange=None):
         # no autocast cache: a captured graph must not keep casts made outside it
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
             loss = model(x, y)
+        if before_backward is not None:
+            before_backward()
         loss.backward()
         if exchange is not None:
             exchange()
@@ -270,6 +281,7 @@ def make_commgraph_overlap(job):
             graph.allreduce(job.comm, p.grad, op="avg")
         plans.append(graph.compile(**job.plan_options()))
         graph.close()
+    job.notes["commgraph-overlap"] = f"{len(plans)} plans, one bucket each"
     side = torch.cuda.Stream()
     # a bucket goes once all its gradients are accumulated, whatever order
     # backward really takes; buckets launch in order, the same on every rank
@@ -304,6 +316,65 @@ def make_commgraph_overlap(job):
     return captured.iteration, [*plans, arena, captured, handles]
 
 
+def make_commgraph_events(job):
+    """One plan for the whole exchange, overlapping the backward pass: the
+    gradients in groups (backward order, each closed once it holds
+    --event-mb), a hook records a group's external CUDA event once all its
+    gradients are accumulated, and the plan waits for each group's event
+    before averaging it; commgraph's fusion makes the buckets from those
+    dependencies (DDP's 1 MiB / 25 MiB caps, by default). The plan is
+    launched after backward() on a side stream that forks from before the
+    backward pass, so that inside the capture its event waits come after the
+    records: a wait captured before its record does not wait for it."""
+    try:
+        events_external = torch.cuda.Event(external=True)
+    except TypeError:
+        raise RuntimeError("commgraph-events needs torch.cuda.Event(external=True) (PyTorch 2.9 or later)")
+    del events_external
+    model = job.model()
+    params = list(reversed(list(model.parameters())))  # about the order backward produces them
+    arena = cg.Arena(sum(p.numel() * p.element_size() for p in params), device=job.comm.device)
+    for p in params:
+        p.grad = arena.empty(p.shape, p.dtype).zero_()
+    group_bytes = int(job.a.event_mb * (1 << 20))
+    groups = ddp_buckets(params, group_bytes, group_bytes)
+    events = [torch.cuda.Event(external=True) for _ in groups]
+    for event in events:
+        event.record()  # its CUDA event exists once recorded
+    torch.cuda.synchronize()
+    graph = cg.Graph("gradients, waiting for the backward pass")
+    for i, (group, event) in enumerate(zip(groups, events)):
+        graph.name(graph.event_wait(event, writes=[p.grad for p in group]), f"group {i} accumulated")
+        for p in group:
+            graph.allreduce(job.comm, p.grad, op="avg")
+    plan = graph.compile(**job.plan_options())
+    graph.close()
+    job.notes["commgraph-events"] = f"{len(groups)} groups (external events), {plan.stats['buckets']} buckets"
+    side, fork = torch.cuda.Stream(), torch.cuda.Event()
+    waiting = [len(g) for g in groups]
+
+    def hook_for(i):
+        def hook(_param):
+            waiting[i] -= 1
+            if waiting[i] == 0:
+                events[i].record()
+        return hook
+
+    handles = [p.register_post_accumulate_grad_hook(hook_for(i)) for i, g in enumerate(groups) for p in g]
+
+    def exchange():
+        if any(waiting):
+            raise RuntimeError(f"train: {sum(1 for w in waiting if w)} gradient groups never got all their gradients")
+        side.wait_event(fork)  # from before the backward pass: the plan's waits order it after each group
+        plan.launch(side)
+        torch.cuda.current_stream().wait_stream(side)  # the optimizer reads the averages
+        waiting[:] = [len(g) for g in groups]
+
+    optimizer = adamw(model)
+    captured = Captured(job, model, optimizer, plain_step(job, model, optimizer, exchange, fork.record))
+    return captured.iteration, [plan, arena, captured, handles, events]
+
+
 def make_ddp(job):
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = DDP(job.model(), device_ids=[job.device.index], bucket_cap_mb=job.a.bucket_mb,
@@ -329,7 +400,7 @@ def make_ddp_graph(job):
 
 
 MAKERS = {"compute": make_compute, "commgraph": make_commgraph, "commgraph-overlap": make_commgraph_overlap,
-          "ddp": make_ddp, "ddp-graph": make_ddp_graph}
+          "commgraph-events": make_commgraph_events, "ddp": make_ddp, "ddp-graph": make_ddp_graph}
 
 
 def run_mode(job, name):
@@ -383,7 +454,7 @@ def main():
             print(f"  {m:17s} " + "  ".join(f"{results[m][0][s].item():.6f}" for s in shown))
         if "ddp" in results:
             reference = results["ddp"][0]
-            for m in ("commgraph", "commgraph-overlap", "ddp-graph"):
+            for m in ("commgraph", "commgraph-overlap", "commgraph-events", "ddp-graph"):
                 if m not in results:
                     continue
                 rel = ((results[m][0] - reference).abs() / reference.abs()).max().item()
@@ -400,6 +471,9 @@ def main():
             exposed = f"{(t - base) * 1e3:11.3f}" if base is not None else f"{'-':>11s}"
             ratio = f"{t / bound:12.3f}" if bound else f"{'-':>12s}"
             print(f"{m:17s} {t * 1e3:9.3f} {exposed} {ratio}")
+        for m in modes:
+            if m in job.notes:
+                print(f"  {m}: {job.notes[m]}")
         sys.stdout.flush()
     flag = torch.tensor([int(wrong)], device=job.device)
     if dist.is_initialized():
