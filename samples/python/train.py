@@ -90,6 +90,9 @@ def options():
                    help="DDP's bucket_cap_mb, and commgraph-overlap's buckets after the first")
     p.add_argument("--first-bucket-mb", type=float, default=1.0,
                    help="the first bucket's cap in commgraph-overlap (DDP's is 1 MiB, fixed)")
+    p.add_argument("--last-bucket-mb", type=float, default=0.0,
+                   help="commgraph-overlap: the last bucket closes once it holds this, counted from the end "
+                        "(0: DDP's rule alone)")
     p.add_argument("--event-mb", type=float, default=4.0,
                    help="commgraph-events: gradients per external event (a group closes once it holds this)")
     p.add_argument("--timeout", type=float, default=120.0,
@@ -253,10 +256,18 @@ def make_commgraph(job):
     return captured.iteration, [plan, arena, captured]
 
 
-def ddp_buckets(params, first=1 << 20, later=25 << 20):
-    """PyTorch DDP's bucket rule over params in backward order."""
+def ddp_buckets(params, first=1 << 20, later=25 << 20, last=0):
+    """PyTorch DDP's bucket rule over params in backward order; with `last`,
+    the rule mirrored at the end as well: the last params, up to the first
+    that brings them to `last` bytes, make a bucket of their own, so the
+    collective that waits for the final gradient is small."""
+    rest, tail, tail_size = list(params), [], 0
+    while last > 0 and len(rest) > 1 and tail_size < last:
+        p = rest.pop()
+        tail.insert(0, p)
+        tail_size += p.numel() * p.element_size()
     buckets, current, size, cap = [], [], 0, first
-    for p in params:
+    for p in rest:
         current.append(p)
         size += p.numel() * p.element_size()
         if size >= cap:
@@ -264,6 +275,8 @@ def ddp_buckets(params, first=1 << 20, later=25 << 20):
             current, size, cap = [], 0, later
     if current:
         buckets.append(current)
+    if tail:
+        buckets.append(tail)
     return buckets
 
 
@@ -273,7 +286,8 @@ def make_commgraph_overlap(job):
     arena = cg.Arena(sum(p.numel() * p.element_size() for p in params), device=job.comm.device)
     for p in params:
         p.grad = arena.empty(p.shape, p.dtype).zero_()
-    buckets = ddp_buckets(params, int(job.a.first_bucket_mb * (1 << 20)), int(job.a.bucket_mb * (1 << 20)))
+    buckets = ddp_buckets(params, int(job.a.first_bucket_mb * (1 << 20)), int(job.a.bucket_mb * (1 << 20)),
+                          int(job.a.last_bucket_mb * (1 << 20)))
     plans = []
     for i, bucket in enumerate(buckets):  # compiled in the same order on every rank (collective)
         graph = cg.Graph(f"bucket {i}")
