@@ -29,7 +29,9 @@ Modes, one after another in one job:
              plan waits for each event before averaging that group, and
              commgraph's fusion makes the buckets from those waits
   ddp        DistributedDataParallel, eager (25 MB buckets, gradients as
-             bucket views)
+             bucket views, no broadcast of BatchNorm's running statistics:
+             the commgraph modes exchange gradients only, and the training
+             loss does not read those statistics)
   ddp-graph  DistributedDataParallel captured in one CUDA graph, as PyTorch's
              CUDA graph notes describe (built on a side stream, 11 eager
              warm-up iterations)
@@ -40,6 +42,8 @@ every step; "WRONG" and exit 1 otherwise), and times each mode: ms per
 iteration (median of the slowest rank over rounds), the exposed
 communication (iteration minus compute), and the ratio to ddp-graph.
 --bucket-mb and --first-bucket-mb set the buckets (DDP's and commgraph-overlap's),
+--last-bucket-mb a last bucket of its own in commgraph-overlap, --event-mb
+the groups of commgraph-events,
 --timeout and --no-fingerprint the commgraph plans' watchdog, --dtype fp32
 or bf16 (autocast) the forward pass's arithmetic (gradients stay fp32).
 --smoke: a tiny model (ResNet-50 on 32 x 32 images), 6 steps, 2 timed rounds (a test, scripts/gpu-test);
