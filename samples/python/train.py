@@ -347,7 +347,7 @@ def make_commgraph_events(job):
     try:
         events_external = torch.cuda.Event(external=True)
     except TypeError:
-        raise RuntimeError("commgraph-events needs torch.cuda.Event(external=True) (PyTorch 2.9 or later)")
+        raise RuntimeError("commgraph-events needs torch.cuda.Event(external=True), which this PyTorch lacks")
     del events_external
     model = job.model()
     params = list(reversed(list(model.parameters())))  # about the order backward produces them
