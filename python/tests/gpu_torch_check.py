@@ -3,8 +3,9 @@ runs it under mpiexec -n 2 and -n 4 with the python that has PyTorch):
 CUDA tensors in a device plan run and launched on PyTorch's current
 stream, the plan captured inside torch.cuda.graph and replayed, tensors
 from a device arena fused without copies (and from one in NCCL symmetric
-memory), a bfloat16 allreduce, and a
-rebind. Every result is compared exactly (integer values). A plain script,
+memory), a bfloat16 allreduce, a rebind, and a user's CUDA graph as a
+child node with events recorded and waited for (eager, and an external
+event inside torch.cuda.graph). Every result is compared exactly (integer values). A plain script,
 not pytest (the GPU host's python may lack pytest): exits 0 after "PASSED",
 1 on a failed check, 77 (skipped) without PyTorch or a GPU per rank unless
 CG_REQUIRE_GPU is set."""
@@ -144,9 +145,79 @@ rebind_plan.rebind({n0: (y2, None)})
 rebind_plan.run()
 check(bool((y2 == 2 * size).all()) and bool((y == rank + 1).all()), "rebind to another tensor")
 
+# a user's CUDA graph as a child node and events in and out: each plan's
+# kernels are held back 5 ms behind the event or child graph it depends on,
+# so a dependency that did not hold would read stale values
+SLEEP = 10_000_000  # torch.cuda._sleep cycles: some 5 ms
+a = torch.zeros(2048, device=device)
+user_graph = torch.cuda.CUDAGraph(keep_graph=True)
+with torch.cuda.graph(user_graph, capture_error_mode="thread_local"):
+    torch.cuda._sleep(SLEEP)
+    a.fill_(float(rank + 1))
+done = torch.cuda.Event()
+done.record()  # its CUDA event exists once recorded
+child_events = cg.Graph("child graph, event record")
+child_events.child_graph(user_graph, writes=[a])
+child_events.allreduce(comm, a)
+child_events.event_record(done, reads=[a])
+child_plan = child_events.compile(timeout=60)
+a.zero_()
+side.wait_stream(torch.cuda.current_stream())
+child_plan.launch(side)
+torch.cuda.current_stream().wait_event(done)  # not on side: only the plan's event orders this
+seen = a.clone()
+torch.cuda.synchronize()
+check(bool((seen == total + size).all()), f"child_graph and event_record: {seen[:4].tolist()}")
+
+b = torch.zeros(2048, device=device)
+ready = torch.cuda.Event()
+ready.record()
+waiting = cg.Graph("event wait")
+waiting.event_wait(ready, writes=[b])
+waiting.allreduce(comm, b)
+wait_plan = waiting.compile(timeout=60)
+producer = torch.cuda.Stream()
+torch.cuda.synchronize()
+with torch.cuda.stream(producer):
+    torch.cuda._sleep(SLEEP)
+    b.fill_(float(rank + 1))
+    ready.record()
+wait_plan.launch(side)  # side is not ordered after producer: only the plan's wait is
+torch.cuda.synchronize()
+check(bool((b == total + size).all()), f"event_wait on an eager stream's event: {b[:4].tolist()}")
+
+# an external event recorded inside the user's capture and waited for by a
+# plan launched after the record (a wait captured before its record does
+# not wait: python.md), the plan on a side stream forked before the record
+c = torch.zeros(2048, device=device)
+external = torch.cuda.Event(external=True)
+external.record()
+in_capture = cg.Graph("external event in a capture")
+in_capture.event_wait(external, writes=[c])
+in_capture.allreduce(comm, c)
+external_plan = in_capture.compile(timeout=60)
+external_plan.launch(side)  # warm-up outside the capture
+torch.cuda.synchronize()
+fork = torch.cuda.Event()
+whole = torch.cuda.CUDAGraph()
+with torch.cuda.graph(whole, capture_error_mode="thread_local"):
+    fork.record()
+    torch.cuda._sleep(SLEEP)
+    c.fill_(float(rank + 1))
+    external.record()
+    side.wait_event(fork)
+    external_plan.launch(side)
+    torch.cuda.current_stream().wait_stream(side)
+for _ in range(2):
+    c.zero_()
+    whole.replay()
+torch.cuda.synchronize()
+check(bool((c == total + size).all()), f"event_wait on an external event in the capture: {c[:4].tolist()}")
+del whole, user_graph
+
 del cuda_graph  # the user's graph holds the plan's: it goes first
 torch.cuda.synchronize()
-for p in (rebind_plan, arena_plan, captured_plan, plan):
+for p in (external_plan, wait_plan, child_plan, rebind_plan, arena_plan, captured_plan, plan):
     p.close()
 arena.close()
 if rank == 0:
