@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import _lib
 from ._owned import Collected
+from .drawing import Drawable
 from .buffers import Buffer, resolve
 from .comm import Comm
 from .errors import UnsupportedError, check
@@ -52,7 +53,7 @@ def _ranges(buffers: List[Buffer]):
     return ranges
 
 
-class Graph(Collected):
+class Graph(Collected, Drawable):
     """Graph(name=None): the operations of one iteration, recorded once.
 
     Every method records one node and returns it; buffers are NumPy arrays,

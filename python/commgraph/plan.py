@@ -5,6 +5,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _lib
 from ._owned import Collected
+from .drawing import Drawable
 from .buffers import Buffer, resolve
 from .errors import UnsupportedError, check
 
@@ -67,7 +68,7 @@ def _stream_handle(stream: Any) -> int:
 Bindings = Union[Mapping[Any, Tuple[Any, Any]], Iterable[Tuple[Any, Any, Any]]]
 
 
-class Plan(Collected):
+class Plan(Collected, Drawable):
     """Plan(graph, *, check_ranks=True, name=None, fusion=True,
             bucket_bytes=0, timeout=0.0, tuning_file=None, fingerprint=True)
 

@@ -137,6 +137,37 @@ def test_dot_and_dump_name_the_nodes(world):
         assert plan.timeout == 60
 
 
+def test_drawings_to_files_and_svg(world, tmp_path, monkeypatch):
+    import io
+    from commgraph import drawing
+    x = np.zeros(8, np.float32)
+    graph = cg.Graph("drawn")
+    graph.name(graph.allreduce(world, x), "layer1.grad")
+    with graph.compile(timeout=60) as plan:
+        for drawn in (graph, plan):
+            path = tmp_path / f"{type(drawn).__name__}.dot"
+            drawn.write_dot(path)
+            assert path.read_text() == drawn.dot()
+            text = io.StringIO()
+            drawn.write_dot(text)
+            assert text.getvalue() == drawn.dot()
+            if drawing.dot_program() is None:  # CI installs graphviz (scripts/install-deps)
+                continue
+            svg = drawn.svg()
+            assert "<svg" in svg and "layer1.grad" in svg
+            drawn.write_svg(tmp_path / "drawn.svg")
+            assert (tmp_path / "drawn.svg").read_text() == svg
+            assert drawn._repr_svg_() == svg
+        if drawing.dot_program() is not None:
+            with pytest.raises(RuntimeError, match="dot -Tsvg failed"):
+                drawing.render_svg("digraph {")
+        monkeypatch.setenv("PATH", str(tmp_path))  # no dot there
+        with pytest.raises(FileNotFoundError, match="graphviz"):
+            plan.svg()
+        assert plan._repr_svg_() is None
+    assert plan._repr_svg_() is None  # closed
+
+
 def test_the_cross_rank_check_names_the_difference(world):
     n = 8 if world.rank == 0 else 9
     graph = cg.Graph("differ")
