@@ -1,6 +1,7 @@
 """Every rank's cg_plan_trace in one table: `python -m commgraph.timeline
-trace.0.json trace.1.json ...` (the files `Plan.trace("trace.%r.json")`
-wrote, one per rank; no mpiexec needed).
+trace.0.json trace.1.json ...` or `python -m commgraph.timeline
+"trace.%r.json"` (the files `Plan.trace("trace.%r.json")` wrote, one per
+rank; no mpiexec needed).
 
 A trace gives each step's median start and duration on one rank, from that
 rank's own replay start. A collective ends at about the same moment on
@@ -15,6 +16,7 @@ iteration from its bound (docs/tuning.md): ranks that reach a collective
 apart, collectives that run slower inside the iteration than alone, a last
 bucket that starts late."""
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -95,10 +97,29 @@ def _rank_of(data: dict, path: str) -> int:
     raise ValueError(f"commgraph.timeline: {path} names no rank")
 
 
+def expand(paths: Iterable[str]) -> List[str]:
+    """The paths, each with `%r` (as Plan.trace writes them) replaced by
+    0, 1, 2, ... for as long as such a file exists."""
+    out: List[str] = []
+    for path in paths:
+        if "%r" not in path:
+            out.append(path)
+            continue
+        rank = 0
+        while os.path.exists(path.replace("%r", str(rank))):
+            out.append(path.replace("%r", str(rank)))
+            rank += 1
+        if rank == 0:
+            raise ValueError(f"commgraph.timeline: no file matches {path} (not even rank 0's)")
+    return out
+
+
 def summarize(paths: Sequence[str]) -> Timeline:
-    """The ranks' traces of one plan (one file per rank) as a Timeline.
-    Raises ValueError for files that are not traces, two files of one rank,
-    or ranks whose traces hold different collectives."""
+    """The ranks' traces of one plan (one file per rank, or a path with %r:
+    see expand) as a Timeline. Raises ValueError for files that are not
+    traces, two files of one rank, or ranks whose traces hold different
+    collectives."""
+    paths = expand(paths)
     if not paths:
         raise ValueError("commgraph.timeline: no trace files")
     collectives: Dict[int, Collective] = {}

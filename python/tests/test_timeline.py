@@ -87,6 +87,13 @@ def test_what_a_user_gets_wrong(world, tmp_path):
         timeline.summarize([str(not_a_trace)])
     with pytest.raises(ValueError, match="no trace files"):
         timeline.summarize([])
+    with pytest.raises(ValueError, match="no file matches .*nothing.%r.json"):
+        timeline.summarize([str(tmp_path / "nothing.%r.json")])
+    write_trace(tmp_path / "pattern.1.json", 1, None, [], [])  # rank 0's is missing: not found either
+    with pytest.raises(ValueError, match="no file matches"):
+        timeline.summarize([str(tmp_path / "pattern.%r.json")])
+    write_trace(tmp_path / "pattern.0.json", 0, None, [], [])
+    assert timeline.summarize([str(tmp_path / "pattern.%r.json")]).ranks == [0, 1]
     t = timeline.summarize([str(one)])
     assert t.tail_us is None and "an unnamed plan: 1 rank (0), 1 collective;" in timeline.format_timeline(t)
     assert timeline.main([str(tmp_path / "missing.json")]) == 1
@@ -113,7 +120,7 @@ def test_a_host_plan_whose_last_rank_arrives_late(world):
     with graph.compile(fusion=False) as plan:
         plan.trace(str(folder / "trace.%r.json"), replays=3)
         plan.run()  # a collective replay: every rank's file is whole once it returns
-    t = timeline.summarize([str(folder / f"trace.{r}.json") for r in range(world.size)])
+    t = timeline.summarize([str(folder / "trace.%r.json")])  # every rank's file, as Plan.trace named them
     assert t.ranks == list(range(world.size)) and t.plan == "late rank" and len(t.collectives) == 3
     first = t.collectives[0]
     assert first.last_rank == late and first.waited_us > 15000, timeline.format_timeline(t)
