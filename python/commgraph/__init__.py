@@ -13,6 +13,8 @@ once on every rank, replay it every iteration (docs/python.md).
 A ctypes layer over libcommgraph.so (found through COMMGRAPH_LIBRARY, an
 installed prefix, or the loader's path); no compiled extension.
 """
+from typing import Callable, Optional
+
 from ._lib import path as library_path
 from .arena import Arena
 from .buffers import Buffer, resolve
@@ -28,7 +30,7 @@ __all__ = ["Arena", "Buffer", "Comm", "Graph", "Node", "Plan", "current_stream",
            "library_path", "mpi_library_version", "resolve", "set_timeout_handler"] + _errors.__all__
 
 
-def set_timeout_handler(fn):
+def set_timeout_handler(fn: "Optional[Callable[[str, str], None]]") -> None:
     """fn(status_name, report) on every replay timeout or, for device plans,
     fingerprint mismatch (None: none); see cg_set_timeout_handler. For
     launched and embedded replays it runs on a thread of the watchdog's;
@@ -59,7 +61,7 @@ def set_timeout_handler(fn):
     _timeout_handler = handler  # kept alive while set
 
 
-def flight_dump():
+def flight_dump() -> str:
     """This process's flight recorder as text (cgflight merges ranks' dumps)."""
     from . import _lib
     from .errors import check

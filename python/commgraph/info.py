@@ -2,13 +2,14 @@
 prints what the `cginfo` tool prints (run it under mpiexec to see every
 rank's placement)."""
 import sys
+from typing import Any
 
 from . import _lib
 from .comm import fortran_handle
 from .errors import check
 
 
-def info_text(mpi_comm=None):
+def info_text(mpi_comm: Any = None) -> str:
     """cginfo's report over `mpi_comm` (None: MPI's world); collective; the
     text on rank 0, "" elsewhere."""
     if not _lib.has("cg_info_write_fortran"):
