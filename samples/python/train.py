@@ -107,6 +107,8 @@ def options():
                    help="compile the commgraph plans without the replay fingerprint (issue 23's check)")
     p.add_argument("--smoke", action="store_true", help="tiny and short: a test")
     a = p.parse_args()
+    if a.steps < 1 or a.rounds < 1 or a.iters < 1:
+        p.error("--steps, --rounds and --iters must be at least 1")
     if a.dtype is None:
         a.dtype = "fp32" if a.model == "gpt" else "bf16"
     if a.batch is None:
