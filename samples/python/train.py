@@ -50,6 +50,8 @@ the groups of commgraph-events,
 or bf16 (autocast) the forward pass's arithmetic (gradients stay fp32).
 --smoke: a tiny model (ResNet-50 on 32 x 32 images), 6 steps, 2 timed rounds (a test, scripts/gpu-test);
 without PyTorch or a GPU per rank it exits 77 (1 with CG_REQUIRE_GPU set).
+The DDP modes' torch.distributed store listens on 127.0.0.1, port
+CG_SAMPLE_PORT (default 29517): give runs at the same time ports of their own.
 """
 import argparse
 import copy

@@ -53,6 +53,51 @@ void cg_marks_choose(uint8_t *marked, uint32_t *witness, const cg_plan_t *p) {
   free(after);
 }
 
+uint32_t cg_marks_end_unit(const cg_plan_t *p) {
+  if (!p->n_units) return CG_NO_STEP;
+  uint32_t result = CG_NO_STEP, last = p->n_units - 1, n_reached = 0;
+  uint32_t *before = malloc(p->n_units * sizeof *before), *stack = malloc(p->n_units * sizeof *stack);
+  uint32_t *lane_last = malloc((p->n_lanes ? p->n_lanes : 1) * sizeof *lane_last);
+  uint8_t *reached = calloc(p->n_units, 1);
+  if (!before || !stack || !lane_last || !reached) goto out; /* no memory: every unit keeps its own mark */
+  /* each unit's predecessor on its lane */
+  for (uint32_t l = 0; l < p->n_lanes; l++) lane_last[l] = CG_NO_STEP;
+  for (uint32_t u = 0; u < p->n_units; u++) {
+    uint32_t lane = p->units[u].lane;
+    before[u] = lane < p->n_lanes ? lane_last[lane] : CG_NO_STEP;
+    if (lane < p->n_lanes) lane_last[lane] = u;
+  }
+  uint32_t top = 0;
+  reached[last] = 1;
+  stack[top++] = last;
+  while (top) {
+    const cg_issue_unit_t *unit = &p->units[stack[--top]];
+    n_reached++;
+    uint32_t prior = before[unit - p->units];
+    if (prior != CG_NO_STEP && !reached[prior]) {
+      reached[prior] = 1;
+      stack[top++] = prior;
+    }
+    for (uint32_t k = 0; k < unit->n; k++) {
+      const cg_step_t *s = &p->steps[p->issue_order[unit->first + k]];
+      for (uint32_t e = 0; e < s->n_deps; e++) {
+        uint32_t d = p->steps[s->deps[e]].unit;
+        if (d < p->n_units && !reached[d]) {
+          reached[d] = 1;
+          stack[top++] = d;
+        }
+      }
+    }
+  }
+  if (n_reached == p->n_units) result = last;
+out:
+  free(before);
+  free(stack);
+  free(lane_last);
+  free(reached);
+  return result;
+}
+
 int cg_marks_step_done(const cg_plan_t *p, const uint8_t *marked, const uint32_t *witness,
                        const volatile unsigned *marks, uint32_t step, uint64_t replay) {
   if (cg_marks_has(marked, step)) return marks[step] >= (unsigned)replay;

@@ -17,6 +17,18 @@
  * pass) slowed the chain by 1.3-1.6 us per kernel. */
 void cg_marks_choose(uint8_t *marked, uint32_t *witness, const cg_plan_t *p);
 
+/* The unit whose marks the replay's end can count instead of a mark kernel
+ * of its own: the last unit in issue order, when every other step runs
+ * before it (a dependency, or an earlier unit of the same lane, the closure
+ * of both); CG_NO_STEP otherwise. Once it is done nothing of the plan's is
+ * left but the lanes' joins, so a kernel at the replay's end (the embedded
+ * plan's unlock, or one after the plan's graph) counts it as well as a mark
+ * after it would, and a report of a replay that did not end still finds it
+ * undone exactly when it is. A mark after a collective costs a training
+ * iteration several microseconds (docs/watchdog.md); the end's kernel is
+ * there anyway where the plan is embedded. */
+uint32_t cg_marks_end_unit(const cg_plan_t *p);
+
 /* Whether step `step` has a mark of its own (marked NULL: no choice made,
  * every step has). */
 static inline int cg_marks_has(const uint8_t *marked, uint32_t step) { return !marked || marked[step]; }

@@ -175,12 +175,69 @@ START_TEST(watch_marks__marks_never_claim_an_unfinished_step) {
 }
 END_TEST
 
+/* The end unit against a closure computed here: step j runs before step i
+ * when i depends on a step of j's unit (its events are recorded after the
+ * whole unit) or i's lane issued j's unit earlier, and so on. */
+START_TEST(watch_marks__end_unit_is_the_last_unit_everything_precedes) {
+  cg_test_reseed(0x5e1d + (uint64_t)_i);
+  int seen_some = 0, seen_none = 0;
+  for (int round = 0; round < 300; round++) {
+    fake_t *f = malloc(sizeof *f);
+    ck_assert_ptr_nonnull(f);
+    make(f);
+    /* sometimes a last unit that waits for every lane's last step */
+    if (cg_test_below(2) == 0) {
+      uint32_t i = f->p.n_steps - 1;
+      cg_step_t *s = &f->steps[i];
+      for (uint32_t d = 0; d < f->units[s->unit].first; d++)
+        if (last_of_lane(f, d) && s->n_deps < MAX_STEPS) {
+          int have = 0;
+          for (uint32_t e = 0; e < s->n_deps; e++) have |= s->deps[e] == d;
+          if (have) continue;
+          s->deps[s->n_deps++] = d;
+          f->steps[d].succs[f->steps[d].n_succs++] = i;
+        }
+    }
+    uint32_t n = f->p.n_steps, last = f->p.n_units - 1;
+    static uint8_t before[MAX_STEPS][MAX_STEPS]; /* before[i][j]: j runs before i */
+    memset(before, 0, sizeof before);
+    for (uint32_t i = 0; i < n; i++) {
+      /* a unit's event is recorded after the whole unit (a group) */
+      for (uint32_t e = 0; e < f->steps[i].n_deps; e++)
+        for (uint32_t j = 0; j < n; j++) before[i][j] |= f->steps[j].unit == f->steps[f->steps[i].deps[e]].unit;
+      for (uint32_t j = 0; j < i; j++)
+        if (f->steps[j].lane == f->steps[i].lane && f->steps[j].unit != f->steps[i].unit) before[i][j] = 1;
+    }
+    for (uint32_t k = 0; k < n; k++)
+      for (uint32_t i = 0; i < n; i++)
+        if (before[i][k])
+          for (uint32_t j = 0; j < n; j++) before[i][j] |= before[k][j];
+    int all = 1;
+    for (uint32_t j = 0; j < n && all; j++) {
+      if (f->steps[j].unit == last) continue;
+      int precedes = 0;
+      for (uint32_t k = 0; k < f->units[last].n; k++) precedes |= before[f->order[f->units[last].first + k]][j];
+      all = precedes;
+    }
+    uint32_t got = cg_marks_end_unit(&f->p);
+    REQUIRE(got == (all ? last : CG_NO_STEP), "round %d: end unit %u, want %u (%u units, %u lanes)", round, got,
+            all ? last : CG_NO_STEP, f->p.n_units, f->p.n_lanes);
+    seen_some |= all;
+    seen_none |= !all;
+    free(f);
+  }
+  REQUIRE(seen_some && seen_none, "the random plans never had (%d) or never lacked (%d) an end unit", seen_some,
+          seen_none);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("watch_marks");
   TCase *c = tcase_create("marks");
   tcase_set_timeout(c, 60);
   tcase_add_loop_test(c, watch_marks__every_step_a_report_names_is_marked, 0, 5);
   tcase_add_loop_test(c, watch_marks__marks_never_claim_an_unfinished_step, 0, 5);
+  tcase_add_loop_test(c, watch_marks__end_unit_is_the_last_unit_everything_precedes, 0, 5);
   suite_add_tcase(s, c);
   return s;
 }

@@ -84,8 +84,8 @@ static cg_status_t capture_cuda_node(const cg_plan_t *p, uint32_t index, cudaStr
 static int marking(const struct cg_cuda_plan *c) { return c->marks && !c->stamps; }
 
 /* The unit's progress marks (plans with a timeout; not after a unit of user
- * compute that more user compute follows, cg_cuda_choose_marks), off the
- * lanes' path:
+ * compute that more user compute follows, cg_cuda_choose_marks, nor after
+ * the plan's end unit, which the replay's end counts), off the lanes' path:
  * the lane's marks stream waits for the unit and counts its steps, and
  * nothing but the replay's end waits for the marks, so they cost the steps
  * no launch latency; a stream per lane, so a step is counted once its own
@@ -94,6 +94,7 @@ static cg_status_t mark_unit(cg_plan_t *p, const cg_issue_unit_t *u, cudaEvent_t
   struct cg_cuda_plan *c = p->cuda;
   cudaStream_t marks = c->mark_lanes[u->lane];
   if (!c->marked[p->issue_order[u->first + u->n - 1]]) return CG_SUCCESS; /* cg_cuda_choose_marks */
+  if ((uint32_t)(u - p->units) == c->end_unit) return CG_SUCCESS; /* the replay's end counts it (cg_cuda_end_marks) */
   cudaError_t err = cudaEventRecord(done, c->lanes[u->lane]);
   if (err == cudaSuccess) err = cudaStreamWaitEvent(marks, done, 0);
   for (uint32_t k = 0; k < u->n && err == cudaSuccess; k += CG_MARKS_PER_KERNEL) {

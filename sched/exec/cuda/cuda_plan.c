@@ -78,6 +78,7 @@ static cg_status_t prepare(cg_plan_t *p, const char *where) {
   cudaError_t err = cudaSetDevice(p->device);
   if (err != cudaSuccess) return cg_fail_cuda(err, "cudaSetDevice", "%s", where);
   c->n_lanes = p->n_lanes;
+  c->end_unit = CG_NO_STEP;
   /* Collectives get the highest priority and bucket copies the lowest:
    * captured kernels keep their stream's priority (the graph is instantiated
    * to use it), so a copy kernel of thousands of blocks that overlaps a
@@ -160,11 +161,44 @@ static cg_status_t build_embed_graph(cudaGraph_t *out, cg_plan_t *p, cudaGraph_t
   if ((err = cg_plan_lock_launch(c->lock, entered_tally, entered, s)) != cudaSuccess)
     st = cg_fail_cuda(err, "the plan's lock kernel", "%s", where);
   if (st == CG_SUCCESS) st = cg_cuda_capture_child_graph(s, plan_graph, where);
-  if (st == CG_SUCCESS && (err = cg_plan_unlock_launch(c->lock, left_tally, left, s)) != cudaSuccess)
+  cg_mark_list_t ends;
+  cg_cuda_end_marks(&ends, p);
+  if (st == CG_SUCCESS &&
+      (err = cg_plan_unlock_launch(c->lock, left_tally, left, c->mark_tally, c->marks_dev, &ends, s)) != cudaSuccess)
     st = cg_fail_cuda(err, "the plan's unlock kernel", "%s", where);
   err = cudaStreamEndCapture(s, out);
   if (st == CG_SUCCESS && err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);
   return st;
+}
+
+/* The graph the plan's own launches replay until it is embedded: the plan's
+ * graph, then the kernel that counts its end unit's marks
+ * (cg_cuda_end_marks) where it has one; *out is plan_graph itself where it
+ * has none (*owned 0), else a graph of its own (*owned 1). */
+static cg_status_t build_run_graph(cudaGraph_t *out, int *owned, cg_plan_t *p, cudaGraph_t plan_graph,
+                                   const char *where) {
+  struct cg_cuda_plan *c = p->cuda;
+  cg_mark_list_t ends;
+  cg_cuda_end_marks(&ends, p);
+  *out = plan_graph;
+  *owned = 0;
+  if (!ends.n) return CG_SUCCESS;
+  cudaStream_t s = c->lanes[0];
+  cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) return cg_fail_cuda(err, "cudaStreamBeginCapture", "%s", where);
+  cg_status_t st = cg_cuda_capture_child_graph(s, plan_graph, where);
+  if (st == CG_SUCCESS && (err = cg_progress_marks_launch(c->mark_tally, c->marks_dev, &ends, s)) != cudaSuccess)
+    st = cg_fail_cuda(err, "the watchdog's end marks", "%s", where);
+  cudaGraph_t run = NULL;
+  err = cudaStreamEndCapture(s, &run);
+  if (st == CG_SUCCESS && err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);
+  if (st != CG_SUCCESS) {
+    if (run) cudaGraphDestroy(run);
+    return st;
+  }
+  *out = run;
+  *owned = 1;
+  return CG_SUCCESS;
 }
 
 /* Instantiates `graph` into *exec and moves it to the device, so the first
@@ -260,7 +294,11 @@ cg_status_t cg_cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t
   }
   if (st == CG_SUCCESS) st = cg_cuda_capture(&p->cuda->graph, p, where);
   struct cg_cuda_plan *c = st == CG_SUCCESS ? p->cuda : NULL;
-  if (st == CG_SUCCESS) st = cg_cuda_instantiate(&c->exec, c->graph, c->lanes[0], where);
+  cudaGraph_t run = NULL;
+  int run_owned = 0;
+  if (st == CG_SUCCESS) st = build_run_graph(&run, &run_owned, p, c->graph, where);
+  if (st == CG_SUCCESS) st = cg_cuda_instantiate(&c->exec, run, c->lanes[0], where);
+  if (run_owned) cudaGraphDestroy(run);
   if (st == CG_SUCCESS) st = build_embed_graph(&c->embed_graph, p, c->graph, where);
   if (st == CG_SUCCESS && (err = cudaStreamSynchronize(c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "cudaStreamSynchronize", "%s", where);
@@ -495,14 +533,16 @@ static cg_status_t update_exec(cudaGraphExec_t *exec, cudaGraph_t graph, cudaStr
 
 cg_status_t cg_cuda_rebuild(cg_plan_t *p, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
-  cudaGraph_t graph = NULL, embed = NULL;
-  int previous = 0;
+  cudaGraph_t graph = NULL, embed = NULL, run = NULL;
+  int previous = 0, run_owned = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(p->device);
   cg_status_t st = cg_cuda_capture(&graph, p, where);
   if (st == CG_SUCCESS) st = build_embed_graph(&embed, p, graph, where);
+  if (st == CG_SUCCESS) st = build_run_graph(&run, &run_owned, p, graph, where);
   /* the executable graphs change only once everything new exists */
-  if (st == CG_SUCCESS) st = update_exec(&c->exec, graph, c->lanes[0], where);
+  if (st == CG_SUCCESS) st = update_exec(&c->exec, run, c->lanes[0], where);
+  if (run_owned) cudaGraphDestroy(run);
   if (st == CG_SUCCESS && c->embed_exec && update_exec(&c->embed_exec, embed, c->lanes[0], where) != CG_SUCCESS) {
     cudaGraphExecDestroy(c->embed_exec); /* instantiated again when next needed */
     c->embed_exec = NULL;

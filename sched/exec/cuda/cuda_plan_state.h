@@ -11,6 +11,7 @@
 #include "agreement.h"
 #include "device_fingerprint.h"
 #include "plan_internal.h"
+#include "plan_lock.h"
 #include "plan_measure.h"
 
 struct cg_cuda_plan {
@@ -39,6 +40,11 @@ struct cg_cuda_plan {
    * has (CG_NO_STEP if none): once that one is done, so is this one */
   uint8_t *marked;
   uint32_t *witness;
+  /* the unit whose marks the replay's end counts (cg_marks_end_unit): the
+   * embedded plan's unlock kernel, or a kernel after the plan's graph in
+   * the plan's own executable graph; CG_NO_STEP: none (every marked unit
+   * has its own kernel) */
+  uint32_t end_unit;
   uint64_t started_ns;
   uint64_t *seq_base; /* per plan communicator: its sequence number at the latest launch */
   /* cg_plan_launch's replays under the watchdog (cuda_watchdog.c): recorded
@@ -79,6 +85,9 @@ cg_status_t cg_cuda_choose_marks(cg_plan_t *p, const char *where);
  * every replay of its graph, as its marks count them (every rank runs the
  * same replays, so both are the same on every rank). */
 uint64_t cg_cuda_replay_number(const cg_plan_t *p);
+/* The steps the replay's end counts (c->end_unit's), into *list (n = 0 for
+ * none: no timeout, profiling, or no end unit). */
+void cg_cuda_end_marks(cg_mark_list_t *list, const cg_plan_t *p);
 /* The communicator's sequence number of a collective step in the latest
  * launch. */
 uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);

@@ -40,7 +40,17 @@ cg_status_t cg_cuda_choose_marks(cg_plan_t *p, const char *where) {
   if (!c->marked || !c->witness)
     return cg_fail(CG_ERR_NO_MEMORY, "%s: choosing the watchdog's marks of %u steps", where, p->n_steps);
   cg_marks_choose(c->marked, c->witness, p);
+  c->end_unit = cg_marks_end_unit(p);
+  if (c->end_unit != CG_NO_STEP && p->units[c->end_unit].n > CG_MARKS_PER_KERNEL) c->end_unit = CG_NO_STEP;
   return CG_SUCCESS;
+}
+
+void cg_cuda_end_marks(cg_mark_list_t *list, const cg_plan_t *p) {
+  const struct cg_cuda_plan *c = p->cuda;
+  list->n = 0;
+  if (!c->marks || c->stamps || !c->marked || c->end_unit == CG_NO_STEP) return;
+  const cg_issue_unit_t *u = &p->units[c->end_unit];
+  for (uint32_t k = 0; k < u->n; k++) list->slot[list->n++] = p->issue_order[u->first + k];
 }
 
 /* A step is done in the replay the marks are in (marks_replay) once its

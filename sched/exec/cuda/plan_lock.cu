@@ -26,7 +26,9 @@ __global__ void cg_plan_lock_kernel(unsigned *word, unsigned *entered_tally, uns
   count_one(entered_tally, entered);
 }
 
-__global__ void cg_plan_unlock_kernel(unsigned *word, unsigned *left_tally, unsigned *left) {
+__global__ void cg_plan_unlock_kernel(unsigned *word, unsigned *left_tally, unsigned *left, unsigned *tally,
+                                      unsigned *shown, cg_mark_list_t ends) {
+  for (unsigned i = 0; i < ends.n; i++) count_one(&tally[ends.slot[i]], &shown[ends.slot[i]]);
   count_one(left_tally, left);
   __threadfence();
   atomicExch(word, 0u);
@@ -38,9 +40,9 @@ extern "C" cudaError_t cg_plan_lock_launch(unsigned *word, unsigned *entered_tal
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left_tally, unsigned *left,
-                                             cudaStream_t stream) {
-  cg_plan_unlock_kernel<<<1, 1, 0, stream>>>(word, left_tally, left);
+extern "C" cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left_tally, unsigned *left, unsigned *tally,
+                                             unsigned *shown, const cg_mark_list_t *ends, cudaStream_t stream) {
+  cg_plan_unlock_kernel<<<1, 1, 0, stream>>>(word, left_tally, left, tally, shown, *ends);
   return cudaGetLastError();
 }
 

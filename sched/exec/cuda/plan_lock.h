@@ -16,7 +16,6 @@ extern "C" {
  * count lives in device memory (*_tally) and is shown in mapped host memory
  * (entered, left), where the monitor reads it. */
 cudaError_t cg_plan_lock_launch(unsigned *word, unsigned *entered_tally, unsigned *entered, cudaStream_t stream);
-cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left_tally, unsigned *left, cudaStream_t stream);
 /* The watchdog's progress marks: once the stream's earlier work is done, one
  * thread adds 1 to the count of each step in the list (tally: device memory,
  * shown: mapped host memory, indexed by step). */
@@ -25,6 +24,10 @@ typedef struct cg_mark_list {
   unsigned n;
   unsigned slot[CG_MARKS_PER_KERNEL];
 } cg_mark_list_t;
+/* The unlock also counts the replay's end marks (`ends`, indexed into the
+ * marks' tally and shown; n = 0 for none) before the replay's count out. */
+cudaError_t cg_plan_unlock_launch(unsigned *word, unsigned *left_tally, unsigned *left, unsigned *tally,
+                                  unsigned *shown, const cg_mark_list_t *ends, cudaStream_t stream);
 cudaError_t cg_progress_marks_launch(unsigned *tally, unsigned *shown, const cg_mark_list_t *list,
                                      cudaStream_t stream);
 /* The replay's fingerprint: where the 16-byte entries of `all` (ranks of
