@@ -82,6 +82,13 @@ void cg_mpi_control_roll_call(char *report, size_t size, void *comm_impl, const 
  * library's (the backend table's control_any_thread): MPI gives
  * MPI_THREAD_MULTIPLE and is not finalized. */
 int cg_mpi_control_any_thread(void *comm_impl);
+/* The gate of the library's MPI calls from a second thread against
+ * MPI_Finalize (mpi_finalize_gate.c): enter gives 0 once
+ * cg_mpi_before_finalize closed it (make no MPI call then), 1 otherwise, to
+ * be paired with a leave after the calls. */
+int cg_mpi_gate_enter(void);
+void cg_mpi_gate_leave(void);
+int cg_mpi_gate_closed(void);
 void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why);
 
 /* The roll call on any MPI communicator (mpi_control.c): answering the

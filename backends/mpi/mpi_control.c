@@ -176,7 +176,9 @@ void cg_mpi_answer_roll_calls(MPI_Comm comm, const char *waiting_in) { answer_ro
 
 void cg_mpi_control_answer(void *comm_impl, const char *waiting_in) {
   const cg_mpi_comm_t *m = comm_impl;
+  if (!cg_mpi_gate_enter()) return; /* MPI is about to be finalized */
   answer_roll_calls(m->control, m->roll_id, waiting_in);
+  cg_mpi_gate_leave();
 }
 
 /* How long a roll call after a timeout of timeout_s waits for answers:
@@ -302,12 +304,18 @@ void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *wait
 
 void cg_mpi_control_roll_call(char *report, size_t size, void *comm_impl, const char *waiting_in, double timeout_s) {
   const cg_mpi_comm_t *m = comm_impl;
+  if (!cg_mpi_gate_enter()) {
+    snprintf(report, size, "no roll call: MPI is being finalized");
+    return;
+  }
   roll_call(report, size, m->control, m->roll_id, waiting_in, timeout_s);
+  cg_mpi_gate_leave();
 }
 
 int cg_mpi_control_any_thread(void *comm_impl) {
   const cg_mpi_comm_t *m = comm_impl;
   if (!m || m->thread_level < MPI_THREAD_MULTIPLE) return 0; /* no MPI call from this thread at all */
+  if (cg_mpi_gate_closed()) return 0;
   int finalized = 1;
   MPI_Finalized(&finalized); /* callable from any thread, at any time */
   return !finalized;

@@ -51,6 +51,7 @@ cg_status_t cg_mpi_finalize(void) {
   call_once(&init_once, init_init_lock);
   mtx_lock(&init_lock);
   MPI_Finalized(&finalized);
+  if (library_initialized && !finalized) cg_mpi_before_finalize();
   if (library_initialized && !finalized && (err = MPI_Finalize()) != MPI_SUCCESS)
     st = cg_fail_mpi(err, "MPI_Finalize", "cg_mpi_finalize");
   mtx_unlock(&init_lock);

@@ -93,6 +93,17 @@ CG_API cg_status_t cg_mpi_init(int *provided);
  * MPI_Finalize fails. */
 CG_API cg_status_t cg_mpi_finalize(void);
 
+/* Call right before MPI_Finalize while plans may still have replays in
+ * flight (launched or embedded, under a timeout): stops the MPI calls of
+ * the library's own threads (the watchdog's monitor answers and calls roll
+ * calls on the plans' communicators) and waits for the one in flight, so
+ * that none runs while MPI finalizes. From then on those threads make no MPI
+ * call (a timeout is still reported, without a roll call). cg_mpi_finalize
+ * calls it, and so does the MPI_Finalize of libcommgraph_pmpi (MPI's
+ * profiling interface: link it before the MPI library, or preload it) for
+ * programs that cannot call it themselves. Always CG_SUCCESS. */
+CG_API cg_status_t cg_mpi_before_finalize(void);
+
 /* cg_comm_create on MPI_Comm_f2c(mpi): the same communicator, options and
  * errors, plus CG_ERR_INVALID_ARGUMENT when MPI is not initialized (or
  * finalized), checked before the handle is converted. */
