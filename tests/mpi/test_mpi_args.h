@@ -183,6 +183,7 @@ void row_comm_device(fx_t *fx);
 void row_comm_mpi(fx_t *fx);
 void row_mpi_init(fx_t *fx);
 void row_mpi_finalize(fx_t *fx);
+void row_mpi_before_finalize(fx_t *fx);
 void row_comm_create_fortran(fx_t *fx);
 void row_mpi_world_fortran(fx_t *fx);
 void row_mpi_library_version(fx_t *fx);
