@@ -192,13 +192,13 @@ static cg_status_t build_run_graph(cudaGraph_t *out, int *owned, cg_plan_t *p, c
   cudaGraph_t run = NULL;
   err = cudaStreamEndCapture(s, &run);
   if (st == CG_SUCCESS && err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamEndCapture", "%s", where);
-  if (st != CG_SUCCESS) {
-    if (run) cudaGraphDestroy(run);
-    return st;
+  if (st == CG_SUCCESS) {
+    *out = run;
+    *owned = 1;
+  } else if (run) {
+    cudaGraphDestroy(run);
   }
-  *out = run;
-  *owned = 1;
-  return CG_SUCCESS;
+  return st;
 }
 
 /* Instantiates `graph` into *exec and moves it to the device, so the first
