@@ -7,7 +7,11 @@
  * plan's, non-blocking, so that a timed-out replay's ncclCommAbort never waits
  * behind a call; and the user's, blocking as ncclCommInitRank makes it, so
  * that a program's own NCCL calls on it never see ncclInProgress. Plans never
- * use the user's, so its calls never interleave with a capture.
+ * use the user's, so its calls never interleave with a capture. The first
+ * device plan that carries the replay's fingerprint splits a third one off
+ * the plan's (`print`), for the fingerprint's gathers alone: they then need
+ * no order with the plan's collectives, which start without waiting for
+ * them.
  * cg_comm_from_nccl has only the user's communicator, as the user made it:
  * `nccl` and `user_nccl` are then the same. */
 #ifndef CG_BACKENDS_NCCL_BACKEND_H
@@ -26,6 +30,10 @@ typedef struct cg_nccl_comm {
   cg_mpi_comm_t *control;
   ncclComm_t nccl;      /* the plan's: warm-up, capture, abort */
   ncclComm_t user_nccl; /* cg_comm_nccl's; commgraph makes no call on it but create and destroy */
+  /* the fingerprint's, split off `nccl` with one CTA, non-blocking; NULL
+   * until a plan needs it (cg_nccl_print_setup); the abort reads it from its
+   * own thread */
+  _Atomic(ncclComm_t) print;
   /* CG_NCCL_USER_*: whether cg_comm_nccl handed user_nccl out, or the abort
    * of a timed-out replay took it along because nobody had it */
   atomic_int user_state;
@@ -69,7 +77,11 @@ cg_status_t cg_nccl_warmup(void *comm_impl, const cg_plan_t *plan, uint32_t comm
 cg_status_t cg_nccl_group_start(void *comm_impl);
 cg_status_t cg_nccl_group_end(void *comm_impl);
 cg_status_t cg_nccl_step_enqueue(void *comm_impl, const cg_step_t *step, void *stream);
-/* ncclAllGather of `bytes` bytes (the device plan's fingerprint). */
+/* The fingerprint's communicator, split off the plan's the first time a
+ * plan needs it: collective over the communicator (a compile's warm-up). */
+cg_status_t cg_nccl_print_setup(void *comm_impl);
+/* ncclAllGather of `bytes` bytes on the fingerprint's communicator (the
+ * device plan's fingerprint). */
 cg_status_t cg_nccl_allgather_enqueue(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream);
 const char *cg_nccl_step_call(const cg_step_t *step);
 

@@ -35,12 +35,23 @@ static void end_owned(cg_nccl_comm_t *n) {
   }
 }
 
+/* The fingerprint's communicator is commgraph's whoever owns the plan's:
+ * aborted with it, else finalized before it. */
+static void end_print(cg_nccl_comm_t *n) {
+  ncclComm_t print = atomic_exchange(&n->print, NULL);
+  if (!print) return;
+  if (n->aborted) return; /* the abort ended it */
+  cg_nccl_settle(print, ncclCommFinalize(print));
+  ncclCommDestroy(print);
+}
+
 static void destroy_impl(void *impl) {
   cg_nccl_comm_t *n = impl;
   if (!n) return;
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(n->device);
+  end_print(n);
   if (n->owns_nccl) end_owned(n);
   if (n->barrier_word) cudaFree(n->barrier_word);
   cg_nccl_oneshot_free(&n->oneshot, n->aborted);
@@ -136,6 +147,8 @@ static void abort_comm(void *impl) {
   cudaGetDevice(&previous);
   cudaSetDevice(n->device);
   cg_nccl_oneshot_abort(&n->oneshot); /* its kernels wait for peers outside NCCL */
+  ncclComm_t print = atomic_load(&n->print);
+  if (print) ncclCommAbort(print);
   ncclCommAbort(n->nccl);
   n->aborted = 1;
   int untouched = CG_NCCL_USER_UNTOUCHED;
@@ -164,6 +177,7 @@ const cg_backend_t cg_nccl_backend = {
     .device_group_start = cg_nccl_group_start,
     .device_group_end = cg_nccl_group_end,
     .device_step_enqueue = cg_nccl_step_enqueue,
+    .device_allgather_setup = cg_nccl_print_setup,
     .device_allgather_enqueue = cg_nccl_allgather_enqueue,
     .step_call = cg_nccl_step_call,
     .bucket_bytes = bucket_bytes,

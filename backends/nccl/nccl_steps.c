@@ -7,6 +7,7 @@
  * of a word the communicator owns. A step of zero elements enqueues nothing:
  * the cross-rank check has made sure every rank agrees on the count. */
 #include <cuda_runtime_api.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "cuda_check.h"
@@ -195,11 +196,49 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
                           : cg_fail_nccl(r, n->nccl, cg_nccl_step_call(s), "nccl backend on device %d", n->device);
 }
 
+/* One CTA: the gather moves 16 bytes per rank, and a kernel of few blocks
+ * beside the plan's first collective leaves it the SMs it would have had. */
+cg_status_t cg_nccl_print_setup(void *impl) {
+  cg_nccl_comm_t *n = impl;
+  if (atomic_load(&n->print)) return CG_SUCCESS;
+  int rank = 0, previous = 0;
+  ncclResult_t r = ncclCommUserRank(n->nccl, &rank);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.minCTAs = 1;
+  config.maxCTAs = 1;
+  config.splitShare = 0;
+  ncclComm_t print = NULL;
+  cudaGetDevice(&previous);
+  cudaSetDevice(n->device);
+  if (r == ncclSuccess) r = ncclCommSplit(n->nccl, 0, rank, &print, &config);
+  /* on a non-blocking parent the split goes on in NCCL's thread, which sets
+   * `print` only once it is done: the parent's state says when */
+  if (r == ncclSuccess || r == ncclInProgress) r = cg_nccl_settle(n->nccl, ncclInProgress);
+  /* NCCL 2.28 returns ncclSuccess from the split and leaves the parent's
+   * state ncclInProgress until the child is made */
+  for (int spins = 0; r == ncclSuccess && !*(ncclComm_t volatile *)&print && spins < 1000000; spins++) sched_yield();
+  if (r == ncclSuccess && !*(ncclComm_t volatile *)&print) r = ncclInternalError;
+  if (r == ncclSuccess) r = cg_nccl_settle(print, ncclInProgress);
+  cudaSetDevice(previous);
+  if (r != ncclSuccess) {
+    /* a split that failed is left alone: NCCL may have freed it */
+    return cg_fail_nccl(r, n->nccl, "ncclCommSplit", "nccl backend on device %d, rank %d: the communicator of the "
+                        "replay's fingerprint", n->device, rank);
+  }
+  atomic_store(&n->print, print);
+  return CG_SUCCESS;
+}
+
 cg_status_t cg_nccl_allgather_enqueue(void *impl, const void *mine, void *all, size_t bytes, void *stream) {
   cg_nccl_comm_t *n = impl;
-  ncclResult_t r = cg_nccl_settle(n->nccl, ncclAllGather(mine, all, bytes, ncclUint8, n->nccl, (cudaStream_t)stream));
+  ncclComm_t print = atomic_load(&n->print);
+  if (!print)
+    return cg_fail(CG_ERR_INTERNAL, "nccl backend on device %d: the fingerprint's gather before its communicator "
+                   "was made", n->device);
+  ncclResult_t r = cg_nccl_settle(print, ncclAllGather(mine, all, bytes, ncclUint8, print, (cudaStream_t)stream));
   return r == ncclSuccess ? CG_SUCCESS
-                          : cg_fail_nccl(r, n->nccl, "ncclAllGather (the replay's fingerprint)", "nccl backend on "
+                          : cg_fail_nccl(r, print, "ncclAllGather (the replay's fingerprint)", "nccl backend on "
                                          "device %d", n->device);
 }
 

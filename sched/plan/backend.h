@@ -14,7 +14,7 @@
 
 #include "plan_internal.h"
 
-#define CG_BACKEND_INTERFACE_VERSION 7u
+#define CG_BACKEND_INTERFACE_VERSION 8u
 
 /* Where a backend's steps may read and write. */
 #define CG_BACKEND_HOST_MEMORY 1u
@@ -82,7 +82,14 @@ struct cg_backend {
   cg_status_t (*device_step_enqueue)(void *comm_impl, const cg_step_t *step, void *stream);
   /* An allgather of `bytes` from every rank of the communicator into `all`
    * (size * bytes, in rank order) on `stream`, in the plan's CUDA graph or
-   * outside a capture (a device plan's fingerprint). NULL: none. */
+   * outside a capture (a device plan's fingerprint), on a channel of its own:
+   * it needs no order with the communicator's steps, and two such gathers
+   * pair up across ranks in the order each rank enqueues them. NULL: none
+   * (a backend whose steps carry the gather instead, ordered with them).
+   * device_allgather_setup makes that channel: collective over the
+   * communicator, outside a capture, on every rank alike (a compile's
+   * warm-up, before the first gather); NULL where nothing is to make. */
+  cg_status_t (*device_allgather_setup)(void *comm_impl);
   cg_status_t (*device_allgather_enqueue)(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream);
 
   /* The library call a step becomes ("ncclAllReduce", "MPI_Iallreduce"), for

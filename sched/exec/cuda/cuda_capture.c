@@ -1,7 +1,8 @@
 /* The capture of a device plan's steps into one CUDA graph (cuda_plan.c
  * prepares the streams and instantiates it): each lane a stream, lane 0
  * begins the capture and the other lanes join it through an event (lanes
- * with collectives after the replay's fingerprint, the others at once), each
+ * with collectives after the replay's fingerprint where its gathers are
+ * steps ordered with theirs, the others at once), each
  * unit first waits for the events of its dependencies on other lanes, a unit
  * of several sends and receives is bracketed by the backend's group calls, a
  * step that a step on another lane depends on records its event afterwards,
@@ -204,10 +205,13 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
   cg_status_t st = CG_SUCCESS;
   if (c->stamps && (err = cg_time_stamp_launch(&c->stamps[2 * (size_t)p->n_steps], c->lanes[0])) != cudaSuccess)
     st = cg_fail_cuda(err, "the profiling stamp", "%s", where);
-  /* joins[2 n_lanes]: the capture's start; joins[0]: after the fingerprint's
-   * gathers, on the first lane with collectives, which every lane with
+  /* joins[2 n_lanes]: the capture's start; joins[0]: after the gathers of
+   * the fingerprint that are steps ordered with the plan's (the staged
+   * backends'), on the first lane with collectives, which every lane with
    * collectives waits for (they come first on their communicators); lanes of
-   * user compute and copies start at once */
+   * user compute and copies start at once. The gathers apart from the steps
+   * (NCCL's, on a communicator of their own) go on that lane's marks stream,
+   * beside the steps, before the comparison */
   cudaEvent_t begun = joins[2 * (size_t)c->n_lanes];
   uint32_t gathers = 0;
   while (gathers + 1 < c->n_lanes && !lane_has_collectives(p, gathers)) gathers++;
@@ -215,7 +219,7 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
     st = cg_fail_cuda(err, "cudaEventRecord", "%s", where);
   if (st == CG_SUCCESS && gathers != 0 && (err = cudaStreamWaitEvent(c->lanes[gathers], begun, 0)) != cudaSuccess)
     st = cg_fail_cuda(err, "cudaStreamWaitEvent", "%s", where);
-  if (st == CG_SUCCESS && marking(c)) st = cg_device_prints_gather(c->prints, c->lanes[gathers], where);
+  if (st == CG_SUCCESS && marking(c)) st = cg_device_prints_gather(c->prints, 0, c->lanes[gathers], where);
   if (st == CG_SUCCESS && (err = cudaEventRecord(joins[0], c->lanes[gathers])) != cudaSuccess)
     st = cg_fail_cuda(err, "cudaEventRecord", "%s", where);
   for (uint32_t l = 0; l < c->n_lanes && st == CG_SUCCESS; l++) {
@@ -224,10 +228,12 @@ static cg_status_t capture_units(cudaGraph_t *out, cg_plan_t *p, cudaEvent_t *ev
       st = cg_fail_cuda(err, "cudaStreamWaitEvent", "%s", where);
   }
   /* the marks streams fork at the start; the first one holds the
-   * fingerprint's comparisons, off the lanes' path */
+   * fingerprint's gathers apart and the comparisons, off the lanes' path */
   for (uint32_t l = 0; l < c->n_lanes && st == CG_SUCCESS && marking(c); l++)
     if ((err = cudaStreamWaitEvent(c->mark_lanes[l], l == gathers ? joins[0] : begun, 0)) != cudaSuccess)
       st = cg_fail_cuda(err, "cudaStreamWaitEvent (the marks streams)", "%s", where);
+  if (st == CG_SUCCESS && marking(c) && c->n_lanes)
+    st = cg_device_prints_gather(c->prints, 1, c->mark_lanes[gathers], where);
   if (st == CG_SUCCESS && marking(c) && c->n_lanes)
     st = cg_device_prints_check(c->prints, c->mark_lanes[gathers], where);
   for (uint32_t u = 0; u < p->n_units && st == CG_SUCCESS; u++)

@@ -158,8 +158,12 @@ static cg_status_t gather(const round_t *r, void *stream, const char *where) {
   return cg_fail(st, "%s: the replay's fingerprint: %s", where, detail);
 }
 
-cg_status_t cg_device_prints_gather(const cg_device_prints_t *prints, void *stream, const char *where) {
+/* The backend's own gather runs apart from the steps (backend.h). */
+static int is_apart(const round_t *r) { return r->comm->ops->backend->device_allgather_enqueue != NULL; }
+
+cg_status_t cg_device_prints_gather(const cg_device_prints_t *prints, int apart, void *stream, const char *where) {
   for (uint32_t i = 0; prints && i < prints->n; i++) {
+    if (is_apart(&prints->rounds[i]) != !!apart) continue;
     cg_status_t st = gather(&prints->rounds[i], stream, where);
     if (st != CG_SUCCESS) return st;
   }
@@ -189,7 +193,15 @@ int cg_device_prints_has(const cg_device_prints_t *prints, const cg_comm_t *comm
 cg_status_t cg_device_prints_warm_up(const cg_device_prints_t *prints, const cg_comm_t *comm, void *stream,
                                      const char *where) {
   const round_t *r = round_of(prints, comm);
-  return r ? gather(r, stream, where) : CG_SUCCESS;
+  if (!r) return CG_SUCCESS;
+  const cg_backend_t *b = comm->ops->backend;
+  cg_status_t st = b->device_allgather_setup ? b->device_allgather_setup(comm->impl) : CG_SUCCESS;
+  if (st != CG_SUCCESS) {
+    char detail[600];
+    snprintf(detail, sizeof detail, "%s", cg_error_last());
+    return cg_fail(st, "%s: the replay's fingerprint: %s", where, detail);
+  }
+  return gather(r, stream, where);
 }
 
 int cg_device_prints_pending(const cg_device_prints_t *prints) {
