@@ -9,7 +9,7 @@ or the package installed.) Models (models.py): a small GPT (default; fp32,
 of 224 x 224 per rank, issue 24's comparison). Synthetic data, the same on
 every mode; the model starts from the same weights everywhere; cuDNN in
 its deterministic algorithms, so that the modes' losses can be compared.
-Modes, one after another in one job:
+Modes, all built and alive together in one job:
 
   compute    forward, backward and the optimizer step captured in one CUDA
              graph, no gradient exchange: the bound of the iteration
@@ -41,8 +41,9 @@ ddp-graph follow ddp's loss curve (relative difference at most 1e-4 over
 every step, unless ddp-graph's own curve leaves ddp's by more: then the
 run amplifies rounding and the first step's averaged gradients must agree
 to 1e-5; "WRONG" and exit 1 otherwise), and times each mode: ms per
-iteration (median of the slowest rank over rounds), the exposed
-communication (iteration minus compute), and the ratio to ddp-graph.
+iteration (median of the slowest rank over rounds, the modes interleaved
+round by round), the exposed communication (iteration minus compute), and
+the ratio to ddp-graph.
 --bucket-mb and --first-bucket-mb set the buckets (DDP's and commgraph-overlap's),
 --last-bucket-mb a last bucket of its own in commgraph-overlap, --event-mb
 the groups of commgraph-events,
@@ -198,7 +199,9 @@ class Captured:
     the weights and the optimizer back to where every mode starts."""
 
     def __init__(self, job, model, optimizer, step, warmup=3):
-        self.job, self.model = job, model
+        # the graph reads and writes the model's and the optimizer's tensors:
+        # they live as long as it does, whatever the other modes allocate
+        self.job, self.model, self.optimizer = job, model, optimizer
         x, y = job.batch(0)
         self.x, self.y = x.clone(), y.clone()
         self.loss = torch.zeros((), device=job.device)
@@ -427,31 +430,39 @@ MAKERS = {"compute": make_compute, "commgraph": make_commgraph, "commgraph-overl
           "commgraph-events": make_commgraph_events, "ddp": make_ddp, "ddp-graph": make_ddp_graph}
 
 
-def run_mode(job, name):
-    """The losses of the compared steps, then seconds per iteration per
-    round (the slowest rank's)."""
+def prepare_mode(job, name):
+    """Builds the mode and runs the compared steps: its iteration, what
+    must stay alive while it runs, the losses and the first step's
+    averaged gradients."""
     iteration, model, keep = MAKERS[name](job)
     losses = []
     for s in range(job.a.steps):
         losses.append(iteration(s).clone())
         if s == 0:
             first_gradients = gradients(model)
-    losses = torch.stack(losses).cpu()
+    return iteration, (keep, model), torch.stack(losses).cpu(), first_gradients
+
+
+def time_modes(job, iterations):
+    """Seconds per iteration per round of each mode (the slowest rank's),
+    the modes interleaved round by round, so that whatever drifts over the
+    run weighs on every mode alike (timed one mode after the other,
+    ddp-graph, timed last, came out 0.04-0.05 ms faster than compute alone
+    on one H200, though it does more)."""
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    s = job.a.steps
+    times = {m: [] for m in iterations}
+    step = {m: job.a.steps for m in iterations}
     for _ in range(job.a.rounds):
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(job.a.iters):
-            iteration(s)
-            s += 1
-        stop.record()
-        stop.synchronize()
-        times.append(job.slowest(start.elapsed_time(stop) * 1e-3 / job.a.iters))
-    del keep
-    torch.cuda.synchronize()
-    return losses, times, first_gradients
+        for m, iteration in iterations.items():
+            torch.cuda.synchronize()
+            start.record()
+            for _ in range(job.a.iters):
+                iteration(step[m])
+                step[m] += 1
+            stop.record()
+            stop.synchronize()
+            times[m].append(job.slowest(start.elapsed_time(stop) * 1e-3 / job.a.iters))
+    return times
 
 
 def gradients(model):
@@ -512,7 +523,11 @@ def main():
     for m in modes:
         if m not in MAKERS:
             sys.exit(f"train: unknown mode {m!r} (one of {', '.join(MAKERS)})")
-    results = {m: run_mode(job, m) for m in modes}
+    prepared = {m: prepare_mode(job, m) for m in modes}
+    times = time_modes(job, {m: prepared[m][0] for m in modes})
+    results = {m: (prepared[m][2], times[m], prepared[m][3]) for m in modes}
+    del prepared  # the plans, graphs and process groups' models, before the process group goes
+    torch.cuda.synchronize()
     wrong = False
     if job.rank == 0:
         print(f"train: {job.size} ranks, {torch.cuda.get_device_name(job.device)}, torch {torch.__version__}, "

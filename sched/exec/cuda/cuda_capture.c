@@ -7,7 +7,8 @@
  * of several sends and receives is bracketed by the backend's group calls, a
  * step that a step on another lane depends on records its event afterwards,
  * and with a timeout each unit's progress marks go on its lane's marks
- * stream. The lanes and marks streams join lane 0 again at the end. */
+ * stream. The lanes and marks streams join lane 0 again at the end, and the
+ * edges that longer paths imply are dropped from the graph. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "backend.h"
 #include "bucket_cuda.h"
 #include "cuda_check.h"
+#include "cuda_graph_edges.h"
 #include "cuda_plan_state.h"
 #include "device_fingerprint.h"
 #include "error.h"
@@ -264,6 +266,12 @@ cg_status_t cg_cuda_capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
                                                 : cg_fail(CG_ERR_NO_MEMORY, "%s: allocating capture events", where);
   if (st == CG_SUCCESS && marking(p->cuda)) st = cg_cuda_choose_marks(p, where);
   if (st == CG_SUCCESS) st = capture_units(out, p, events, joins, unit_done, where);
+  /* a lane that enqueues nothing (a zero-copy bucket's pack, a collective of
+   * one rank in place) gathers the dependencies of every wait until its
+   * next node, which then depends on all of them: in a training iteration
+   * each collective on every backward kernel before it. Edges the graph
+   * orders anyway, but each cost the replay (docs/watchdog.md) */
+  if (st == CG_SUCCESS) st = cg_cuda_drop_implied_edges(*out, NULL, where);
   for (uint32_t i = 0; events && i < p->n_steps; i++)
     if (events[i]) cudaEventDestroy(events[i]);
   for (uint32_t l = 0; joins && l <= 2 * p->n_lanes; l++)
