@@ -196,9 +196,12 @@ def restart(job, model, optimizer):
 class Captured:
     """A mode whose iteration is one CUDA graph replay: static input and
     target tensors, the step captured after warm-up on a side stream, then
-    the weights and the optimizer back to where every mode starts."""
+    the weights and the optimizer back to where every mode starts. Every
+    captured mode warms up as long as DDP needs (11 iterations, PyTorch's
+    CUDA graph notes), so that what the warm-up leaves behind (the caching
+    allocator's blocks, where the graph's memory lands) is alike."""
 
-    def __init__(self, job, model, optimizer, step, warmup=3):
+    def __init__(self, job, model, optimizer, step, warmup=11):
         # the graph reads and writes the model's and the optimizer's tensors:
         # they live as long as it does, whatever the other modes allocate
         self.job, self.model, self.optimizer = job, model, optimizer
@@ -422,7 +425,7 @@ def make_ddp_graph(job):
                     gradient_as_bucket_view=True, broadcast_buffers=False)
     torch.cuda.current_stream().wait_stream(side)
     optimizer = adamw(model)
-    captured = Captured(job, model, optimizer, plain_step(job, model, optimizer), warmup=11)
+    captured = Captured(job, model, optimizer, plain_step(job, model, optimizer))
     return captured.iteration, model, [model, captured]
 
 
