@@ -8,7 +8,8 @@
  * and back, bucket members between arenas and scattered buffers, an embedded
  * plan updated with cudaGraphExecChildGraphNodeSetParams, refusals); child
  * graphs and event nodes compiled into device plans, on compute lanes or, in
- * a chain between collectives, on the communicator's lane.
+ * a chain between collectives, on the communicator's lane; a backward pass
+ * in miniature whose captured graph must keep no edge a longer path implies.
  *
  * Values are integers from cg_gpu_value, so every sum is exact; outputs are
  * poisoned before every replay and checked by kernels that count wrong

@@ -242,8 +242,159 @@ START_TEST(embed__event_wait_node_waits_for_the_user_stream) {
 }
 END_TEST
 
+/* ---- the captured graph keeps no edge that a longer path implies
+ *
+ * A backward pass in miniature: BW_TENSORS child graphs in a chain (each a
+ * memset of its gradient to rank + 1; a declared write of one "activation"
+ * word chains them), an in-place allreduce per gradient, the gradients in a
+ * device arena in record order, buckets of a few gradients: every bucket's
+ * pack copies nothing, and its lane, enqueueing nothing, used to make each
+ * collective depend on every backward kernel before it. The plan's graph
+ * (inside cg_plan_cuda_graph's) is read back and its edges checked against
+ * its own closure, computed here; then the plan runs and the sums are
+ * checked. */
+
+enum { BW_TENSORS = 12, BW_UNIT = 256 };
+
+/* The graph's full-dependency edges as indices into its nodes (programmatic
+ * edges, which order less, left out); returns the count. */
+static size_t full_edges(uint32_t *from, uint32_t *to, size_t cap, cudaGraph_t graph, cudaGraphNode_t *nodes,
+                         size_t n_nodes) {
+  size_t n = 0;
+#if CUDART_VERSION >= 12030
+  cudaGraphEdgeData data[512];
+#if CUDART_VERSION >= 13000
+  CUDA_OK(cudaGraphGetEdges(graph, NULL, NULL, NULL, &n));
+#else
+  CUDA_OK(cudaGraphGetEdges_v2(graph, NULL, NULL, NULL, &n));
+#endif
+#endif
+#if CUDART_VERSION < 12030
+  CUDA_OK(cudaGraphGetEdges(graph, NULL, NULL, &n));
+#endif
+  ck_assert_msg(n <= cap && n <= 512, "%zu edges: more than the test reads", n);
+  cudaGraphNode_t f[512], t[512];
+#if CUDART_VERSION >= 13000
+  CUDA_OK(cudaGraphGetEdges(graph, f, t, data, &n));
+#elif CUDART_VERSION >= 12030
+  CUDA_OK(cudaGraphGetEdges_v2(graph, f, t, data, &n));
+#else
+  CUDA_OK(cudaGraphGetEdges(graph, f, t, &n));
+#endif
+  size_t kept = 0;
+  for (size_t e = 0; e < n; e++) {
+#if CUDART_VERSION >= 12030
+    static const cudaGraphEdgeData plain;
+    if (memcmp(&data[e], &plain, sizeof plain) != 0) continue;
+#endif
+    from[kept] = to[kept] = UINT32_MAX;
+    for (size_t i = 0; i < n_nodes; i++) {
+      if (nodes[i] == f[e]) from[kept] = (uint32_t)i;
+      if (nodes[i] == t[e]) to[kept] = (uint32_t)i;
+    }
+    ck_assert(from[kept] != UINT32_MAX && to[kept] != UINT32_MAX);
+    kept++;
+  }
+  return kept;
+}
+
+START_TEST(embed__backward_shaped_plan_graph_keeps_no_implied_edge) {
+  int me = cg_gpu_rank(), n = cg_gpu_size();
+  size_t total = 0;
+  for (int k = 0; k < BW_TENSORS; k++) total += (size_t)BW_UNIT * (k + 1);
+  cg_arena_t *arena;
+  cg_arena_opts_t ao = CG_ARENA_OPTS_INIT;
+  ao.device = cg_gpu_device();
+  ck_assert_cg_ok(cg_arena_create(&arena, total * 4, &ao));
+  int32_t *grad[BW_TENSORS], *activation = cg_gpu_alloc(4);
+  cg_range_t act = {activation, 4};
+  cg_graph_t *g;
+  ck_assert_cg_ok(cg_graph_create(&g, NULL));
+  for (int k = BW_TENSORS; k-- > 0;) { /* backward order: the last tensor's gradient first */
+    size_t count = (size_t)BW_UNIT * (k + 1);
+    ck_assert_cg_ok(cg_arena_alloc((void **)&grad[k], arena, count, CG_INT32));
+    cg_range_t writes[] = {{grad[k], count * 4}, act};
+    cg_access_t access = CG_ACCESS_INIT;
+    access.everything = 0;
+    access.reads = &act;
+    access.n_reads = 1;
+    access.writes = writes;
+    access.n_writes = 2;
+    cudaGraph_t child = cg_test_memset_graph(grad[k], count, (unsigned)me + 1u);
+    cg_node_t node;
+    ck_assert_cg_ok(cg_child_graph(&node, g, child, &access));
+    CUDA_OK(cudaGraphDestroy(child));
+    ck_assert_cg_ok(cg_allreduce(NULL, g, cg_gpu_shared_comm(0), grad[k], grad[k], count, CG_INT32, CG_SUM));
+  }
+  cg_compile_opts_t co = CG_COMPILE_OPTS_INIT;
+  co.bucket_bytes = (size_t)BW_UNIT * 4 * 20; /* a few gradients per bucket */
+  cg_plan_t *plan = NULL;
+  cg_status_t st = cg_compile(&plan, g, &co);
+  assert_all_ranks_msg(st == CG_SUCCESS, "rank %d: cg_compile: %s", me, cg_error_last());
+  cg_graph_destroy(g);
+  cg_plan_stats_t stats;
+  ck_assert_cg_ok(cg_plan_stats(&stats, plan));
+  assert_all_ranks_msg(stats.buckets >= 3 && stats.copy_bytes == 0,
+                       "rank %d: %zu buckets copying %zu bytes: not the shape under test", me, stats.buckets,
+                       stats.copy_bytes);
+
+  cudaGraph_t embed = NULL, inner = NULL;
+  ck_assert_cg_ok(cg_plan_cuda_graph(&embed, plan));
+  cudaGraphNode_t outer[8];
+  size_t n_outer = 0;
+  CUDA_OK(cudaGraphGetNodes(embed, NULL, &n_outer));
+  ck_assert_msg(n_outer <= 8, "the embeddable graph has %zu nodes", n_outer);
+  CUDA_OK(cudaGraphGetNodes(embed, outer, &n_outer));
+  for (size_t i = 0; i < n_outer; i++) {
+    enum cudaGraphNodeType type;
+    CUDA_OK(cudaGraphNodeGetType(outer[i], &type));
+    if (type == cudaGraphNodeTypeGraph) CUDA_OK(cudaGraphChildGraphNodeGetGraph(outer[i], &inner));
+  }
+  ck_assert_ptr_nonnull(inner);
+  enum { MAX_NODES = 128 };
+  cudaGraphNode_t nodes[MAX_NODES];
+  size_t n_nodes = 0;
+  CUDA_OK(cudaGraphGetNodes(inner, NULL, &n_nodes));
+  ck_assert_msg(n_nodes <= MAX_NODES, "%zu nodes: more than the test reads", n_nodes);
+  CUDA_OK(cudaGraphGetNodes(inner, nodes, &n_nodes));
+  static uint32_t from[512], to[512];
+  static uint8_t reach[MAX_NODES][MAX_NODES];
+  size_t m = full_edges(from, to, 512, inner, nodes, n_nodes);
+  memset(reach, 0, sizeof reach);
+  for (size_t e = 0; e < m; e++) reach[from[e]][to[e]] = 1;
+  for (size_t k = 0; k < n_nodes; k++)
+    for (size_t i = 0; i < n_nodes; i++)
+      if (reach[i][k])
+        for (size_t j = 0; j < n_nodes; j++) reach[i][j] |= reach[k][j];
+  size_t implied = 0;
+  for (size_t e = 0; e < m; e++) { /* implied: another edge out of its source reaches its target */
+    int longer = 0;
+    for (size_t f = 0; f < m && !longer; f++) longer = f != e && from[f] == from[e] && reach[to[f]][to[e]];
+    implied += (size_t)longer;
+  }
+  assert_all_ranks_msg(implied == 0, "rank %d: %zu of the plan graph's %zu edges (%zu nodes) are implied by longer "
+                       "paths", me, implied, m, n_nodes);
+
+  /* poison; the arena holds the gradients back to back, the last tensor's first */
+  CUDA_OK(cudaMemset(grad[BW_TENSORS - 1], 0xff, total * 4));
+  st = cg_plan_run(plan);
+  assert_all_ranks_msg(st == CG_SUCCESS, "rank %d: cg_plan_run: %s", me, cg_error_last());
+  int32_t *host = malloc(total * 4);
+  ck_assert_ptr_nonnull(host);
+  CUDA_OK(cudaMemcpy(host, grad[BW_TENSORS - 1], total * 4, cudaMemcpyDeviceToHost));
+  size_t wrong = 0;
+  for (size_t i = 0; i < total; i++) wrong += host[i] != n * (n + 1) / 2;
+  free(host);
+  assert_all_ranks_msg(wrong == 0, "rank %d: %zu of %zu summed gradient elements wrong", me, wrong, total);
+  cg_plan_destroy(plan);
+  cg_arena_destroy(arena);
+  cg_gpu_free(activation);
+}
+END_TEST
+
 void embed_add_compute_tests(TCase *compute) {
   tcase_add_test(compute, embed__child_graphs_between_collectives_on_compute_lanes);
   tcase_add_test(compute, embed__event_record_node_lets_the_user_wait_for_part_of_the_plan);
   tcase_add_test(compute, embed__event_wait_node_waits_for_the_user_stream);
+  tcase_add_test(compute, embed__backward_shaped_plan_graph_keeps_no_implied_edge);
 }

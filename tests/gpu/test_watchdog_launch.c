@@ -46,15 +46,6 @@ static void on_timeout(cg_status_t status, const char *report, void *arg) {
   atomic_fetch_add(&heard.calls, 1);
 }
 
-static cudaGraph_t memset_graph(unsigned *dev, size_t n, unsigned value) {
-  cudaGraph_t graph;
-  cudaGraphNode_t node;
-  CUDA_OK(cudaGraphCreate(&graph, 0));
-  struct cudaMemsetParams p = {.dst = dev, .value = value, .elementSize = 4, .width = n, .height = 1};
-  CUDA_OK(cudaGraphAddMemsetNode(&node, graph, NULL, 0, &p));
-  return graph;
-}
-
 /* CHAIN memsets of 1 -> host function 'sleepy' -> memset 2, compiled with
  * the timeout. The chain's kernels but the last have no marks of their own
  * (cg_cuda_choose_marks): the report must still name 'sleepy', and the
@@ -66,7 +57,7 @@ static cg_plan_t *stalling_plan(unsigned *dev, size_t n) {
   cg_graph_opts_t go = CG_GRAPH_OPTS_INIT;
   go.name = "stall";
   ck_assert_cg_ok(cg_graph_create(&g, &go));
-  cudaGraph_t first = memset_graph(dev, n, 1), second = memset_graph(dev, n, 2);
+  cudaGraph_t first = cg_test_memset_graph(dev, n, 1), second = cg_test_memset_graph(dev, n, 2);
   for (int k = 0; k < CHAIN; k++) ck_assert_cg_ok(cg_child_graph(&a, g, first, NULL)); /* a chain: one buffer */
   ck_assert_cg_ok(cg_host_func(&h, g, sleepy, NULL, NULL));
   ck_assert_cg_ok(cg_node_name(g, h, "sleepy"));

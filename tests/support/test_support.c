@@ -144,6 +144,16 @@ int cg_test_gpu_main(Suite *suite, const char *name) {
   }
   return cg_test_main(suite);
 }
+
+cudaGraph_t cg_test_memset_graph(void *dst, size_t n, unsigned value) {
+  cudaGraph_t graph = NULL;
+  cudaGraphNode_t node;
+  struct cudaMemsetParams p = {.dst = dst, .value = value, .elementSize = 4, .width = n, .height = 1};
+  cudaError_t err = cudaGraphCreate(&graph, 0);
+  if (err == cudaSuccess) err = cudaGraphAddMemsetNode(&node, graph, NULL, 0, &p);
+  ck_assert_msg(err == cudaSuccess, "a memset graph: %s", cudaGetErrorString(err));
+  return graph;
+}
 #endif
 
 int cg_test_main(Suite *suite) {

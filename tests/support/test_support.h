@@ -87,6 +87,13 @@ int cg_test_main(Suite *suite);
  * where a skip is a failure). CUDA builds only. */
 int cg_test_gpu_main(Suite *suite, const char *name);
 
+#if CG_HAVE_CUDA
+#include <cuda_runtime_api.h>
+/* A CUDA graph of one memset node setting the n 4-byte elements at dst to
+ * value (the caller destroys it); fails the test if CUDA refuses. */
+cudaGraph_t cg_test_memset_graph(void *dst, size_t n, unsigned value);
+#endif
+
 /* A plan's dump (dot 0) or DOT text (dot 1), malloc'ed; fails the test if
  * writing it fails. */
 char *cg_test_plan_text(const cg_plan_t *plan, int dot);
