@@ -258,11 +258,11 @@ enum { BW_TENSORS = 12, BW_UNIT = 256 };
 
 /* The graph's full-dependency edges as indices into its nodes (programmatic
  * edges, which order less, left out); returns the count. */
-static size_t full_edges(uint32_t *from, uint32_t *to, size_t cap, cudaGraph_t graph, cudaGraphNode_t *nodes,
-                         size_t n_nodes) {
+enum { BW_MAX_EDGES = 512 };
+static size_t full_edges(uint32_t *from, uint32_t *to, cudaGraph_t graph, cudaGraphNode_t *nodes, size_t n_nodes) {
   size_t n = 0;
 #if CUDART_VERSION >= 12030
-  cudaGraphEdgeData data[512];
+  cudaGraphEdgeData data[BW_MAX_EDGES];
 #if CUDART_VERSION >= 13000
   CUDA_OK(cudaGraphGetEdges(graph, NULL, NULL, NULL, &n));
 #else
@@ -272,8 +272,8 @@ static size_t full_edges(uint32_t *from, uint32_t *to, size_t cap, cudaGraph_t g
 #if CUDART_VERSION < 12030
   CUDA_OK(cudaGraphGetEdges(graph, NULL, NULL, &n));
 #endif
-  ck_assert_msg(n <= cap && n <= 512, "%zu edges: more than the test reads", n);
-  cudaGraphNode_t f[512], t[512];
+  ck_assert_msg(n <= BW_MAX_EDGES, "%zu edges: more than the test reads", n);
+  cudaGraphNode_t f[BW_MAX_EDGES], t[BW_MAX_EDGES];
 #if CUDART_VERSION >= 13000
   CUDA_OK(cudaGraphGetEdges(graph, f, t, data, &n));
 #elif CUDART_VERSION >= 12030
@@ -357,9 +357,9 @@ START_TEST(embed__backward_shaped_plan_graph_keeps_no_implied_edge) {
   CUDA_OK(cudaGraphGetNodes(inner, NULL, &n_nodes));
   ck_assert_msg(n_nodes <= MAX_NODES, "%zu nodes: more than the test reads", n_nodes);
   CUDA_OK(cudaGraphGetNodes(inner, nodes, &n_nodes));
-  static uint32_t from[512], to[512];
+  static uint32_t from[BW_MAX_EDGES], to[BW_MAX_EDGES];
   static uint8_t reach[MAX_NODES][MAX_NODES];
-  size_t m = full_edges(from, to, 512, inner, nodes, n_nodes);
+  size_t m = full_edges(from, to, inner, nodes, n_nodes);
   memset(reach, 0, sizeof reach);
   for (size_t e = 0; e < m; e++) reach[from[e]][to[e]] = 1;
   for (size_t k = 0; k < n_nodes; k++)

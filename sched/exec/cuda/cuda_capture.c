@@ -271,7 +271,7 @@ cg_status_t cg_cuda_capture(cudaGraph_t *out, cg_plan_t *p, const char *where) {
    * next node, which then depends on all of them: in a training iteration
    * each collective on every backward kernel before it. Edges the graph
    * orders anyway, but each cost the replay (docs/watchdog.md) */
-  if (st == CG_SUCCESS) st = cg_cuda_drop_implied_edges(*out, NULL, where);
+  if (st == CG_SUCCESS) st = cg_cuda_drop_implied_edges(*out, where);
   for (uint32_t i = 0; events && i < p->n_steps; i++)
     if (events[i]) cudaEventDestroy(events[i]);
   for (uint32_t l = 0; joins && l <= 2 * p->n_lanes; l++)

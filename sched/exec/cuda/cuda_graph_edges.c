@@ -12,31 +12,29 @@
 #include "implied_edges.h"
 
 /* CUDA 12.3 added edge data (programmatic edges and their ports), under _v2
- * names until 13.0 took the plain ones. */
+ * names until 13.0 took the plain ones; before it every edge is a full
+ * dependency and the data below stays zero. */
 #if CUDART_VERSION >= 13000
-#define EDGE_DATA 1
+typedef cudaGraphEdgeData edge_data_t;
 #define get_edges(g, f, t, d, n) cudaGraphGetEdges(g, f, t, d, n)
 #define remove_edges(g, f, t, d, n) cudaGraphRemoveDependencies(g, f, t, d, n)
 #elif CUDART_VERSION >= 12030
-#define EDGE_DATA 1
+typedef cudaGraphEdgeData edge_data_t;
 #define get_edges(g, f, t, d, n) cudaGraphGetEdges_v2(g, f, t, d, n)
 #define remove_edges(g, f, t, d, n) cudaGraphRemoveDependencies_v2(g, f, t, d, n)
 #else
-#define EDGE_DATA 0
+typedef struct edge_data {
+  char none;
+} edge_data_t;
+#define get_edges(g, f, t, d, n) ((void)(d), cudaGraphGetEdges(g, f, t, n))
+#define remove_edges(g, f, t, d, n) ((void)(d), cudaGraphRemoveDependencies(g, f, t, n))
 #endif
 
-/* The graph's nodes and edges (with their data where CUDA has it); NULL
- * arrays: the counts alone. */
+/* The graph's nodes and edges; NULL arrays: the counts alone. */
 static cudaError_t read_graph(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *n_nodes, cudaGraphNode_t *from,
-                              cudaGraphNode_t *to, void *data, size_t *n_edges) {
+                              cudaGraphNode_t *to, edge_data_t *data, size_t *n_edges) {
   cudaError_t err = cudaGraphGetNodes(graph, nodes, n_nodes);
-#if EDGE_DATA
-  if (err == cudaSuccess) err = get_edges(graph, from, to, (cudaGraphEdgeData *)data, n_edges);
-#else
-  (void)data;
-  if (err == cudaSuccess) err = cudaGraphGetEdges(graph, from, to, n_edges);
-#endif
-  return err;
+  return err == cudaSuccess ? get_edges(graph, from, to, data, n_edges) : err;
 }
 
 typedef struct numbered {
@@ -55,17 +53,14 @@ static uint32_t number_of(const numbered_t *sorted, size_t n, cudaGraphNode_t no
   return hit ? hit->index : UINT32_MAX;
 }
 
-cg_status_t cg_cuda_drop_implied_edges(cudaGraph_t graph, size_t *dropped, const char *where) {
+cg_status_t cg_cuda_drop_implied_edges(cudaGraph_t graph, const char *where) {
   cg_status_t st = CG_SUCCESS;
   size_t n_nodes = 0, n_edges = 0, n_implied = 0;
   cudaGraphNode_t *nodes = NULL, *from = NULL, *to = NULL;
   numbered_t *sorted = NULL;
   uint32_t *from_index = NULL, *to_index = NULL;
   uint8_t *strong = NULL, *implied = NULL;
-#if EDGE_DATA
-  cudaGraphEdgeData *data = NULL;
-#endif
-  if (dropped) *dropped = 0;
+  edge_data_t *data = NULL;
   cudaError_t err = read_graph(graph, NULL, &n_nodes, NULL, NULL, NULL, &n_edges);
   if (err != cudaSuccess) {
     st = cg_fail_cuda(err, "cudaGraphGetNodes/cudaGraphGetEdges", "%s", where);
@@ -80,36 +75,22 @@ cg_status_t cg_cuda_drop_implied_edges(cudaGraph_t graph, size_t *dropped, const
   to_index = malloc(n_edges * sizeof *to_index);
   strong = malloc(n_edges);
   implied = malloc(n_edges);
-#if EDGE_DATA
   data = calloc(n_edges, sizeof *data);
-  int have_data = data != NULL;
-#else
-  int have_data = 1;
-#endif
-  if (!nodes || !sorted || !from || !to || !from_index || !to_index || !strong || !implied || !have_data) {
+  if (!nodes || !sorted || !from || !to || !from_index || !to_index || !strong || !implied || !data) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: reading a graph of %zu nodes and %zu edges", where, n_nodes, n_edges);
     goto out;
   }
-#if EDGE_DATA
-  err = read_graph(graph, nodes, &n_nodes, from, to, data, &n_edges);
-#else
-  err = read_graph(graph, nodes, &n_nodes, from, to, NULL, &n_edges);
-#endif
-  if (err != cudaSuccess) {
+  if ((err = read_graph(graph, nodes, &n_nodes, from, to, data, &n_edges)) != cudaSuccess) {
     st = cg_fail_cuda(err, "cudaGraphGetNodes/cudaGraphGetEdges", "%s", where);
     goto out;
   }
   for (size_t i = 0; i < n_nodes; i++) sorted[i] = (numbered_t){nodes[i], (uint32_t)i};
   qsort(sorted, n_nodes, sizeof *sorted, by_node);
+  static const edge_data_t plain; /* a full dependency: default type, default ports */
   for (size_t e = 0; e < n_edges; e++) {
     from_index[e] = number_of(sorted, n_nodes, from[e]);
     to_index[e] = number_of(sorted, n_nodes, to[e]);
-#if EDGE_DATA
-    static const cudaGraphEdgeData plain; /* a full dependency: default type, default ports */
     strong[e] = memcmp(&data[e], &plain, sizeof plain) == 0;
-#else
-    strong[e] = 1;
-#endif
   }
   if (cg_implied_edges(implied, (uint32_t)n_nodes, from_index, to_index, strong, n_edges) != 0) goto out;
   /* the implied edges to the front, for one removal call */
@@ -117,23 +98,11 @@ cg_status_t cg_cuda_drop_implied_edges(cudaGraph_t graph, size_t *dropped, const
     if (!implied[e]) continue;
     from[n_implied] = from[e];
     to[n_implied] = to[e];
-#if EDGE_DATA
     data[n_implied] = data[e];
-#endif
     n_implied++;
   }
-  if (n_implied) {
-#if EDGE_DATA
-    err = remove_edges(graph, from, to, data, n_implied);
-#else
-    err = cudaGraphRemoveDependencies(graph, from, to, n_implied);
-#endif
-    if (err != cudaSuccess) {
-      st = cg_fail_cuda(err, "cudaGraphRemoveDependencies", "%s: dropping %zu implied edges", where, n_implied);
-      goto out;
-    }
-  }
-  if (dropped) *dropped = n_implied;
+  if (n_implied && (err = remove_edges(graph, from, to, data, n_implied)) != cudaSuccess)
+    st = cg_fail_cuda(err, "cudaGraphRemoveDependencies", "%s: dropping %zu implied edges", where, n_implied);
 out:
   free(nodes);
   free(sorted);
@@ -143,8 +112,6 @@ out:
   free(to_index);
   free(strong);
   free(implied);
-#if EDGE_DATA
   free(data);
-#endif
   return st;
 }
