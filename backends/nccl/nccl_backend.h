@@ -41,6 +41,8 @@ typedef struct cg_nccl_comm {
   int aborted;          /* ncclCommAbort ran on `nccl` (a replay timed out): nothing left to finalize */
   int device;
   void *barrier_word; /* device memory, one int32 */
+  void *stranded;     /* scratch of a warm-up that timed out, still queued on its stream until the abort: freed
+                         with the communicator */
   int peer_links;     /* every rank on one node, each GPU reaching the others directly (NVLink or PCIe
                          peer access); the same on every rank */
   cg_nccl_windows_t windows; /* symmetric windows on `nccl` (cg_nccl_arena_create) */
@@ -73,13 +75,14 @@ cg_nccl_comm_t *cg_nccl_comm_of(const cg_comm_t *comm);
 const cg_mpi_comm_t *cg_nccl_comm_control(const cg_comm_t *comm);
 
 /* Steps (nccl_steps.c), referenced by the backend table. */
-cg_status_t cg_nccl_warmup(void *comm_impl, const cg_plan_t *plan, uint32_t comm_index, void *stream);
+cg_status_t cg_nccl_warmup(void *comm_impl, const cg_plan_t *plan, uint32_t comm_index, void *stream,
+                           const cg_wait_t *wait);
 cg_status_t cg_nccl_group_start(void *comm_impl);
 cg_status_t cg_nccl_group_end(void *comm_impl);
 cg_status_t cg_nccl_step_enqueue(void *comm_impl, const cg_step_t *step, void *stream);
 /* The fingerprint's communicator, split off the plan's the first time a
  * plan needs it: collective over the communicator (a compile's warm-up). */
-cg_status_t cg_nccl_print_setup(void *comm_impl);
+cg_status_t cg_nccl_print_setup(void *comm_impl, const cg_wait_t *wait);
 /* ncclAllGather of `bytes` bytes on the fingerprint's communicator (the
  * device plan's fingerprint). */
 cg_status_t cg_nccl_allgather_enqueue(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream);

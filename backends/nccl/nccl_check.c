@@ -7,16 +7,20 @@
 
 cg_status_t cg_nccl_status(ncclResult_t result) { return result == ncclSuccess ? CG_SUCCESS : CG_ERR_BACKEND; }
 
-ncclResult_t cg_nccl_settle(ncclComm_t comm, ncclResult_t r) {
+ncclResult_t cg_nccl_settle_within(ncclComm_t comm, ncclResult_t r, const cg_wait_t *wait) {
   while (r == ncclInProgress && comm) {
     ncclResult_t state = ncclSuccess;
     ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
     if (asked != ncclSuccess) return asked;
     r = state;
-    if (r == ncclInProgress) sched_yield();
+    if (r != ncclInProgress) break;
+    if (!cg_wait_go_on(wait)) return ncclInProgress;
+    sched_yield();
   }
   return r;
 }
+
+ncclResult_t cg_nccl_settle(ncclComm_t comm, ncclResult_t r) { return cg_nccl_settle_within(comm, r, NULL); }
 
 static const char *result_name(ncclResult_t result) {
   switch (result) {

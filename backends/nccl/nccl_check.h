@@ -10,6 +10,7 @@
 #include <nccl.h>
 
 #include "error.h"
+#include "wait.h"
 
 /* cg_fail with "<context>: <call>: <text> (<ncclResult name>): <NCCL's last
  * error>", the context formatted from `fmt`; the last part only when
@@ -27,5 +28,10 @@ cg_status_t cg_nccl_status(ncclResult_t result);
  * overrides config.blocking) is unset, 0 or 1, and whether a wrapped
  * communicator is blocking or not. */
 ncclResult_t cg_nccl_settle(ncclComm_t comm, ncclResult_t result);
+
+/* cg_nccl_settle under a cg_wait_t (wait.h), for calls that wait for other
+ * ranks (a compile's warm-up, a split): ncclInProgress once `wait` gives up,
+ * the call still under way in NCCL's thread (abort the communicator). */
+ncclResult_t cg_nccl_settle_within(ncclComm_t comm, ncclResult_t result, const cg_wait_t *wait);
 
 #endif

@@ -54,6 +54,7 @@ static void destroy_impl(void *impl) {
   end_print(n);
   if (n->owns_nccl) end_owned(n);
   if (n->barrier_word) cudaFree(n->barrier_word);
+  if (n->stranded) cudaFree(n->stranded);
   cg_nccl_oneshot_free(&n->oneshot, n->aborted);
   cudaSetDevice(previous);
   cg_mpi_comm_close(n->control);

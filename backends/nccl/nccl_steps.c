@@ -8,6 +8,7 @@
  * the cross-rank check has made sure every rank agrees on the count. */
 #include <cuda_runtime_api.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_check.h"
@@ -16,6 +17,7 @@
 #include "memory_kind.h"
 #include "nccl_backend.h"
 #include "nccl_check.h"
+#include "stream_wait.h"
 
 static ncclDataType_t nccl_type(cg_dtype_t dtype) {
   switch (dtype) {
@@ -198,7 +200,7 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
 
 /* One CTA: the gather moves 16 bytes per rank, and a kernel of few blocks
  * beside the plan's first collective leaves it the SMs it would have had. */
-cg_status_t cg_nccl_print_setup(void *impl) {
+cg_status_t cg_nccl_print_setup(void *impl, const cg_wait_t *wait) {
   cg_nccl_comm_t *n = impl;
   if (atomic_load(&n->print)) return CG_SUCCESS;
   int rank = 0, previous = 0;
@@ -214,13 +216,17 @@ cg_status_t cg_nccl_print_setup(void *impl) {
   if (r == ncclSuccess) r = ncclCommSplit(n->nccl, 0, rank, &print, &config);
   /* on a non-blocking parent the split goes on in NCCL's thread, which sets
    * `print` only once it is done: the parent's state says when */
-  if (r == ncclSuccess || r == ncclInProgress) r = cg_nccl_settle(n->nccl, ncclInProgress);
+  if (r == ncclSuccess || r == ncclInProgress) r = cg_nccl_settle_within(n->nccl, ncclInProgress, wait);
   /* NCCL 2.28 returns ncclSuccess from the split and leaves the parent's
    * state ncclInProgress until the child is made */
   for (int spins = 0; r == ncclSuccess && !*(ncclComm_t volatile *)&print && spins < 1000000; spins++) sched_yield();
   if (r == ncclSuccess && !*(ncclComm_t volatile *)&print) r = ncclInternalError;
-  if (r == ncclSuccess) r = cg_nccl_settle(print, ncclInProgress);
+  if (r == ncclSuccess) r = cg_nccl_settle_within(print, ncclInProgress, wait);
   cudaSetDevice(previous);
+  if (r == ncclInProgress)
+    return cg_fail(CG_ERR_TIMEOUT, "nccl backend on device %d, rank %d: ncclCommSplit (the communicator of the "
+                   "replay's fingerprint) did not finish: not every rank of the communicator took part", n->device,
+                   rank);
   if (r != ncclSuccess) {
     /* a split that failed is left alone: NCCL may have freed it */
     return cg_fail_nccl(r, n->nccl, "ncclCommSplit", "nccl backend on device %d, rank %d: the communicator of the "
@@ -320,7 +326,13 @@ static ncclResult_t warm_collective(cg_nccl_comm_t *n, const warm_shape_t *w, ch
   }
 }
 
-cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void *stream_) {
+/* The warm-up's NCCL call that gave up waiting for the other ranks. */
+static cg_status_t warm_up_timed_out(const cg_nccl_comm_t *n, const char *what) {
+  return cg_fail(CG_ERR_TIMEOUT, "warm-up on device %d: %s did not finish: not every rank of the communicator "
+                 "took part", n->device, what);
+}
+
+cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void *stream_, const cg_wait_t *wait) {
   cg_nccl_comm_t *n = impl;
   cudaStream_t stream = stream_;
   const cg_comm_t *comm = plan->comms[ci].comm;
@@ -363,7 +375,14 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
     goto out;
   }
   for (uint32_t i = 0; i < n_shapes; i++) {
-    ncclResult_t r = cg_nccl_settle(n->nccl, warm_collective(n, &shapes[i], scratch, rank, stream));
+    ncclResult_t r = cg_nccl_settle_within(n->nccl, warm_collective(n, &shapes[i], scratch, rank, stream), wait);
+    if (r == ncclInProgress) {
+      char what[160];
+      snprintf(what, sizeof what, "a %s of %zu %s elements", cg_node_kind_name(shapes[i].kind), shapes[i].count,
+               cg_dtype_name(shapes[i].dtype));
+      st = warm_up_timed_out(n, what);
+      goto out;
+    }
     if (r != ncclSuccess) {
       st = cg_fail_nccl(r, n->nccl, "the warm-up collective", "warm-up on device %d: a %s of %zu %s elements",
                         n->device, cg_node_kind_name(shapes[i].kind), shapes[i].count, cg_dtype_name(shapes[i].dtype));
@@ -380,7 +399,11 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
       r = ncclSend(scratch + p, 1, ncclUint8, p, n->nccl, stream);
       if (r == ncclSuccess) r = ncclRecv(scratch + size + p, 1, ncclUint8, p, n->nccl, stream);
     }
-    ncclResult_t end = cg_nccl_settle(n->nccl, ncclGroupEnd());
+    ncclResult_t end = cg_nccl_settle_within(n->nccl, ncclGroupEnd(), wait);
+    if (r == ncclSuccess && end == ncclInProgress) {
+      st = warm_up_timed_out(n, "a byte to and from each peer");
+      goto out;
+    }
     if (r != ncclSuccess || end != ncclSuccess) {
       st = cg_fail_nccl(r != ncclSuccess ? r : end, n->nccl,
                         r != ncclSuccess ? "ncclGroupStart/ncclSend/ncclRecv" : "ncclGroupEnd",
@@ -388,12 +411,16 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
       goto out;
     }
   }
-  if ((cerr = cudaStreamSynchronize(stream)) != cudaSuccess)
-    st = cg_fail_cuda(cerr, "cudaStreamSynchronize", "warm-up on device %d", n->device);
+  int gave_up = 0;
+  if ((cerr = cg_cuda_stream_wait(&gave_up, stream, wait)) != cudaSuccess)
+    st = gave_up ? warm_up_timed_out(n, "its collectives")
+                 : cg_fail_cuda(cerr, "cudaStreamSynchronize", "warm-up on device %d", n->device);
 out:
-  if (scratch) {
-    cudaStreamSynchronize(stream);
-    cudaFree(scratch);
+  if (scratch && st == CG_ERR_TIMEOUT && !n->stranded) {
+    n->stranded = scratch; /* the queued collectives use it until the caller aborts the communicator */
+  } else if (scratch) {
+    int stuck = 0;
+    if (cg_cuda_stream_wait(&stuck, stream, wait) != cudaErrorNotReady) cudaFree(scratch);
   }
   free(shapes);
   free(peers);

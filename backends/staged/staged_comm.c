@@ -87,8 +87,9 @@ static size_t bucket_bytes(void *impl) {
 /* Nothing is set up lazily: staging memory and flags are allocated when the
  * plan is compiled (cg_staged_step_prepare), and MPI needs no warm-up to be
  * captured (its calls are posted at replay time). */
-static cg_status_t warmup(void *impl, const cg_plan_t *plan, uint32_t comm_index, void *stream) {
-  (void)impl, (void)plan, (void)comm_index, (void)stream;
+static cg_status_t warmup(void *impl, const cg_plan_t *plan, uint32_t comm_index, void *stream,
+                          const cg_wait_t *wait) {
+  (void)impl, (void)plan, (void)comm_index, (void)stream, (void)wait;
   return CG_SUCCESS;
 }
 

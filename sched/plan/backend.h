@@ -13,8 +13,9 @@
 #include <stdint.h>
 
 #include "plan_internal.h"
+#include "wait.h"
 
-#define CG_BACKEND_INTERFACE_VERSION 8u
+#define CG_BACKEND_INTERFACE_VERSION 9u
 
 /* Where a backend's steps may read and write. */
 #define CG_BACKEND_HOST_MEMORY 1u
@@ -73,10 +74,15 @@ struct cg_backend {
    * stream (a cudaStream_t passed as void *, so this header needs no CUDA).
    * device_warmup runs before capture, outside it, on every rank alike: it does
    * whatever lazy set-up the communicator's steps in `plan` would otherwise do
-   * inside the capture, then waits for it. device_group_start / _end bracket
+   * inside the capture, then waits for it. Every wait that depends on other
+   * ranks polls and calls cg_wait_go_on(wait) between polls (wait.h; NULL:
+   * no timeout); once that gives up it returns CG_ERR_TIMEOUT saying what it
+   * waited for, leaving work queued on `stream` that only the communicator's
+   * abort ends (the caller's). device_group_start / _end bracket
    * steps issued together (sends and receives of one communicator that must
    * progress concurrently). device_step_enqueue enqueues one step on `stream`. */
-  cg_status_t (*device_warmup)(void *comm_impl, const cg_plan_t *plan, uint32_t comm_index, void *stream);
+  cg_status_t (*device_warmup)(void *comm_impl, const cg_plan_t *plan, uint32_t comm_index, void *stream,
+                               const cg_wait_t *wait);
   cg_status_t (*device_group_start)(void *comm_impl);
   cg_status_t (*device_group_end)(void *comm_impl);
   cg_status_t (*device_step_enqueue)(void *comm_impl, const cg_step_t *step, void *stream);
@@ -88,8 +94,9 @@ struct cg_backend {
    * (a backend whose steps carry the gather instead, ordered with them).
    * device_allgather_setup makes that channel: collective over the
    * communicator, outside a capture, on every rank alike (a compile's
-   * warm-up, before the first gather); NULL where nothing is to make. */
-  cg_status_t (*device_allgather_setup)(void *comm_impl);
+   * warm-up, before the first gather), its waits under `wait` as
+   * device_warmup's; NULL where nothing is to make. */
+  cg_status_t (*device_allgather_setup)(void *comm_impl, const cg_wait_t *wait);
   cg_status_t (*device_allgather_enqueue)(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream);
 
   /* The library call a step becomes ("ncclAllReduce", "MPI_Iallreduce"), for

@@ -213,38 +213,6 @@ cg_status_t cg_cuda_instantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaSt
   return CG_SUCCESS;
 }
 
-/* Warms up every communicator whose ranks all agreed to, in agreed-id order
- * (its peers are warming it up too, whatever failed elsewhere); returns the
- * first failure. */
-static cg_status_t warm_up(cg_plan_t *p, const cg_participants_t *pt, const uint8_t *go, const uint8_t *differ,
-                           const char *where) {
-  cg_status_t first = CG_SUCCESS;
-  for (uint32_t i = 0; i < pt->n; i++) {
-    uint32_t ci = UINT32_MAX;
-    for (uint32_t k = 0; k < p->n_comms && ci == UINT32_MAX; k++)
-      if (p->comms[k].comm == pt->comms[i]) ci = k;
-    if (!go[i] || differ[i] || ci == UINT32_MAX) continue; /* joined only: no steps, no peers of this rank's */
-    const cg_comm_t *comm = pt->comms[i];
-    cudaStream_t lane = p->cuda->lanes[ci];
-    cg_status_t st = comm->ops->backend->device_warmup(comm->impl, p, ci, lane);
-    /* the fingerprint's gather once outside the capture, on this
-     * communicator alone: its peers agreed to warm it up too */
-    if (st == CG_SUCCESS && cg_device_prints_has(p->cuda->prints, comm)) {
-      st = cg_device_prints_warm_up(p->cuda->prints, comm, lane, where);
-      cudaError_t err = st == CG_SUCCESS ? cudaStreamSynchronize(lane) : cudaSuccess;
-      if (err != cudaSuccess) st = cg_fail_cuda(err, "cudaStreamSynchronize (the fingerprint's warm-up)", "%s", where);
-    }
-    if (st != CG_SUCCESS && first == CG_SUCCESS) {
-      char detail[512], label[64];
-      snprintf(detail, sizeof detail, "%s", cg_error_last());
-      first = cg_fail(st, "%s: warming up communicator %s (%s, rank %d of %d): %s", where,
-                      cg_comm_id_label(label, sizeof label, comm->id), comm->ops->backend_name, comm->rank,
-                      comm->size, detail);
-    }
-  }
-  return first;
-}
-
 /* The ranks of each communicator agree on whether its plans carry the
  * replay's fingerprint (it depends on the ranks' own options: fingerprint,
  * timeout_s or CG_TIMEOUT): a gather on some ranks only would hang. */
@@ -283,7 +251,10 @@ cg_status_t cg_cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t
   cg_agree_payload_t payload = {prints_bytes, prints_fill, prints_use};
   cg_status_t agreed = go && differ ? cg_agree_with(go, pt, st, &payload, &pa, "prepare its CUDA graph", where)
                                     : cg_agree(NULL, pt, st, "prepare its CUDA graph", where);
-  if (st == CG_SUCCESS && go && differ) st = warm_up(p, pt, go, differ, where);
+  if (st == CG_SUCCESS && go && differ) st = cg_cuda_warm_up(p, pt, go, differ, where);
+  /* a rank missing from a warm-up was named there, and the others will not
+   * come to the round below in time either */
+  int warm_up_timed_out = st == CG_ERR_TIMEOUT;
   if (st == CG_SUCCESS) st = agreed;
   for (uint32_t i = 0; i < pt->n && st == CG_SUCCESS && differ; i++) {
     char label[64];
@@ -307,7 +278,7 @@ cg_status_t cg_cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t
   free(differ);
   /* p may be NULL only when mine failed: nothing above touched it */
   /* so none is left with a graph whose peers have none */
-  return cg_agree(NULL, pt, st, "build its CUDA graph", where);
+  return warm_up_timed_out ? st : cg_agree(NULL, pt, st, "build its CUDA graph", where);
 }
 
 /* The executable graph a launch uses: the plan's own, or once the plan has

@@ -108,6 +108,12 @@ cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint6
 /* A copy of the monitor's report of the plan's timed-out launch (free it);
  * NULL if none. */
 char *cg_cuda_timeout_report(const cg_plan_t *p);
+/* Aborts each communicator of `comms` not aborted yet, marking it with
+ * `status` and `report` for later plans (cg_comm_mark_aborted): inline where
+ * the backend's abort never blocks, else on a thread of its own, so the
+ * caller returns on time (cuda_watchdog.c; a timed-out replay's plan, a
+ * compile's warm-up). */
+void cg_cuda_abort_comms(cg_comm_t *const *comms, uint32_t n, int device, cg_status_t status, const char *report);
 /* CG_ERR_TIMEOUT when the plan timed out or one of its communicators was
  * aborted after a timeout (of any plan): nothing runs on those any more. */
 cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller);
@@ -132,6 +138,13 @@ cg_status_t cg_cuda_wait(cg_plan_t *p);
 cg_status_t cg_cuda_quiesce(cg_plan_t *p, const char *where);
 cg_status_t cg_cuda_rebuild(cg_plan_t *p, const char *where);
 
+/* Warms up every communicator whose ranks all agreed to (go, not differ:
+ * per participant), in agreed-id order (cuda_warmup.c). Each waits at most
+ * the plan's timeout for the other ranks; one that times out is aborted and
+ * named, with the ranks its roll call found missing. Returns the first
+ * failure. */
+cg_status_t cg_cuda_warm_up(cg_plan_t *p, const cg_participants_t *pt, const uint8_t *go, const uint8_t *differ,
+                            const char *where);
 /* Captures the plan's steps into *out: with the progress marks of a plan
  * with a timeout, or with the profiling stamps instead while p->cuda->stamps
  * is set. */

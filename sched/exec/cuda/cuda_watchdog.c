@@ -141,19 +141,20 @@ static void *run_abort(void *arg) {
  * communicators right after the timeout waits in the last release until
  * the abort has ended (and the destroy then skips what the abort freed), so
  * the communicator and its MPI duplicates are freed on the caller's thread. */
-static void abort_comms(cg_plan_t *p, cg_status_t status, const char *report) {
+static void abort_each(cg_comm_t *(*comm_at)(const void *, uint32_t), const void *from, uint32_t n, int device,
+                       cg_status_t status, const char *report) {
   abort_job_t *job = calloc(1, sizeof *job);
-  if (job) job->comms = calloc(p->n_comms ? p->n_comms : 1, sizeof *job->comms);
-  if (job) job->device = p->device;
-  for (uint32_t c = 0; c < p->n_comms; c++) {
-    cg_comm_t *comm = p->comms[c].comm;
+  if (job) job->comms = calloc(n ? n : 1, sizeof *job->comms);
+  if (job) job->device = device;
+  for (uint32_t c = 0; c < n; c++) {
+    cg_comm_t *comm = comm_at(from, c);
     const cg_backend_t *b = comm->ops->backend;
     if (!b || !b->abort || !cg_comm_mark_aborted(comm, status, report)) continue;
     if (b->abort_never_blocks || !job || !job->comms) {
       b->abort(comm->impl); /* inline also when no thread can be had */
       continue;
     }
-    cg_comm_abort_begin(comm); /* the plan's reference keeps it alive here */
+    cg_comm_abort_begin(comm); /* the caller's reference (the plan's) keeps it alive here */
     job->comms[job->n++] = comm;
   }
   if (job && job->n) {
@@ -162,6 +163,13 @@ static void abort_comms(cg_plan_t *p, cg_status_t status, const char *report) {
   }
   if (job) free(job->comms);
   free(job);
+}
+
+static cg_comm_t *plan_comm_at(const void *plan, uint32_t i) { return ((const cg_plan_t *)plan)->comms[i].comm; }
+static cg_comm_t *list_comm_at(const void *list, uint32_t i) { return ((cg_comm_t *const *)list)[i]; }
+
+void cg_cuda_abort_comms(cg_comm_t *const *comms, uint32_t n, int device, cg_status_t status, const char *report) {
+  abort_each(list_comm_at, comms, n, device, status, report);
 }
 
 /* The report of the plan's timed-out replay, for later calls (the monitor
@@ -218,7 +226,7 @@ static int claim(cg_plan_t *p) {
 static cg_status_t settle(cg_plan_t *p, cg_status_t st) {
   remember_report(p, cg_error_last());
   atomic_store(&p->cuda->fired, CG_FIRED_REPORTED);
-  abort_comms(p, st, cg_error_last());
+  abort_each(plan_comm_at, p, p->n_comms, p->device, st, cg_error_last());
   return st;
 }
 

@@ -191,11 +191,11 @@ int cg_device_prints_has(const cg_device_prints_t *prints, const cg_comm_t *comm
 }
 
 cg_status_t cg_device_prints_warm_up(const cg_device_prints_t *prints, const cg_comm_t *comm, void *stream,
-                                     const char *where) {
+                                     const cg_wait_t *wait, const char *where) {
   const round_t *r = round_of(prints, comm);
   if (!r) return CG_SUCCESS;
   const cg_backend_t *b = comm->ops->backend;
-  cg_status_t st = b->device_allgather_setup ? b->device_allgather_setup(comm->impl) : CG_SUCCESS;
+  cg_status_t st = b->device_allgather_setup ? b->device_allgather_setup(comm->impl, wait) : CG_SUCCESS;
   if (st != CG_SUCCESS) {
     char detail[600];
     snprintf(detail, sizeof detail, "%s", cg_error_last());

@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "plan_internal.h"
+#include "wait.h"
 
 typedef struct cg_device_prints cg_device_prints_t;
 
@@ -36,10 +37,11 @@ cg_status_t cg_device_prints_gather(const cg_device_prints_t *prints, int apart,
 cg_status_t cg_device_prints_check(const cg_device_prints_t *prints, void *check_stream, const char *where);
 /* Whether the plan has a round on `comm` (ranks must agree on it), and that
  * round's gather alone, outside the capture, as its warm-up, after making
- * its channel where the backend has one to make (collective over `comm`). */
+ * its channel where the backend has one to make (collective over `comm`,
+ * waiting under `wait`: backend.h's device_allgather_setup). */
 int cg_device_prints_has(const cg_device_prints_t *prints, const cg_comm_t *comm);
 cg_status_t cg_device_prints_warm_up(const cg_device_prints_t *prints, const cg_comm_t *comm, void *stream,
-                                     const char *where);
+                                     const cg_wait_t *wait, const char *where);
 /* 1 when a replay found the ranks' fingerprints differ: `text` gets the
  * sentence naming the communicator and which ranks ran what; the flag is
  * cleared. 0 otherwise (prints may be NULL). */

@@ -1,0 +1,20 @@
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#include "stream_wait.h"
+
+#include <time.h>
+
+cudaError_t cg_cuda_stream_wait(int *gave_up, cudaStream_t stream, const cg_wait_t *wait) {
+  *gave_up = 0;
+  if (!wait || !wait->go_on) return cudaStreamSynchronize(stream);
+  /* a short nap between polls leaves a core to NCCL's proxy and MPI */
+  for (;;) {
+    cudaError_t err = cudaStreamQuery(stream);
+    if (err != cudaErrorNotReady) return err;
+    if (!cg_wait_go_on(wait)) {
+      *gave_up = 1;
+      return cudaErrorNotReady;
+    }
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+}
