@@ -21,6 +21,13 @@
  *                     before the first in replay 3, the others after it: the
  *                     fingerprints pair the two plans, and every rank fails
  *                     with CG_ERR_MISMATCH instead of mixing their data
+ *   count-unchecked   records layer1.grad with half the count, compiled
+ *                     without the check and without fusion, with the
+ *                     replay's fingerprint: host plans fail the first replay
+ *                     with CG_ERR_MISMATCH; an NCCL plan's compile warms up a
+ *                     collective of that count on the faulty rank alone, which
+ *                     waits for the others until the timeout (it used to wait
+ *                     for ever), and every rank fails its compile
  *   none              behaves
  *
  * and, before the replays, the cases issue 23 found hanging (compile and
@@ -380,7 +387,7 @@ int main(int argc, char **argv) {
     if (rank == 0)
       fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-direct|gpu-launch|gpu-embed|gpu-embed-staged|"
               "gpu-embed-hosttransfer|gpu-embed-direct "
-              "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|"
+              "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|"
               "skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
     MPI_Finalize();
     return 2;
@@ -406,7 +413,8 @@ int main(int argc, char **argv) {
     cg_set_timeout_handler(on_timeout, NULL);
   }
   int printed = strcmp(fault, "differ-fingerprint") == 0, swapped = strcmp(fault, "swapped-plans") == 0;
-  int unchecked = printed || strcmp(fault, "differ-unchecked") == 0,
+  int halved = strcmp(fault, "count-unchecked") == 0;
+  int unchecked = printed || halved || strcmp(fault, "differ-unchecked") == 0,
       differs = unchecked || strcmp(fault, "differ") == 0;
   int other_comm = strcmp(fault, "other-comm") == 0;
 
@@ -449,11 +457,12 @@ int main(int argc, char **argv) {
     /* the direct modes sum: MPI has no average, and a step on the library's
      * own MPI op is staged through host memory even under CG_STAGING_DIRECT */
     cg_redop_t op = managed ? CG_SUM : CG_AVG;
-    if ((st = cg_allreduce(&node, g, on, grads[l], grads[l], COUNT, CG_FLOAT32, op)) != CG_SUCCESS ||
+    size_t count = halved && faulty && l == 1 ? COUNT / 2 : COUNT;
+    if ((st = cg_allreduce(&node, g, on, grads[l], grads[l], count, CG_FLOAT32, op)) != CG_SUCCESS ||
         (st = cg_node_name(g, node, name)) != CG_SUCCESS)
       fail(st, timeout_s);
   }
-  int at_compile = (differs && !unchecked) || other_comm || !strcmp(fault, "skip-compile") ||
+  int at_compile = (differs && !unchecked) || (halved && gpu) || other_comm || !strcmp(fault, "skip-compile") ||
                    !strcmp(fault, "finalize") || !strcmp(fault, "empty-graph");
   if (rank == 0 && at_compile) fault_line("FAULT-START %.6f\n", wall_s());
   if (faulty && strcmp(fault, "skip-compile") == 0) nap(3 * timeout_s), _exit(0);
@@ -467,7 +476,7 @@ int main(int argc, char **argv) {
   co.timeout_s = timeout_s;
   co.check_ranks = !unchecked;
   co.fusion = !unchecked && !managed; /* a bucket's fused buffer is device memory: staged, not direct */
-  co.fingerprint = printed || swapped; /* the others see the watchdog at work */
+  co.fingerprint = printed || swapped || halved; /* the others see the watchdog at work */
   cg_plan_t *plan = NULL, *other = NULL;
   st = cg_compile(&plan, g, &co);
   if (st == CG_SUCCESS && swapped) {
@@ -517,7 +526,7 @@ int main(int argc, char **argv) {
   for (int replay = 1; replay <= REPLAYS; replay++) {
     MPI_Barrier(MPI_COMM_WORLD); /* every replay starts together: the timeout measures the fault alone */
     /* an unchecked difference shows from the first replay on */
-    if (rank == 0 && replay == (unchecked ? 1 : FAULTY_REPLAY))
+    if (rank == 0 && replay == (unchecked ? 1 : FAULTY_REPLAY) && !at_compile)
       fault_line("FAULT-START %.6f\n", wall_s());
     if (replay == FAULTY_REPLAY) {
       if (faulty && strcmp(fault, "sleep") == 0) nap(3 * timeout_s);

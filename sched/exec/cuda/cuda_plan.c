@@ -252,8 +252,6 @@ cg_status_t cg_cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t
   cg_status_t agreed = go && differ ? cg_agree_with(go, pt, st, &payload, &pa, "prepare its CUDA graph", where)
                                     : cg_agree(NULL, pt, st, "prepare its CUDA graph", where);
   if (st == CG_SUCCESS && go && differ) st = cg_cuda_warm_up(p, pt, go, differ, where);
-  /* a rank missing from a warm-up was named there, and the others will not
-   * come to the round below in time either */
   int warm_up_timed_out = st == CG_ERR_TIMEOUT;
   if (st == CG_SUCCESS) st = agreed;
   for (uint32_t i = 0; i < pt->n && st == CG_SUCCESS && differ; i++) {
@@ -278,7 +276,17 @@ cg_status_t cg_cuda_build(cg_plan_t *p, const cg_participants_t *pt, cg_status_t
   free(differ);
   /* p may be NULL only when mine failed: nothing above touched it */
   /* so none is left with a graph whose peers have none */
-  return warm_up_timed_out ? st : cg_agree(NULL, pt, st, "build its CUDA graph", where);
+  if (!warm_up_timed_out) return cg_agree(NULL, pt, st, "build its CUDA graph", where);
+  /* The ranks that finished their warm-up wait in this round: they learn at
+   * once that this one failed. A rank missing from the warm-up will not come
+   * (the report named it), so the round waits briefly, and the warm-up's
+   * report stays this rank's. */
+  char report[2048];
+  snprintf(report, sizeof report, "%s", cg_error_last());
+  cg_participants_t brief = *pt;
+  brief.timeout_s = 0.05 * pt->timeout_s;
+  (void)cg_agree(NULL, &brief, st, "build its CUDA graph", where);
+  return cg_fail(st, "%s", report);
 }
 
 /* The executable graph a launch uses: the plan's own, or once the plan has
