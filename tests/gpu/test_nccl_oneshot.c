@@ -55,12 +55,13 @@ static cg_comm_t *comm_with_max(const char *max) {
   return comm;
 }
 
-/* CG_TEST_REQUIRE_ONESHOT=1 and peer links: NCCL_P2P_DISABLE (gpu-test's
- * sockets phase) takes them away. */
+/* CG_TEST_REQUIRE_ONESHOT=1, peer links (NCCL_P2P_DISABLE, gpu-test's
+ * sockets phase, takes them away) and peers: a collective of one rank is a
+ * copy. */
 static int oneshot_required(void) {
   const char *require = getenv("CG_TEST_REQUIRE_ONESHOT"), *no_p2p = getenv("NCCL_P2P_DISABLE");
   int links = !no_p2p || strcmp(no_p2p, "0") == 0;
-  return require && strcmp(require, "1") == 0 && links;
+  return require && strcmp(require, "1") == 0 && links && cg_gpu_size() > 1;
 }
 
 /* Random cases drawn alike on every rank (the seed is rank 0's); the
