@@ -36,6 +36,9 @@ Modes, all built and alive together in one job:
              CUDA graph notes describe (built on a side stream, 11 eager
              warm-up iterations)
 
+The compute and commgraph modes make each parameter's gradient accumulation
+node on a stream of its own (accumulate_beside), so that the additions into
+the gradients run beside the backward kernels, as DDP's do.
 It prints the loss of every mode at a few steps, checks that commgraph and
 ddp-graph follow ddp's loss curve (relative difference at most 1e-4 over
 every step, unless ddp-graph's own curve leaves ddp's by more: then the
@@ -247,18 +250,39 @@ def plain_step(job, model, optimizer, exchange=None, before_backward=None):
     return step
 
 
+def accumulate_beside(model):
+    """Each parameter's gradient accumulation (autograd's AccumulateGrad
+    node) made on a stream of its own and kept: autograd runs a node on the
+    stream that was current when the node was made, and left to itself a
+    parameter's node is made in the first forward pass, on the compute
+    stream, where ResNet-50's 161 additions into the gradients sit one by
+    one between the backward kernels. Made here, they run beside the
+    backward pass, which no longer waits for them; the hooks after them run
+    on that stream too, and the end of backward() waits for it. DDP gets
+    the same by making the nodes in its constructor, which PyTorch's CUDA
+    graph notes run on a side stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        nodes = [p.expand_as(p).grad_fn.next_functions[0][0] for p in model.parameters() if p.requires_grad]
+    torch.cuda.current_stream().wait_stream(side)
+    return nodes
+
+
 def adamw(model):
     return torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.0, capturable=True)
 
 
 def make_compute(job):
     model = job.model()
+    accumulators = accumulate_beside(model)
     optimizer = adamw(model)
-    return Captured(job, model, optimizer, plain_step(job, model, optimizer)).iteration, model, []
+    return Captured(job, model, optimizer, plain_step(job, model, optimizer)).iteration, model, [accumulators]
 
 
 def make_commgraph(job):
     model = job.model()
+    accumulators = accumulate_beside(model)
     params = list(reversed(list(model.parameters())))  # the order backward produces them
     arena = cg.Arena(sum(p.numel() * p.element_size() for p in params), device=job.comm.device)
     for p in params:
@@ -269,7 +293,7 @@ def make_commgraph(job):
     plan = graph.compile(**job.plan_options())
     optimizer = adamw(model)  # after the gradients exist, so its state matches theirs
     captured = Captured(job, model, optimizer, plain_step(job, model, optimizer, lambda: plan.launch()))
-    return captured.iteration, model, [plan, arena, captured]
+    return captured.iteration, model, [plan, arena, captured, accumulators]
 
 
 def ddp_buckets(params, first=1 << 20, later=25 << 20, last=0):
@@ -298,6 +322,7 @@ def ddp_buckets(params, first=1 << 20, later=25 << 20, last=0):
 
 def make_commgraph_overlap(job):
     model = job.model()
+    accumulators = accumulate_beside(model)  # the hooks below run on their stream
     params = list(reversed(list(model.parameters())))  # about the order backward produces them
     arena = cg.Arena(sum(p.numel() * p.element_size() for p in params), device=job.comm.device)
     for p in params:
@@ -343,7 +368,7 @@ def make_commgraph_overlap(job):
 
     optimizer = adamw(model)
     captured = Captured(job, model, optimizer, plain_step(job, model, optimizer, exchange))
-    return captured.iteration, model, [*plans, arena, captured, handles]
+    return captured.iteration, model, [*plans, arena, captured, handles, accumulators]
 
 
 def make_commgraph_events(job):
@@ -362,6 +387,7 @@ def make_commgraph_events(job):
         raise RuntimeError("commgraph-events needs torch.cuda.Event(external=True), which this PyTorch lacks")
     del events_external
     model = job.model()
+    accumulators = accumulate_beside(model)  # the hooks below record on their stream
     params = list(reversed(list(model.parameters())))  # about the order backward produces them
     arena = cg.Arena(sum(p.numel() * p.element_size() for p in params), device=job.comm.device)
     for p in params:
@@ -402,7 +428,7 @@ def make_commgraph_events(job):
 
     optimizer = adamw(model)
     captured = Captured(job, model, optimizer, plain_step(job, model, optimizer, exchange, fork.record))
-    return captured.iteration, model, [plan, arena, captured, handles, events]
+    return captured.iteration, model, [plan, arena, captured, handles, events, accumulators]
 
 
 def make_ddp(job):
