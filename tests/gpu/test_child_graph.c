@@ -8,12 +8,6 @@
 #include "graph_view.h"
 #include "test_support.h"
 
-#define CUDA_OK(expr)                                                                                        \
-  do {                                                                                                       \
-    cudaError_t cuda_err_ = (expr);                                                                          \
-    ck_assert_msg(cuda_err_ == cudaSuccess, "%s failed: %s", #expr, cudaGetErrorString(cuda_err_));          \
-  } while (0)
-
 /* A user graph of two memset nodes, the second after the first. */
 static cudaGraph_t memset_graph(unsigned *dev, size_t n, unsigned first, unsigned second) {
   cudaGraph_t graph;

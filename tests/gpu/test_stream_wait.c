@@ -11,12 +11,6 @@
 #include "stream_wait.h"
 #include "test_support.h"
 
-#define CUDA_OK(expr)                                                                               \
-  do {                                                                                              \
-    cudaError_t cuda_err_ = (expr);                                                                 \
-    ck_assert_msg(cuda_err_ == cudaSuccess, "%s failed: %s", #expr, cudaGetErrorString(cuda_err_)); \
-  } while (0)
-
 static atomic_int released;
 
 /* Holds the stream until the test releases it (bounded, so a failed test

@@ -16,12 +16,6 @@
 #include "commgraph/cuda.h"
 #include "test_support.h"
 
-#define CUDA_OK(expr)                                                                               \
-  do {                                                                                              \
-    cudaError_t cuda_err_ = (expr);                                                                 \
-    ck_assert_msg(cuda_err_ == cudaSuccess, "%s failed: %s", #expr, cudaGetErrorString(cuda_err_)); \
-  } while (0)
-
 #define TIMEOUT_S 0.3
 
 static double sleep_s; /* how long the host function sleeps */

@@ -89,6 +89,13 @@ int cg_test_gpu_main(Suite *suite, const char *name);
 
 #if CG_HAVE_CUDA
 #include <cuda_runtime_api.h>
+/* Fails the test unless the CUDA call returns cudaSuccess, naming the call
+ * and CUDA's error (the MPI GPU suites' gpu_test.h adds the rank). */
+#define CUDA_OK(expr)                                                                               \
+  do {                                                                                              \
+    cudaError_t cuda_err_ = (expr);                                                                 \
+    ck_assert_msg(cuda_err_ == cudaSuccess, "%s failed: %s", #expr, cudaGetErrorString(cuda_err_)); \
+  } while (0)
 /* A CUDA graph of one memset node setting the n 4-byte elements at dst to
  * value (the caller destroys it); fails the test if CUDA refuses. */
 cudaGraph_t cg_test_memset_graph(void *dst, size_t n, unsigned value);

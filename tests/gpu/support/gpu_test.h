@@ -33,6 +33,7 @@ int cg_gpu_rank(void);   /* in MPI_COMM_WORLD */
 int cg_gpu_size(void);
 int cg_gpu_device(void); /* this rank's CUDA device (current on the main thread) */
 
+#undef CUDA_OK /* test_support.h's, with the rank */
 #define CUDA_OK(expr)                                                                                \
   do {                                                                                               \
     cudaError_t cuda_err_ = (expr);                                                                  \
