@@ -90,6 +90,13 @@ int cg_mpi_gate_enter(void);
 void cg_mpi_gate_leave(void);
 int cg_mpi_gate_closed(void);
 void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why);
+/* A whole allgather on m's control channel, `bytes` from each rank into
+ * `all` (size * bytes), that polls and gives up when `wait` says so (wait.h;
+ * NULL: never): then the round is abandoned as above and CG_ERR_TIMEOUT
+ * returned, naming `what`. For a backend's collective set-up (a warm-up)
+ * whose peers may have stopped. */
+cg_status_t cg_mpi_control_allgather_within(cg_mpi_comm_t *m, const void *mine, void *all, size_t bytes,
+                                            const cg_wait_t *wait, const char *what);
 
 /* The roll call on any MPI communicator (mpi_control.c): answering the
  * roll calls of ranks whose wait timed out, saying what this rank waits in;

@@ -15,6 +15,7 @@
  * (cg_mpi_answer_roll_calls), with what it waits in; the ranks that do not
  * answer within the grace time are the ones the report names. Nothing of this
  * runs unless a wait times out, except one MPI_Iprobe per poll. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <stdatomic.h>
 #include <threads.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mpi_backend.h"
@@ -118,6 +120,29 @@ void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why) {
   cg_mpi_comm_t *m = comm_impl;
   if (request) keep_round(request);
   if (why && !m->abandoned[0]) snprintf(m->abandoned, sizeof m->abandoned, "%s", why);
+}
+
+cg_status_t cg_mpi_control_allgather_within(cg_mpi_comm_t *m, const void *mine, void *all, size_t bytes,
+                                            const cg_wait_t *wait, const char *what) {
+  void *request = NULL;
+  char cause[1024];
+  cg_status_t st = cg_mpi_control_allgather_start(&request, m, mine, all, bytes);
+  for (int done = 0; st == CG_SUCCESS;) {
+    st = cg_mpi_control_test(&done, m, request);
+    if (st != CG_SUCCESS) break;
+    if (done) return CG_SUCCESS;
+    if (!cg_wait_go_on(wait)) break;
+    struct timespec nap = {0, 20000}; /* a core left to the others' progress */
+    nanosleep(&nap, NULL);
+  }
+  if (st != CG_SUCCESS) { /* MPI's failure, or a channel abandoned before */
+    snprintf(cause, sizeof cause, "%s", cg_error_last());
+    return cg_fail(st, "%s: %s", what, cause);
+  }
+  st = cg_fail(CG_ERR_TIMEOUT, "%s: the control round (an allgather of %zu bytes per rank) did not finish: not every "
+               "rank of the communicator took part", what, bytes);
+  cg_mpi_control_abandon(m, request, cg_error_last());
+  return st;
 }
 
 /* What a roll call carries: the id of the communicator it is meant for

@@ -66,6 +66,17 @@ extern const cg_backend_t cg_nccl_backend;
  * others waiting in the next collective. 1 when all are fine; collective
  * over `mpi` (a control duplicate, never the data path). */
 int cg_nccl_all_ranks_ok(int ok, MPI_Comm mpi);
+/* The same agreements for a warm-up, whose peers may have stopped: each is
+ * one allgather on n's control channel that gives up when `wait` says so
+ * (cg_mpi_control_allgather_within: CG_ERR_TIMEOUT naming `what`, the round
+ * abandoned; NULL: never). A gather hands back every rank's `bytes` in rank
+ * order (*all, to free); agree sets *all_ok to whether every rank's ok was
+ * set; max takes the largest of each of `count` values over the ranks. */
+cg_status_t cg_nccl_gather_within(void **all, const void *mine, size_t bytes, cg_nccl_comm_t *n,
+                                  const cg_wait_t *wait, const char *what);
+cg_status_t cg_nccl_agree_within(int *all_ok, int ok, cg_nccl_comm_t *n, const cg_wait_t *wait, const char *what);
+cg_status_t cg_nccl_max_within(double *slowest, const double *mine, int count, cg_nccl_comm_t *n,
+                               const cg_wait_t *wait, const char *what);
 
 /* cg_comm_create's NCCL path: opts already checked; collective over `mpi`. */
 cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level);

@@ -8,6 +8,7 @@
 
 #include "cuda_check.h"
 #include "nccl_check.h"
+#include "stream_wait.h"
 
 #define MAX_BYTES ((size_t)8 << 20)
 #define CALLS_PER_GRAPH 8
@@ -35,8 +36,11 @@ void cg_nccl_cutover_ratios(double *ratio, const double (*us)[2], int sizes) {
 
 cg_status_t cg_nccl_enqueue_allreduce(const void *ctx, cudaStream_t stream) {
   const cg_nccl_timed_allreduce_t *a = ctx;
-  ncclResult_t r = cg_nccl_settle(a->n->nccl, ncclAllReduce(a->buf, a->buf, a->count, a->type, ncclSum, a->n->nccl,
-                                                            stream));
+  ncclResult_t r = cg_nccl_settle_within(
+      a->n->nccl, ncclAllReduce(a->buf, a->buf, a->count, a->type, ncclSum, a->n->nccl, stream), a->wait);
+  if (r == ncclInProgress)
+    return cg_fail(CG_ERR_TIMEOUT, "%s: ncclAllReduce of %zu elements did not finish: not every rank of the "
+                   "communicator took part", a->what, a->count);
   return r == ncclSuccess ? CG_SUCCESS
                           : cg_fail_nccl(r, a->n->nccl, "ncclAllReduce", "%s, %zu elements", a->what, a->count);
 }
@@ -68,10 +72,11 @@ static int by_value(const void *a, const void *b) {
 
 /* The median time of one call in each graph, launched in turn. */
 static cg_status_t time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_t stream, cudaEvent_t start,
-                             cudaEvent_t stop, const char *what) {
+                             cudaEvent_t stop, const cg_wait_t *wait, const char *what) {
   double t[2][ROUNDS];
   cudaError_t e = cudaSuccess;
   const char *call = "cudaGraphLaunch";
+  int gave_up = 0;
   for (int p = 0; p < 2 && e == cudaSuccess; p++) e = cudaGraphLaunch(exec[p], stream);
   for (int r = 0; r < ROUNDS && e == cudaSuccess; r++)
     for (int p = 0; p < 2 && e == cudaSuccess; p++) {
@@ -79,10 +84,14 @@ static cg_status_t time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_t
       if ((e = cudaEventRecord(start, stream)) != cudaSuccess) call = "cudaEventRecord";
       else if ((e = cudaGraphLaunch(exec[p], stream)) != cudaSuccess) call = "cudaGraphLaunch";
       else if ((e = cudaEventRecord(stop, stream)) != cudaSuccess) call = "cudaEventRecord";
-      else if ((e = cudaEventSynchronize(stop)) != cudaSuccess) call = "cudaEventSynchronize";
+      /* `stop` is the stream's last work: waiting for the stream waits for it */
+      else if ((e = cg_cuda_stream_wait(&gave_up, stream, wait)) != cudaSuccess) call = "cudaStreamSynchronize";
       else if ((e = cudaEventElapsedTime(&ms, start, stop)) != cudaSuccess) call = "cudaEventElapsedTime";
       else t[p][r] = 1e3 * ms / CALLS_PER_GRAPH;
     }
+  if (gave_up)
+    return cg_fail(CG_ERR_TIMEOUT, "%s: the timed calls did not finish: not every rank of the communicator took part",
+                   what);
   if (e != cudaSuccess) return cg_fail_cuda(e, call, "%s", what);
   for (int p = 0; p < 2; p++) {
     qsort(t[p], ROUNDS, sizeof t[p][0], by_value);
@@ -92,13 +101,18 @@ static cg_status_t time_pair(double us[2], cudaGraphExec_t exec[2], cudaStream_t
 }
 
 cg_status_t cg_nccl_time_two_ways(double us[2], int *abort_comm, cg_nccl_comm_t *n, cudaStream_t stream,
-                                  cudaEvent_t start, cudaEvent_t stop, const cg_nccl_call_t call[2], const char *what) {
+                                  cudaEvent_t start, cudaEvent_t stop, const cg_nccl_call_t call[2],
+                                  const cg_wait_t *wait, const char *what) {
   cudaGraphExec_t exec[2] = {NULL, NULL};
   cg_status_t st = capture(&exec[0], &call[0], stream, what);
   if (st == CG_SUCCESS) st = capture(&exec[1], &call[1], stream, what);
   /* a rank that failed here has left eager calls the others wait in: all stop, and abort */
-  int fine = cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control);
-  if (fine) st = time_pair(us, exec, stream, start, stop, what);
+  int fine = 0;
+  if (st != CG_ERR_TIMEOUT) {
+    cg_status_t agreed = cg_nccl_agree_within(&fine, st == CG_SUCCESS, n, wait, what);
+    if (agreed != CG_SUCCESS) st = agreed;
+  }
+  if (fine) st = time_pair(us, exec, stream, start, stop, wait, what);
   for (int p = 0; p < 2; p++)
     if (exec[p]) cudaGraphExecDestroy(exec[p]);
   if (!fine || st != CG_SUCCESS) {
@@ -140,9 +154,10 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
       snprintf(what, sizeof what, "%s: measuring the symmetric cut-over (%zu bytes of %s)", where,
                CG_CUTOVER_MIN_BYTES << i, cg_dtype_name(measured[d]));
       size_t count = (CG_CUTOVER_MIN_BYTES << i) / cg_dtype_size(measured[d]);
-      cg_nccl_timed_allreduce_t on[2] = {{n, window, count, nccl_types[d], what}, {n, plain, count, nccl_types[d], what}};
+      cg_nccl_timed_allreduce_t on[2] = {{n, window, count, nccl_types[d], what, NULL},
+                                         {n, plain, count, nccl_types[d], what, NULL}};
       cg_nccl_call_t call[2] = {{cg_nccl_enqueue_allreduce, &on[0]}, {cg_nccl_enqueue_allreduce, &on[1]}};
-      if ((st = cg_nccl_time_two_ways(us[d][i], abort_comm, n, stream, start, stop, call, what)) != CG_SUCCESS)
+      if ((st = cg_nccl_time_two_ways(us[d][i], abort_comm, n, stream, start, stop, call, NULL, what)) != CG_SUCCESS)
         goto out;
     }
   /* a failure in time_pair on one rank leaves the others' graphs waiting on

@@ -40,13 +40,15 @@ typedef struct cg_nccl_call {
 } cg_nccl_call_t;
 
 /* An in-place sum ncclAllReduce on n's plan communicator; `what` words a
- * failure. */
+ * failure; a non-blocking communicator's call in progress is waited for under
+ * `wait` (NULL: for ever; given up: CG_ERR_TIMEOUT). */
 typedef struct cg_nccl_timed_allreduce {
   cg_nccl_comm_t *n;
   void *buf;
   size_t count;
   ncclDataType_t type;
   const char *what;
+  const cg_wait_t *wait;
 } cg_nccl_timed_allreduce_t;
 cg_status_t cg_nccl_enqueue_allreduce(const void *ctx, cudaStream_t stream);
 
@@ -54,9 +56,13 @@ cg_status_t cg_nccl_enqueue_allreduce(const void *ctx, cudaStream_t stream);
  * captured 8 times in a graph; every rank agrees that all captured before any
  * launches (a rank that failed left eager calls the others wait in: all
  * fail, *abort_comm set); then the graphs launched in turn, 5 rounds, the
- * median. Collective over n's ranks; `what` words failures. */
+ * median. Collective over n's ranks; `what` words failures. The agreement and
+ * every wait for the device poll under `wait` (NULL: no limit): a peer that
+ * stopped makes it CG_ERR_TIMEOUT with *abort_comm set, and the caller's
+ * timeout aborts the communicator. */
 cg_status_t cg_nccl_time_two_ways(double us[2], int *abort_comm, cg_nccl_comm_t *n, cudaStream_t stream,
-                                  cudaEvent_t start, cudaEvent_t stop, const cg_nccl_call_t call[2], const char *what);
+                                  cudaEvent_t start, cudaEvent_t stop, const cg_nccl_call_t call[2],
+                                  const cg_wait_t *wait, const char *what);
 
 /* Times captured in-place sum allreduces of 1 KB, 2 KB, ... up to `bytes`
  * (at most 8 MB) of float32, float16 and bfloat16 on `window` (in the

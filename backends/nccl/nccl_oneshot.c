@@ -175,7 +175,7 @@ static cg_status_t enqueue_oneshot(const void *ctx, cudaStream_t stream) {
 /* Times the kernel against ncclAllReduce at 1 KB, 2 KB, ... 1 MB, keeps
  * each size's time ratio (the slowest rank's) and sets max_bytes by the
  * two-losses rule with the kernel handicapped 5%: the same everywhere. */
-static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where) {
+static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const cg_wait_t *wait, const char *where) {
   enum { SIZES = 11 }; /* 1 KB .. 1 MB */
   double us[SIZES][2] = {{0}}, slowest[SIZES][2] = {{0}};
   cudaStream_t stream = NULL;
@@ -189,7 +189,10 @@ static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where
   if (e == cudaSuccess && (e = cudaMalloc(&buf, CG_ONESHOT_MAX_BYTES)) != cudaSuccess) buf = NULL;
   if (e == cudaSuccess) e = cudaMemsetAsync(buf, 0, CG_ONESHOT_MAX_BYTES, stream); /* sums of zeros stay zeros */
   cg_status_t st = e == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(e, "cudaMalloc/cudaStreamCreate", "%s", what);
-  if (!cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
+  int all_ok = 0;
+  cg_status_t agreed = cg_nccl_agree_within(&all_ok, st == CG_SUCCESS, n, wait, what);
+  if (agreed != CG_SUCCESS) st = agreed;
+  if (!all_ok) {
     if (st == CG_SUCCESS) st = cg_fail(CG_ERR_BACKEND, "%s: another rank could not start", what);
     goto out;
   }
@@ -197,12 +200,14 @@ static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const char *where
     snprintf(what, sizeof what, "%s: measuring the one-shot cut-over (%zu bytes)", where, CG_CUTOVER_MIN_BYTES << i);
     size_t count = (CG_CUTOVER_MIN_BYTES << i) / sizeof(float);
     timed_oneshot_t kernel = {args_of(&n->oneshot, buf, buf, count, CG_ONESHOT_SUM), what};
-    cg_nccl_timed_allreduce_t nccl = {n, buf, count, ncclFloat32, what};
+    cg_nccl_timed_allreduce_t nccl = {n, buf, count, ncclFloat32, what, wait};
     cg_nccl_call_t call[2] = {{enqueue_oneshot, &kernel}, {cg_nccl_enqueue_allreduce, &nccl}};
-    if ((st = cg_nccl_time_two_ways(us[i], abort_comm, n, stream, start, stop, call, what)) != CG_SUCCESS) goto out;
+    st = cg_nccl_time_two_ways(us[i], abort_comm, n, stream, start, stop, call, wait, what);
+    if (st != CG_SUCCESS) goto out;
   }
-  if (MPI_Allreduce(us, slowest, 2 * SIZES, MPI_DOUBLE, MPI_MAX, n->control->control) != MPI_SUCCESS) {
-    st = cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce of the times failed", what);
+  /* a rank that stopped after its last timed call is not waited for either */
+  if ((st = cg_nccl_max_within(&slowest[0][0], &us[0][0], 2 * SIZES, n, wait, what)) != CG_SUCCESS) {
+    *abort_comm = 1; /* its peers may still run a timed call with this rank */
     goto out;
   }
   cg_nccl_cutover_ratios(n->oneshot.ratio, (const double (*)[2])slowest, SIZES);
@@ -221,48 +226,59 @@ out:
 }
 
 /* CG_ONESHOT_MAX_BYTES on every rank alike, or on none. */
-static cg_status_t read_env(size_t *given, int *set, cg_nccl_comm_t *n, int rank, const char *where) {
+static cg_status_t read_env(size_t *given, int *set, cg_nccl_comm_t *n, int rank, int ranks, const cg_wait_t *wait,
+                            const char *where) {
   cg_status_t st = cg_param_bytes(given, set, CG_PARAM_ONESHOT_MAX_BYTES, where);
   long long v = *set ? (*given > LLONG_MAX ? LLONG_MAX : (long long)*given) : -1;
-  long long mine[3] = {st == CG_SUCCESS, v, -v}, all[3] = {0};
-  if (MPI_Allreduce(mine, all, 3, MPI_LONG_LONG, MPI_MIN, n->control->control) != MPI_SUCCESS)
-    return cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce on the control communicator failed", where);
+  long long mine[2] = {st == CG_SUCCESS, v}, *each = NULL;
+  char what[200];
+  snprintf(what, sizeof what, "%s: agreeing on CG_ONESHOT_MAX_BYTES", where);
+  cg_status_t agreed = cg_nccl_gather_within((void **)&each, mine, sizeof mine, n, wait, what);
+  if (agreed != CG_SUCCESS) return agreed;
+  int all_read = 1, alike = 1;
+  for (int r = 0; r < ranks; r++) {
+    all_read &= each[2 * r] != 0;
+    alike &= each[2 * r + 1] == v;
+  }
+  free(each);
   if (st != CG_SUCCESS) return st;
-  if (!all[0]) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: another rank could not read CG_ONESHOT_MAX_BYTES", where);
-  if (all[1] != -all[2])
+  if (!all_read) return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: another rank could not read CG_ONESHOT_MAX_BYTES", where);
+  if (!alike)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: environment variable CG_ONESHOT_MAX_BYTES differs between the ranks "
                    "(rank %d: %s); set it alike everywhere or nowhere", where, rank, *set ? "set" : "unset");
   return CG_SUCCESS;
 }
 
 cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, uint32_t ci, int *abort_comm,
-                                    const char *where) {
+                                    const cg_wait_t *wait, const char *where) {
   cg_nccl_oneshot_t *o = &n->oneshot;
   const cg_comm_t *comm = plan->comms[ci].comm;
   *abort_comm = 0;
   if (o->state != CG_ONESHOT_UNTRIED || comm->size < 2 || !plan_needs(plan, ci)) return CG_SUCCESS;
   size_t given = 0;
   int set = 0;
-  cg_status_t st = read_env(&given, &set, n, comm->rank, where);
+  cg_status_t st = read_env(&given, &set, n, comm->rank, comm->size, wait, where);
   if (st != CG_SUCCESS) return st;
   o->state = CG_ONESHOT_OFF;
   o->rank = comm->rank, o->ranks = comm->size;
   /* the same on every rank (the variable is agreed, and so are the links) */
   if ((set && given == 0) || !n->peer_links || comm->size > CG_ONESHOT_MAX_RANKS) return CG_SUCCESS;
-  /* from here on what fails is this rank's alone: the ranks agree */
-  char why[160] = "";
-  cudaIpcMemHandle_t *handles = calloc((size_t)comm->size, sizeof *handles);
-  if (!handles) snprintf(why, sizeof why, "out of memory");
-  cudaIpcMemHandle_t mine;
+  /* from here on what fails is this rank's alone: the ranks agree. Each
+   * agreement gives up at the caller's timeout (a peer that stopped): what
+   * is mapped then stays until the communicator, aborted by that timeout,
+   * goes (cg_nccl_oneshot_free keeps it after an abort) */
+  char why[160] = "", what[200];
+  snprintf(what, sizeof what, "%s: setting up the one-shot allreduce", where);
+  cudaIpcMemHandle_t mine, *handles = NULL;
   memset(&mine, 0, sizeof mine);
-  if (!why[0]) allocate(o, &mine, why, sizeof why);
-  int ok = cg_nccl_all_ranks_ok(!why[0], n->control->control);
-  if (ok && MPI_Allgather(&mine, sizeof mine, MPI_BYTE, handles, sizeof mine, MPI_BYTE, n->control->control) !=
-                MPI_SUCCESS)
-    snprintf(why, sizeof why, "MPI_Allgather of the cudaIpc handles failed");
-  if (ok && !why[0]) map_peers(o, handles, why, sizeof why);
-  if (ok) ok = cg_nccl_all_ranks_ok(!why[0], n->control->control);
+  allocate(o, &mine, why, sizeof why);
+  int ok = 0;
+  st = cg_nccl_agree_within(&ok, !why[0], n, wait, what);
+  if (st == CG_SUCCESS && ok) st = cg_nccl_gather_within((void **)&handles, &mine, sizeof mine, n, wait, what);
+  if (st == CG_SUCCESS && ok) map_peers(o, handles, why, sizeof why);
+  if (st == CG_SUCCESS && ok) st = cg_nccl_agree_within(&ok, !why[0], n, wait, what);
   free(handles);
+  if (st != CG_SUCCESS) return st;
   if (!ok) {
     if (why[0])
       fprintf(stderr, "commgraph: %s: rank %d: the one-shot allreduce stays off on every rank: %s\n", where,
@@ -270,16 +286,18 @@ cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, ui
     /* every rank unmaps before any frees: freeing memory another process
      * still maps is undefined (cudaIpcCloseMemHandle) */
     unmap_peers(o);
-    MPI_Barrier(n->control->control);
-    cg_nccl_oneshot_free(o, 0);
-    return CG_SUCCESS;
+    void *none = NULL;
+    st = cg_nccl_gather_within(&none, NULL, 0, n, wait, what);
+    free(none);
+    if (st == CG_SUCCESS) cg_nccl_oneshot_free(o, 0);
+    return st;
   }
   o->state = CG_ONESHOT_ON;
   if (set) {
     o->max_bytes = given > CG_ONESHOT_MAX_BYTES ? CG_ONESHOT_MAX_BYTES : given;
     return CG_SUCCESS;
   }
-  st = measure(n, abort_comm, where);
+  st = measure(n, abort_comm, wait, where);
   if (st != CG_SUCCESS) o->state = CG_ONESHOT_OFF;
   return st;
 }

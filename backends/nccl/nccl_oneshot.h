@@ -29,6 +29,7 @@
 
 #include "commgraph/types.h"
 #include "error.h"
+#include "wait.h"
 #include "nccl_oneshot_kernel.h"
 #include "nccl_windows.h"
 
@@ -58,10 +59,12 @@ struct cg_step;
 
 /* The warm-up's part (nccl_steps.c): sets the path up and measures its
  * cut-over if the plan has an allreduce it may take and nobody tried yet.
- * Collective over the communicator's ranks. Sets *abort_comm when a kernel or
- * NCCL call may be left waiting for a peer that stopped. */
+ * Collective over the communicator's ranks; every agreement and every wait
+ * for the device polls under `wait` (the warm-up's timeout; NULL: none) and
+ * gives up with CG_ERR_TIMEOUT when a peer stopped. Sets *abort_comm when a
+ * kernel or NCCL call may be left waiting for a peer that stopped. */
 cg_status_t cg_nccl_oneshot_prepare(struct cg_nccl_comm *n, const struct cg_plan *plan, uint32_t ci, int *abort_comm,
-                                    const char *where);
+                                    const cg_wait_t *wait, const char *where);
 /* Whether the step (an allreduce) goes to the kernel: below its cut-over,
  * and, where its buffers lie in symmetric windows below their cut-over
  * (symmetric_ratio > 0, nccl_windows.h), only where the kernel measured

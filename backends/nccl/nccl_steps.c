@@ -343,8 +343,9 @@ cg_status_t cg_nccl_warmup(void *impl, const cg_plan_t *plan, uint32_t ci, void 
   unsigned char *peers = NULL;
   /* first: its agreements run on every rank, whatever fails here after */
   int abort_comm = 0;
-  st = cg_nccl_oneshot_prepare(n, plan, ci, &abort_comm, "the one-shot allreduce");
-  if (abort_comm && cg_comm_mark_aborted((cg_comm_t *)comm, st, cg_error_last()))
+  st = cg_nccl_oneshot_prepare(n, plan, ci, &abort_comm, wait, "the one-shot allreduce");
+  /* a timeout's abort is the caller's, after its roll call (backend.h) */
+  if (abort_comm && st != CG_ERR_TIMEOUT && cg_comm_mark_aborted((cg_comm_t *)comm, st, cg_error_last()))
     comm->ops->backend->abort(n); /* every rank alike: a kernel may wait for a peer that stopped */
   if (st != CG_SUCCESS) goto out;
   shapes = malloc(WARMUP_MAX_SHAPES * sizeof *shapes);

@@ -28,6 +28,14 @@
  *                     collective of that count on the faulty rank alone, which
  *                     waits for the others until the timeout (it used to wait
  *                     for ever), and every rank fails its compile
+ *   dtype-unchecked   records every allreduce as an int32 sum (the same
+ *                     bytes), unchecked as above: host plans fail the first
+ *                     replay with CG_ERR_MISMATCH; an NCCL plan's compile
+ *                     sets up the one-shot path (float allreduces only) on
+ *                     the others while the faulty rank warms up NCCL alone:
+ *                     the others wait in the one-shot path's agreement, the
+ *                     faulty rank in NCCL, each until the timeout (the
+ *                     agreement used to wait for ever)
  *   none              behaves
  *
  * and, before the replays, the cases issue 23 found hanging (compile and
@@ -387,7 +395,7 @@ int main(int argc, char **argv) {
     if (rank == 0)
       fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-direct|gpu-launch|gpu-embed|gpu-embed-staged|"
               "gpu-embed-hosttransfer|gpu-embed-direct "
-              "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|"
+              "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|dtype-unchecked|"
               "skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
     MPI_Finalize();
     return 2;
@@ -413,8 +421,8 @@ int main(int argc, char **argv) {
     cg_set_timeout_handler(on_timeout, NULL);
   }
   int printed = strcmp(fault, "differ-fingerprint") == 0, swapped = strcmp(fault, "swapped-plans") == 0;
-  int halved = strcmp(fault, "count-unchecked") == 0;
-  int unchecked = printed || halved || strcmp(fault, "differ-unchecked") == 0,
+  int halved = strcmp(fault, "count-unchecked") == 0, as_int = strcmp(fault, "dtype-unchecked") == 0;
+  int unchecked = printed || halved || as_int || strcmp(fault, "differ-unchecked") == 0,
       differs = unchecked || strcmp(fault, "differ") == 0;
   int other_comm = strcmp(fault, "other-comm") == 0;
 
@@ -456,13 +464,14 @@ int main(int argc, char **argv) {
     cg_comm_t *on = other_comm && faulty ? second : comm;
     /* the direct modes sum: MPI has no average, and a step on the library's
      * own MPI op is staged through host memory even under CG_STAGING_DIRECT */
-    cg_redop_t op = managed ? CG_SUM : CG_AVG;
+    cg_redop_t op = managed || (as_int && faulty) ? CG_SUM : CG_AVG;
     size_t count = halved && faulty && l == 1 ? COUNT / 2 : COUNT;
-    if ((st = cg_allreduce(&node, g, on, grads[l], grads[l], count, CG_FLOAT32, op)) != CG_SUCCESS ||
+    cg_dtype_t dtype = as_int && faulty ? CG_INT32 : CG_FLOAT32;
+    if ((st = cg_allreduce(&node, g, on, grads[l], grads[l], count, dtype, op)) != CG_SUCCESS ||
         (st = cg_node_name(g, node, name)) != CG_SUCCESS)
       fail(st, timeout_s);
   }
-  int at_compile = (differs && !unchecked) || (halved && gpu) || other_comm || !strcmp(fault, "skip-compile") ||
+  int at_compile = (differs && !unchecked) || ((halved || as_int) && gpu) || other_comm || !strcmp(fault, "skip-compile") ||
                    !strcmp(fault, "finalize") || !strcmp(fault, "empty-graph");
   if (rank == 0 && at_compile) fault_line("FAULT-START %.6f\n", wall_s());
   if (faulty && strcmp(fault, "skip-compile") == 0) nap(3 * timeout_s), _exit(0);
@@ -476,7 +485,7 @@ int main(int argc, char **argv) {
   co.timeout_s = timeout_s;
   co.check_ranks = !unchecked;
   co.fusion = !unchecked && !managed; /* a bucket's fused buffer is device memory: staged, not direct */
-  co.fingerprint = printed || swapped || halved; /* the others see the watchdog at work */
+  co.fingerprint = printed || swapped || halved || as_int; /* the others see the watchdog at work */
   cg_plan_t *plan = NULL, *other = NULL;
   st = cg_compile(&plan, g, &co);
   if (st == CG_SUCCESS && swapped) {

@@ -1,14 +1,18 @@
-/* The MPI control channel's roll call (backends/mpi/mpi_control.c), on its
- * own: which ranks a roll call names, what the others say they wait in, and
- * the two threads of a rank that use one communicator at once (the
+/* The MPI control channel (backends/mpi/mpi_control.c) on its own: the
+ * bounded allgather a backend's warm-up agrees through (every rank's bytes,
+ * and giving up when its wait says so), and the roll call: which ranks a
+ * roll call names, what the others say they wait in, and the two threads of a rank that use one communicator at once (the
  * program's and the device watchdog's monitor): two roll calls at once each
  * get every answer, and so does every call that two threads answer. Ranks
  * that answer poll until rank 0 says it is done (an MPI_Ibarrier, so that
  * they keep answering while they wait). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mpi/mpi_backend.h"
 #include "mpi_test.h"
@@ -146,12 +150,99 @@ END_TEST
 START_TEST(control__two_threads_answering_one_communicator_answer_every_call) { two_threads(2, 20); }
 END_TEST
 
+/* A wait (wait.h) that gives up at its give_up_after-th question. */
+typedef struct polls {
+  int asked, give_up_after;
+} polls_t;
+
+static int count_polls(void *ctx) {
+  polls_t *p = ctx;
+  return ++p->asked < p->give_up_after;
+}
+
+static unsigned char pattern(unsigned seed, int rank, size_t i) {
+  uint32_t x = seed ^ (uint32_t)rank * 2654435761u ^ (uint32_t)i * 40503u;
+  x ^= x >> 13;
+  return (unsigned char)(x * 0x9E3779B1u >> 24);
+}
+
+static cg_mpi_comm_t *open_channel(void) {
+  int level = 0;
+  MPI_Query_thread(&level);
+  cg_mpi_comm_t *m = NULL;
+  ck_assert_int_eq(cg_mpi_comm_open(&m, MPI_COMM_WORLD, level), CG_SUCCESS);
+  return m;
+}
+
+START_TEST(control__allgather_within_hands_back_every_ranks_bytes_in_rank_order) {
+  int me = cg_mpi_rank(), n = cg_mpi_size();
+  cg_mpi_comm_t *m = open_channel();
+  unsigned seed = (unsigned)time(NULL);
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
+  for (size_t bytes = 0; bytes <= 4096; bytes = bytes ? 8 * bytes : 1) {
+    unsigned char mine[4096], *all = malloc(bytes * (size_t)n + 1);
+    ck_assert_ptr_nonnull(all);
+    for (size_t i = 0; i < bytes; i++) mine[i] = pattern(seed, me, i);
+    memset(all, 0xA5, bytes * (size_t)n + 1); /* poison, one byte past the end too */
+    polls_t p = {0, 1 << 30};
+    cg_wait_t wait = {count_polls, &p};
+    ck_assert_int_eq(cg_mpi_control_allgather_within(m, mine, all, bytes, &wait, "a test round"), CG_SUCCESS);
+    for (int r = 0; r < n; r++)
+      for (size_t i = 0; i < bytes; i++)
+        ck_assert_msg(all[(size_t)r * bytes + i] == pattern(seed, r, i), "rank %d: %zu bytes: rank %d's byte %zu",
+                      me, bytes, r, i);
+    ck_assert_msg(all[bytes * (size_t)n] == 0xA5, "rank %d: written past %zu bytes per rank", me, bytes);
+    free(all);
+  }
+  cg_mpi_comm_close(m);
+}
+END_TEST
+
+/* Rank 0 gives up while the others have not joined; they join after it
+ * returned: its round stays posted and takes part (the library's copies),
+ * and the channel refuses rank 0's next round at once naming the first. */
+START_TEST(control__allgather_within_gives_up_when_its_wait_says_so_and_the_channel_refuses_after) {
+  int me = cg_mpi_rank(), n = cg_mpi_size();
+  cg_mpi_comm_t *m = open_channel();
+  MPI_Comm after;
+  MPI_Comm_dup(MPI_COMM_WORLD, &after);
+  int mine = 1000 + me, *all = malloc((size_t)n * sizeof *all);
+  ck_assert_ptr_nonnull(all);
+  for (int r = 0; r < n; r++) all[r] = -1;
+  if (me == 0) {
+    polls_t p = {0, 50};
+    cg_wait_t wait = {count_polls, &p};
+    cg_status_t st = cg_mpi_control_allgather_within(m, &mine, all, sizeof mine, &wait, "plan 'w': a test round");
+    ck_assert_int_eq(st, CG_ERR_TIMEOUT);
+    ck_assert_int_eq(p.asked, 50);
+    expect_in(cg_error_last(), "plan 'w': a test round");
+    expect_in(cg_error_last(), "not every rank of the communicator took part");
+    for (int r = 0; r < n; r++) ck_assert_int_eq(all[r], -1); /* nothing written into the caller's memory */
+    st = cg_mpi_control_allgather_within(m, &mine, all, sizeof mine, NULL, "the next round");
+    ck_assert_int_eq(st, CG_ERR_TIMEOUT);
+    expect_in(cg_error_last(), "the next round");
+    expect_in(cg_error_last(), "plan 'w': a test round");
+    MPI_Barrier(after);
+  } else {
+    MPI_Barrier(after);
+    ck_assert_int_eq(cg_mpi_control_allgather_within(m, &mine, all, sizeof mine, NULL, "a late round"), CG_SUCCESS);
+    for (int r = 0; r < n; r++) ck_assert_int_eq(all[r], 1000 + r);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  free(all);
+  MPI_Comm_free(&after);
+  cg_mpi_comm_close(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("mpi_control");
   TCase *t = cg_mpi_tcase("control");
   tcase_add_test(t, control__roll_call_names_the_ranks_that_do_not_answer_and_where_the_others_wait);
   tcase_add_test(t, control__two_threads_call_the_roll_at_once_and_each_hears_every_rank);
   tcase_add_test(t, control__two_threads_answering_one_communicator_answer_every_call);
+  tcase_add_test(t, control__allgather_within_hands_back_every_ranks_bytes_in_rank_order);
+  tcase_add_test(t, control__allgather_within_gives_up_when_its_wait_says_so_and_the_channel_refuses_after);
   suite_add_tcase(s, t);
   return cg_mpi_test_main(s);
 }
