@@ -76,14 +76,16 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
       (st = cg_topo_device_for_local_rank(&chosen.device, mpi)) != CG_SUCCESS)
     return st;
   opts = &chosen;
+  int tried = 0;
 #if CG_HAVE_NCCL
-  if (backend == CG_BACKEND_NCCL) return cg_nccl_comm_create(out, mpi, opts->device, level);
+  if (backend == CG_BACKEND_NCCL) st = cg_nccl_comm_create(out, mpi, opts->device, level), tried = 1;
 #endif
 #if CG_HAVE_CUDA
-  if (backend != CG_BACKEND_NCCL && opts->device != CG_DEVICE_HOST)
-    return cg_staged_comm_create(out, mpi, opts, level);
+  if (!tried && opts->device != CG_DEVICE_HOST) st = cg_staged_comm_create(out, mpi, opts, level), tried = 1;
 #endif
-  return cg_mpi_comm_create(out, mpi, opts, level);
+  if (!tried) st = cg_mpi_comm_create(out, mpi, opts, level);
+  if (st == CG_SUCCESS) (*out)->setup_timeout_s = timeout_s > 0 ? timeout_s : 0;
+  return st;
 }
 
 cg_status_t cg_comm_mpi(MPI_Comm *out, const cg_comm_t *comm) {

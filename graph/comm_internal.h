@@ -34,6 +34,9 @@ struct cg_comm {
   int size;
   int device; /* CG_DEVICE_HOST or a CUDA device ordinal */
   int registered; /* listed for cg_comm_lookup */
+  /* how long a collective set-up on it outside any plan (an NCCL arena)
+   * waits for the other ranks: cg_comm_create's timeout; 0: for ever */
+  double setup_timeout_s;
   atomic_int refs; /* the creator's, one per graph and plan that uses it, and lookups in flight */
   /* collectives issued over it by every plan, in order: the flight
    * recorder's sequence numbers, equal across ranks while they agree */

@@ -69,15 +69,36 @@ static void release_symmetric(void *ctx, void *base) {
 
 /* What the ranks agree on before the collective registration: whether every
  * rank is ready (ok), and that every rank asks for the same bytes (NCCL maps
- * its peers' memory with its own size). Over the control duplicate. */
-static cg_status_t agree(int *ok, int *same_bytes, cg_nccl_comm_t *n, size_t bytes, const char *where) {
-  long long mine[3] = {*ok, (long long)bytes, -(long long)bytes}, all[3] = {0, 0, 0};
-  if (!n->control) return cg_fail(CG_ERR_INTERNAL, "%s: the communicator has no control channel", where);
-  if (MPI_Allreduce(mine, all, 3, MPI_LONG_LONG, MPI_MIN, n->control->control) != MPI_SUCCESS)
-    return cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce on the control communicator failed", where);
-  *ok = (int)all[0];
-  *same_bytes = all[1] == -all[2];
+ * its peers' memory with its own size). Over the control duplicate, under
+ * `wait`. */
+static cg_status_t agree(int *ok, int *same_bytes, const cg_comm_t *comm, cg_nccl_comm_t *n, size_t bytes,
+                         const cg_wait_t *wait, const char *where) {
+  long long mine[2] = {*ok, (long long)bytes}, *each = NULL;
+  cg_status_t st = cg_nccl_gather_within((void **)&each, mine, sizeof mine, n, wait, where);
+  if (st != CG_SUCCESS) return st;
+  for (int r = 0; r < comm->size; r++) {
+    *ok &= each[2 * r] != 0;
+    *same_bytes &= each[2 * r + 1] == (long long)bytes;
+  }
+  free(each);
   return CG_SUCCESS;
+}
+
+/* A wait of the arena's that gave up (CG_ERR_TIMEOUT, cg_error_last() says
+ * in what): the ranks that did not answer a roll call named, and the
+ * communicator aborted, so that nothing of NCCL's waits on for a peer that
+ * is not coming and later plans refuse it. */
+static cg_status_t timed_out(cg_comm_t *comm, cg_nccl_comm_t *n, const cg_mpi_deadline_t *d, const char *where) {
+  char what[768], roll[768];
+  snprintf(what, sizeof what, "%s", cg_error_last());
+  cg_mpi_control_roll_call(roll, sizeof roll, n->control, d->waiting_in, d->timeout_s);
+  cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: timed out after %g s (the communicator's timeout) waiting for the "
+                           "other ranks of communicator %016llx (nccl) on rank %d of %d: %s; %s. The communicator is "
+                           "aborted: create a new one, or end the job", where, d->timeout_s,
+                           (unsigned long long)comm->id, comm->rank, comm->size, what, roll);
+  fprintf(stderr, "commgraph: %s\n", cg_error_last());
+  if (cg_comm_mark_aborted(comm, st, cg_error_last())) cg_nccl_backend.abort(n);
+  return st;
 }
 
 /* The local checks that need the communicator (the same outcome on every
@@ -97,19 +118,22 @@ static cg_status_t check_local(const cg_comm_t *comm, const cg_nccl_comm_t *n, s
  * ncclSuccess at once and registers on a thread of its own, which writes
  * *window later; ncclCommGetAsyncError (cg_nccl_settle) joins it. */
 static cg_status_t register_window(void **window, cg_comm_t *comm, cg_nccl_comm_t *n, void *memory, size_t bytes,
-                                   const char *where) {
+                                   const cg_wait_t *wait, const char *where) {
   *window = NULL;
 #if CG_NCCL_HAS_WINDOWS
   ncclWindow_t win = NULL;
   ncclResult_t r = ncclCommWindowRegister(n->nccl, memory, bytes, &win, NCCL_WIN_COLL_SYMMETRIC);
-  if (r == ncclSuccess || r == ncclInProgress) r = cg_nccl_settle(n->nccl, ncclInProgress);
+  if (r == ncclSuccess || r == ncclInProgress) r = cg_nccl_settle_within(n->nccl, ncclInProgress, wait);
+  if (r == ncclInProgress)
+    return cg_fail(CG_ERR_TIMEOUT, "%s: ncclCommWindowRegister of %zu bytes did not finish: not every rank of the "
+                   "communicator took part", where, bytes);
   if (r != ncclSuccess)
     return cg_fail_nccl(r, n->nccl, "ncclCommWindowRegister", "%s: %zu bytes, rank %d of %d", where, bytes,
                         comm->rank, comm->size);
   *window = (void *)win;
   return CG_SUCCESS;
 #else
-  (void)comm, (void)n, (void)memory, (void)bytes, (void)where;
+  (void)comm, (void)n, (void)memory, (void)bytes, (void)wait, (void)where;
   return CG_SUCCESS;
 #endif
 }
@@ -120,19 +144,28 @@ static cg_status_t register_window(void **window, cg_comm_t *comm, cg_nccl_comm_
  * links: NCCL has no symmetric kernels for them, nothing to choose).
  * Collective; the same outcome on every rank. */
 static cg_status_t choose_paths(symmetric_arena_t *s, cg_comm_t *comm, cg_nccl_comm_t *n, void *memory,
-                                size_t bytes, size_t env_max, int env_set, const char *where) {
+                                size_t bytes, size_t env_max, int env_set, const cg_wait_t *wait, const char *where) {
   const char *why = NULL;
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) s->symmetric_max[d] = SIZE_MAX;
   if (n->peer_links && !(env_set && env_max == SIZE_MAX)) cg_nccl_plain_view_map(&s->view, &why, memory, n->device);
   long long given = env_set ? (env_max > LLONG_MAX ? LLONG_MAX : (long long)env_max) : -1;
-  long long mine[5] = {s->view.base != NULL, env_set, -env_set, given, -given}, all[5] = {0};
-  if (MPI_Allreduce(mine, all, 5, MPI_LONG_LONG, MPI_MIN, n->control->control) != MPI_SUCCESS)
-    return cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce on the control communicator failed", where);
-  if (-all[2] && (!all[1] || all[3] != -all[4]))
+  long long mine[3] = {s->view.base != NULL, env_set, given}, *each = NULL;
+  cg_status_t st = cg_nccl_gather_within((void **)&each, mine, sizeof mine, n, wait, where);
+  if (st != CG_SUCCESS) return st;
+  int every_view = 1, every_set = 1, some_set = 0, alike = 1;
+  for (int r = 0; r < comm->size; r++) {
+    const long long *theirs = each + 3 * r;
+    every_view &= theirs[0] != 0;
+    every_set &= theirs[1] != 0;
+    some_set |= theirs[1] != 0;
+    alike &= theirs[2] == given;
+  }
+  free(each);
+  if (some_set && (!every_set || !alike))
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "%s: environment variable CG_SYMMETRIC_MAX_BYTES differs between the "
                    "ranks of communicator %016llx (this rank: %s); set it alike everywhere or nowhere", where,
                    (unsigned long long)comm->id, env_set ? "set" : "unset");
-  if (!all[0]) {
+  if (!every_view) {
     /* every rank takes the symmetric kernels at every size, as NCCL alone would */
     if (why)
       fprintf(stderr, "commgraph: %s: rank %d: no plain view of the symmetric arena (%s): every allreduce in it "
@@ -140,15 +173,15 @@ static cg_status_t choose_paths(symmetric_arena_t *s, cg_comm_t *comm, cg_nccl_c
     cg_nccl_plain_view_unmap(&s->view);
     return CG_SUCCESS;
   }
-  if (all[1]) {
+  if (every_set) {
     for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) s->symmetric_max[d] = env_max;
     return CG_SUCCESS;
   }
   int abort_comm = 0;
-  cg_status_t st = cg_nccl_cutover_measure(s->symmetric_max, s->symmetric_ratio, &abort_comm, n, memory, s->view.base,
-                                           bytes, where);
-  if (abort_comm && cg_comm_mark_aborted(comm, st, cg_error_last()))
-    cg_nccl_backend.abort(n); /* every rank alike: NCCL work may wait for a peer that stopped */
+  st = cg_nccl_cutover_measure(s->symmetric_max, s->symmetric_ratio, &abort_comm, n, memory, s->view.base, bytes,
+                               wait, where);
+  /* every rank alike: NCCL work may wait for a peer that stopped (a timeout's abort follows its roll call) */
+  if (abort_comm && st != CG_ERR_TIMEOUT && cg_comm_mark_aborted(comm, st, cg_error_last())) cg_nccl_backend.abort(n);
   return st;
 }
 
@@ -234,8 +267,14 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
       cg_comm_release(comm);
     }
   }
+  /* every wait from here on gives up at the communicator's timeout */
+  cg_mpi_deadline_t deadline;
+  char waiting_in[160];
+  snprintf(waiting_in, sizeof waiting_in, "%s (communicator %016llx)", where, (unsigned long long)comm->id);
+  cg_mpi_deadline_start(&deadline, n->control, comm->setup_timeout_s, waiting_in);
+  cg_wait_t wait = {cg_mpi_deadline_go_on, &deadline};
   int ok = st == CG_SUCCESS, same_bytes = 1;
-  cg_status_t agreed = agree(&ok, &same_bytes, n, bytes, where);
+  cg_status_t agreed = agree(&ok, &same_bytes, comm, n, bytes, &wait, where);
   if (agreed != CG_SUCCESS) {
     st = agreed;
     goto out;
@@ -250,18 +289,19 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   if (st != CG_SUCCESS) goto out;
 
   void *window = NULL;
-  st = register_window(&window, comm, n, memory, bytes, where);
+  st = register_window(&window, comm, n, memory, bytes, &wait, where);
+  if (st == CG_ERR_TIMEOUT) goto out;
   if (st != CG_SUCCESS && cg_comm_mark_aborted(comm, st, cg_error_last()))
     cg_nccl_backend.abort(n); /* NCCL keeps the failure: only an abort ends the communicator now */
   ok = st == CG_SUCCESS;
   /* every rank hears of a failed registration; the others' windows go with their arenas */
-  if ((agreed = agree(&ok, &same_bytes, n, bytes, where)) != CG_SUCCESS && st == CG_SUCCESS) st = agreed;
+  if ((agreed = agree(&ok, &same_bytes, comm, n, bytes, &wait, where)) != CG_SUCCESS && st == CG_SUCCESS) st = agreed;
   if (st == CG_SUCCESS && !ok)
     st = cg_fail(CG_ERR_BACKEND, "%s: another rank of communicator %016llx failed to register its window", where,
                  (unsigned long long)comm->id);
   if (window) state->window = window; /* deregistered when the arena goes */
   if (st != CG_SUCCESS) goto out;
-  if ((st = choose_paths(state, comm, n, memory, bytes, env_max, env_set, where)) != CG_SUCCESS) goto out;
+  if ((st = choose_paths(state, comm, n, memory, bytes, env_max, env_set, &wait, where)) != CG_SUCCESS) goto out;
   cg_nccl_window_t entry = {memory, bytes, state->view.base, {0}, {{0}}};
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) entry.symmetric_max[d] = state->symmetric_max[d];
   memcpy(entry.symmetric_ratio, state->symmetric_ratio, sizeof entry.symmetric_ratio);
@@ -269,6 +309,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   *out = arena;
   arena = NULL;
 out:
+  if (st == CG_ERR_TIMEOUT && deadline.timeout_s > 0) st = timed_out(comm, n, &deadline, where);
   cg_arena_destroy(arena);
   if (base) ncclMemFree(base);
   free(s);

@@ -124,7 +124,8 @@ cg_status_t cg_nccl_time_two_ways(double us[2], int *abort_comm, cg_nccl_comm_t 
 
 cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES],
                                     double ratio[CG_NCCL_SYMMETRIC_DTYPES][CG_NCCL_MEASURED_SIZES], int *abort_comm,
-                                    cg_nccl_comm_t *n, void *window, void *plain, size_t bytes, const char *where) {
+                                    cg_nccl_comm_t *n, void *window, void *plain, size_t bytes,
+                                    const cg_wait_t *wait, const char *where) {
   /* [dtype][size][path]: microseconds per call, path 0 symmetric */
   double us[CG_NCCL_SYMMETRIC_DTYPES][CG_CUTOVER_MAX_SIZES][2] = {{{0}}};
   double slowest[CG_NCCL_SYMMETRIC_DTYPES][CG_CUTOVER_MAX_SIZES][2] = {{{0}}};
@@ -143,7 +144,10 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
       (e = cudaEventCreate(&start)) != cudaSuccess || (e = cudaEventCreate(&stop)) != cudaSuccess)
     st = cg_fail_cuda(e, "cudaStreamCreate/cudaEventCreate", "%s: measuring the symmetric cut-over", where);
   /* no rank starts the NCCL calls of a size unless every rank got there */
-  if (!cg_nccl_all_ranks_ok(st == CG_SUCCESS, n->control->control)) {
+  int all_ok = 0;
+  cg_status_t agreed = cg_nccl_agree_within(&all_ok, st == CG_SUCCESS, n, wait, where);
+  if (agreed != CG_SUCCESS) st = agreed;
+  if (!all_ok) {
     if (st == CG_SUCCESS) st = cg_fail(CG_ERR_BACKEND, "%s: another rank could not measure the symmetric cut-over",
                                        where);
     goto out;
@@ -154,18 +158,18 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
       snprintf(what, sizeof what, "%s: measuring the symmetric cut-over (%zu bytes of %s)", where,
                CG_CUTOVER_MIN_BYTES << i, cg_dtype_name(measured[d]));
       size_t count = (CG_CUTOVER_MIN_BYTES << i) / cg_dtype_size(measured[d]);
-      cg_nccl_timed_allreduce_t on[2] = {{n, window, count, nccl_types[d], what, NULL},
-                                         {n, plain, count, nccl_types[d], what, NULL}};
+      cg_nccl_timed_allreduce_t on[2] = {{n, window, count, nccl_types[d], what, wait},
+                                         {n, plain, count, nccl_types[d], what, wait}};
       cg_nccl_call_t call[2] = {{cg_nccl_enqueue_allreduce, &on[0]}, {cg_nccl_enqueue_allreduce, &on[1]}};
-      if ((st = cg_nccl_time_two_ways(us[d][i], abort_comm, n, stream, start, stop, call, NULL, what)) != CG_SUCCESS)
+      if ((st = cg_nccl_time_two_ways(us[d][i], abort_comm, n, stream, start, stop, call, wait, what)) != CG_SUCCESS)
         goto out;
     }
   /* a failure in time_pair on one rank leaves the others' graphs waiting on
    * the device before they get here: only the sticky errors of a broken
    * device fail there */
-  if (MPI_Allreduce(us, slowest, (int)(sizeof us / sizeof(double)), MPI_DOUBLE, MPI_MAX, n->control->control) !=
-      MPI_SUCCESS) {
-    st = cg_fail(CG_ERR_BACKEND, "%s: MPI_Allreduce of the cut-over times failed", where);
+  if ((st = cg_nccl_max_within(&slowest[0][0][0], &us[0][0][0], (int)(sizeof us / sizeof(double)), n, wait,
+                                where)) != CG_SUCCESS) {
+    *abort_comm = 1; /* its peers may still run a timed call with this rank */
     goto out;
   }
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) {

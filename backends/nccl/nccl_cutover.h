@@ -76,9 +76,11 @@ cg_status_t cg_nccl_time_two_ways(double us[2], int *abort_comm, cg_nccl_comm_t 
  * every size, so a failure on one rank stops every rank there. *abort_comm
  * is set when NCCL work may be left waiting for a peer (a failure after the
  * first NCCL call): the caller then aborts the communicator, on every rank
- * alike. */
+ * alike. Every agreement and wait for the device polls under `wait` (NULL:
+ * no limit) and gives up with CG_ERR_TIMEOUT. */
 cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES],
                                     double ratio[CG_NCCL_SYMMETRIC_DTYPES][CG_NCCL_MEASURED_SIZES], int *abort_comm,
-                                    cg_nccl_comm_t *n, void *window, void *plain, size_t bytes, const char *where);
+                                    cg_nccl_comm_t *n, void *window, void *plain, size_t bytes,
+                                    const cg_wait_t *wait, const char *where);
 
 #endif

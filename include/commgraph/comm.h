@@ -73,7 +73,9 @@ typedef struct cg_comm_opts {
                                 the chunk before; CG_CHUNK_DEFAULT */
   double timeout_s;          /* how long to wait for the other ranks to call cg_comm_create too; then
                                 CG_ERR_TIMEOUT naming the ranks that did not come (see below). 0 (default):
-                                CG_TIMEOUT from the environment, else for ever; negative: for ever */
+                                CG_TIMEOUT from the environment, else for ever; negative: for ever. The same
+                                bounds the collective set-ups on the communicator outside plans
+                                (cg_nccl_arena_create) */
 } cg_comm_opts_t;
 #define CG_COMM_OPTS_INIT                                                                                     \
   {sizeof(cg_comm_opts_t), CG_BACKEND_AUTO, CG_DEVICE_HOST, CG_STAGING_AUTO, CG_CHUNK_DEFAULT, 0.0}

@@ -50,6 +50,10 @@
  *   other-comm        records its allreduces on a second communicator of the
  *                     same ranks: every rank waits on a communicator the
  *                     others do not use, so every rank reports
+ *   skip-arena        (gpu mode: NCCL) never calls cg_nccl_arena_create,
+ *                     which the others call right after creating the
+ *                     communicator (sleeps three timeouts): they wait for it
+ *                     at most the communicator's timeout
  *
  * The survivors must fail with CG_ERR_TIMEOUT naming the rank that did not
  * answer their roll call.
@@ -108,6 +112,9 @@
 #include <cuda_runtime_api.h>
 
 #include "commgraph/cuda.h"
+#endif
+#if CG_HAVE_NCCL
+#include "commgraph/nccl.h"
 #endif
 
 #define COUNT (1 << 16)
@@ -396,7 +403,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-direct|gpu-launch|gpu-embed|gpu-embed-staged|"
               "gpu-embed-hosttransfer|gpu-embed-direct "
               "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|dtype-unchecked|"
-              "skip-create|skip-compile|finalize|empty-graph|other-comm SECONDS\n");
+              "skip-create|skip-compile|finalize|empty-graph|other-comm|skip-arena SECONDS\n");
     MPI_Finalize();
     return 2;
   }
@@ -448,6 +455,26 @@ int main(int argc, char **argv) {
   if (gpu && ((st = cg_comm_device(&device, comm)) != CG_SUCCESS || cudaSetDevice(device) != cudaSuccess))
     fail(st != CG_SUCCESS ? st : CG_ERR_BACKEND, timeout_s);
   rank_device = device;
+#endif
+#if CG_HAVE_NCCL
+  if (gpu && strcmp(fault, "skip-arena") == 0) {
+    /* collective: the others wait for the faulty rank at most the
+     * communicator's timeout, then a second arena is refused at once */
+    if (rank == 0) fault_line("FAULT-START %.6f\n", wall_s());
+    if (faulty) nap(3 * timeout_s), _exit(0);
+    cg_arena_t *arena = NULL;
+    st = cg_nccl_arena_create(&arena, comm, COUNT * sizeof(float), NULL);
+    if (st == CG_ERR_TIMEOUT) {
+      double began = wall_s();
+      cg_arena_t *again = NULL;
+      cg_status_t st2 = cg_nccl_arena_create(&again, comm, COUNT * sizeof(float), NULL);
+      if (st2 == CG_ERR_TIMEOUT && wall_s() - began < 0.25 * timeout_s)
+        fault_line("FAULT-REFUSED rank %d after %.3f s\n", rank, wall_s() - began);
+      cg_arena_destroy(again);
+    }
+    if (st != CG_SUCCESS) fail(st, timeout_s);
+    cg_arena_destroy(arena);
+  }
 #endif
   cg_graph_t *g = NULL;
   cg_graph_opts_t go = CG_GRAPH_OPTS_INIT;
