@@ -1,6 +1,7 @@
 /* The MPI control channel (backends/mpi/mpi_control.c) on its own: the
  * bounded allgather a backend's warm-up agrees through (every rank's bytes,
- * and giving up when its wait says so), and the roll call: which ranks a
+ * and giving up when its wait says so), the deadline an arena's set-up
+ * waits under, and the roll call: which ranks a
  * roll call names, what the others say they wait in, and the two threads of a rank that use one communicator at once (the
  * program's and the device watchdog's monitor): two roll calls at once each
  * get every answer, and so does every call that two threads answer. Ranks
@@ -235,6 +236,41 @@ START_TEST(control__allgather_within_gives_up_when_its_wait_says_so_and_the_chan
 }
 END_TEST
 
+/* Every rank but the last waits under a deadline of 0.5 s (as an NCCL
+ * arena's set-up does under its communicator's timeout); the last calls the
+ * roll meanwhile: every waiting rank answers with what it waits in, and
+ * gives up at its deadline, not before and not much after. */
+START_TEST(control__deadline_wait_answers_roll_calls_and_gives_up_at_its_deadline) {
+  int me = cg_mpi_rank(), n = cg_mpi_size(), caller = n - 1;
+  cg_mpi_comm_t *m = open_channel();
+  const double deadline_s = 0.5;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == caller) {
+    char report[1024] = "";
+    cg_mpi_control_roll_call(report, sizeof report, m, "a compile (test)", TIMEOUT_S);
+    expect_in(report, "every rank answered");
+    expect_in(report, n == 2 ? "rank 0 waits in cg_nccl_arena_create (test)" : "wait in cg_nccl_arena_create (test)");
+  } else {
+    cg_mpi_deadline_t d;
+    double began = MPI_Wtime();
+    cg_mpi_deadline_start(&d, m, deadline_s, "cg_nccl_arena_create (test)");
+    ck_assert(d.timeout_s == deadline_s);
+    long polls = 0;
+    while (cg_mpi_deadline_go_on(&d)) polls++;
+    double waited = MPI_Wtime() - began;
+    ck_assert_msg(waited >= deadline_s && waited < deadline_s + 0.25, "rank %d: gave up after %.3f s (deadline %.1f s)",
+                  me, waited, deadline_s);
+    ck_assert_msg(polls > 100, "rank %d: %ld polls", me, polls);
+    /* no deadline: it goes on */
+    cg_mpi_deadline_start(&d, m, 0, "no deadline");
+    ck_assert(cg_mpi_deadline_go_on(&d) && d.timeout_s == 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  drain(m->control);
+  cg_mpi_comm_close(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("mpi_control");
   TCase *t = cg_mpi_tcase("control");
@@ -243,6 +279,7 @@ int main(void) {
   tcase_add_test(t, control__two_threads_answering_one_communicator_answer_every_call);
   tcase_add_test(t, control__allgather_within_hands_back_every_ranks_bytes_in_rank_order);
   tcase_add_test(t, control__allgather_within_gives_up_when_its_wait_says_so_and_the_channel_refuses_after);
+  tcase_add_test(t, control__deadline_wait_answers_roll_calls_and_gives_up_at_its_deadline);
   suite_add_tcase(s, t);
   return cg_mpi_test_main(s);
 }
