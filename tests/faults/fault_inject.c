@@ -402,7 +402,8 @@ int main(int argc, char **argv) {
     if (rank == 0)
       fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-direct|gpu-launch|gpu-embed|gpu-embed-staged|"
               "gpu-embed-hosttransfer|gpu-embed-direct "
-              "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|dtype-unchecked|"
+              "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|"
+              "dtype-unchecked|"
               "skip-create|skip-compile|finalize|empty-graph|other-comm|skip-arena SECONDS\n");
     MPI_Finalize();
     return 2;

@@ -1,12 +1,12 @@
 /* The MPI control channel (backends/mpi/mpi_control.c) on its own: the
  * bounded allgather a backend's warm-up agrees through (every rank's bytes,
  * and giving up when its wait says so), the deadline an arena's set-up
- * waits under, and the roll call: which ranks a
- * roll call names, what the others say they wait in, and the two threads of a rank that use one communicator at once (the
- * program's and the device watchdog's monitor): two roll calls at once each
- * get every answer, and so does every call that two threads answer. Ranks
- * that answer poll until rank 0 says it is done (an MPI_Ibarrier, so that
- * they keep answering while they wait). */
+ * waits under, and the roll call: which ranks a roll call names, what the
+ * others say they wait in, and the two threads of a rank that use one
+ * communicator at once (the program's and the device watchdog's monitor):
+ * two roll calls at once each get every answer, and so does every call that
+ * two threads answer. Ranks that answer poll until rank 0 says it is done
+ * (an MPI_Ibarrier, so that they keep answering while they wait). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdint.h>
