@@ -28,6 +28,12 @@
  *      ncclAllReduce on it and copies back; both streams, joined, captured in
  *      one CUDA graph;
  *   4. DDP-style, zero-copy: the same with the gradients inside the buckets;
+ *   3s. (--backend mpi-staged only) DDP-style, staged: mode 4's buckets over
+ *      MPI through host memory, as DDP on a host transport (Gloo's way for
+ *      CUDA tensors) stages them: the communication stream copies a
+ *      bucket into pinned memory, a host node runs MPI_Allreduce on it, the
+ *      stream copies it back; captured in one CUDA graph. The DDP-style mode
+ *      on the transport commgraph's mpi-staged backend uses;
  *   5. commgraph, default: one commgraph graph per iteration: per tensor (n-1
  *      first) a cg_child_graph node holding its kernel (declared writes: its
  *      gradient and stamps; a declared read and write of an "activation" word
@@ -63,7 +69,8 @@
  * commgraph communicator's own (cg_comm_nccl; blocking, docs/gpu.md) with the
  * nccl backend (default), or, with --backend mpi-staged (commgraph's MPI
  * backend on device buffers), one made with ncclCommInitRank over MPI; the
- * bound then still uses NCCL's costs. Bucket sizes are in MiB (2^20 bytes).
+ * bound then still uses NCCL's costs (mode 3s and the commgraph modes do not
+ * use NCCL). Bucket sizes are in MiB (2^20 bytes).
  *
  * Output, per B: a row per mode: iteration µs, exposed µs (iteration -
  * backward alone), exposed / exposed bound, buckets (collectives of several
@@ -295,7 +302,8 @@ static void print_row(const bt_bench_t *b, const bt_ctx_t *c, const bt_ddp_t *d,
   } else if (b->kind != BT_BACKWARD) {
     snprintf(buckets, sizeof buckets, "%d", d->n);
     snprintf(fused, sizeof fused, "%d", c->n);
-    cgb_bytes_text(copied, sizeof copied, b->kind == BT_DDP_COPY ? 2.0 * (double)total * sizeof(float) : 0);
+    int copies = b->kind == BT_DDP_COPY || b->kind == BT_DDP_STAGED; /* into the bucket or host, and back */
+    cgb_bytes_text(copied, sizeof copied, copies ? 2.0 * (double)total * sizeof(float) : 0);
   }
   if (b->stamps) snprintf(span, sizeof span, "%.1f", b->span_med * 1e6);
   printf("%-52s %10.1f %10s %8s %8s %6s %11s %10s\n", b->label, b->med * 1e6, exposed, ratio, buckets, fused, copied,
@@ -346,6 +354,8 @@ int main(int argc, char **argv) {
   } else {
     CG_CHECK(cg_comm_nccl(&c.nccl, c.comm));
   }
+  c.ddp_mpi = MPI_COMM_NULL;
+  if (a.staged) MPI_Comm_dup(MPI_COMM_WORLD, &c.ddp_mpi);
   cudaStream_t *streams[] = {&c.s, &c.cs, &c.ms, &c.cap};
   for (size_t i = 0; i < sizeof streams / sizeof *streams; i++)
     CUDA_CHECK(cudaStreamCreateWithFlags(streams[i], cudaStreamNonBlocking));
@@ -392,9 +402,10 @@ int main(int argc, char **argv) {
   NCCL_CHECK_ON(c.nccl, ncclAllReduce(large.base, large.base, large_count, ncclFloat32, ncclSum, c.nccl, c.s));
   CUDA_CHECK(cudaStreamSynchronize(c.s));
 
-  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5f, 5w, 5m and 6 */
+  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5f, 5w, 5m, 6 and (staged) 3s */
   enum { FIXED = 8 }; /* the first mode 6 */
-  int nb_per_b = FIXED + a.n_bucket + 1, nb = 3 + a.n_backward * nb_per_b;
+  int nb_per_b = FIXED + a.n_bucket + 1 + a.staged, nb = 3 + a.n_backward * nb_per_b;
+  int staged_k = a.staged ? nb_per_b - 1 : -1; /* mode 3s */
   bt_bench_t *b = cgb_xcalloc((size_t)nb, sizeof *b);
   unsigned long long **stamps = cgb_xcalloc((size_t)nb, sizeof *stamps), *ns = cgb_xcalloc((size_t)n, sizeof *ns);
   size_t stamp_bytes = 2 * (size_t)n * TRAIN_BLOCKS * sizeof **stamps;
@@ -422,11 +433,12 @@ int main(int argc, char **argv) {
       m[k].expect = sum;
       m[k].grads = &arena_grads;
       m[k].kind = BT_PLAN;
-      if (k < 4) {
+      int own = k < 4 || k == staged_k; /* commgraph's plans share their graph's */
+      if (own) {
         CUDA_CHECK(cudaMalloc((void **)&stamps[m - b + k], stamp_bytes));
         CUDA_CHECK(cudaMemset(stamps[m - b + k], 0, stamp_bytes));
       }
-      m[k].stamps = stamps[m - b + (k < 4 ? k : 3)]; /* commgraph's plans share their graph's */
+      m[k].stamps = stamps[m - b + (own ? k : 3)];
     }
     snprintf(m[0].label, sizeof m[0].label, "1. backward alone (CUDA graph)");
     m[0].kind = BT_BACKWARD;
@@ -443,6 +455,13 @@ int main(int argc, char **argv) {
     m[2].kind = BT_DDP_ZERO;
     m[2].grads = &zero_grads;
     m[2].exec = bt_capture_ddp(&c, &zero_grads, NULL, &d, ns, m[2].stamps);
+    if (a.staged) { /* the same buckets and memory as mode 4, through the host */
+      bt_bench_t *st = &m[staged_k];
+      snprintf(st->label, sizeof st->label, "3s. DDP-style, staged, MPI (CUDA graph)");
+      st->kind = BT_DDP_STAGED;
+      st->grads = &zero_grads;
+      st->exec = bt_capture_ddp_staged(&c, &zero_grads, &d, ns, st->stamps, &st->staging);
+    }
     cg_graph_t *graph = bt_record_graph(&c, &arena_grads, ns, m[3].stamps);
     m[3].plan = bt_compile(graph, 0, &m[3].stats);
     snprintf(m[3].label, sizeof m[3].label, "5. commgraph, default (library's: %.1f MiB)",
@@ -536,7 +555,10 @@ int main(int argc, char **argv) {
              "fused", "copied/iter", "bwd span");
       print_row(&m[0], &c, &d, total, backward, bound);
       print_row(&b[COMM], &c, &d, total, backward, bound);
-      for (int k = 1; k < nb_per_b; k++) print_row(&m[k], &c, &d, total, backward, bound);
+      for (int k = 1; k < 3; k++) print_row(&m[k], &c, &d, total, backward, bound);
+      if (staged_k >= 0) print_row(&m[staged_k], &c, &d, total, backward, bound);
+      for (int k = 3; k < nb_per_b; k++)
+        if (k != staged_k) print_row(&m[k], &c, &d, total, backward, bound);
       printf("%-52s %10.1f %10.1f %8.2f\n", "7. lower bound of the exposed time (computed)", (backward + bound) * 1e6,
              bound * 1e6, 1.0);
     }
@@ -553,6 +575,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < nb; k++) {
     cg_plan_destroy(b[k].plan); /* synchronizes the device */
     if (b[k].exec) CUDA_CHECK(cudaGraphExecDestroy(b[k].exec));
+    bt_free_staging(b[k].staging);
   }
   for (int k = 0; k < nb; k++)
     if (stamps[k]) CUDA_CHECK(cudaFree(stamps[k]));
@@ -566,6 +589,7 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaFree(c.act));
   CUDA_CHECK(cudaFree(c.wrong));
   if (a.staged) {
+    MPI_Comm_free(&c.ddp_mpi);
     NCCL_CHECK_ON(c.nccl, ncclCommFinalize(c.nccl));
     NCCL_CHECK(ncclCommDestroy(c.nccl));
   }

@@ -5,6 +5,7 @@
 #define BENCH_TRAIN_H
 
 #include <cuda_runtime_api.h>
+#include <mpi.h>
 #include <nccl.h>
 #include <stddef.h>
 
@@ -36,6 +37,7 @@ typedef enum bt_kind {
   BT_ALLREDUCES, /* mode 2 and the alpha and busbw measurements: allreduces of a bt_tensors_t, one stream */
   BT_DDP_COPY, /* mode 3 */
   BT_DDP_ZERO, /* mode 4 */
+  BT_DDP_STAGED, /* mode 3s (--backend mpi-staged) */
   BT_PLAN      /* modes 5 and 6 */
 } bt_kind_t;
 
@@ -48,6 +50,7 @@ typedef struct bt_bench {
   cg_plan_stats_t stats;      /* BT_PLAN */
   const bt_tensors_t *grads;  /* what is checked */
   float *flat;                /* DDP with copies: its bucket buffer, poisoned too */
+  void *staging;              /* BT_DDP_STAGED: its host nodes' arguments and pinned memory (bt_free_staging) */
   size_t flat_span;
   int filled;                 /* no backward kernels: filled before a check, zeroed after it */
   float expect;               /* the scale of train_value the check expects */
@@ -69,6 +72,7 @@ typedef struct bt_ctx {
   cudaStream_t cs, ms; /* DDP captures: compute and communication streams */
   cudaStream_t cap;    /* captures of the child graphs */
   cudaEvent_t *events; /* for the DDP captures: n + 2 */
+  MPI_Comm ddp_mpi;    /* BT_DDP_STAGED's MPI_Allreduce (a duplicate of MPI_COMM_WORLD); MPI_COMM_NULL: none */
   unsigned int *act;   /* the activation word */
   unsigned long long *wrong; /* the check's counters (device, 3 words) */
 } bt_ctx_t;
@@ -86,6 +90,16 @@ cudaGraphExec_t bt_capture_allreduces(const bt_ctx_t *c, const bt_tensors_t *t);
 /* flat NULL: zero-copy (g's tensors lie in the bucket buffers, g->base is the flat buffer) */
 cudaGraphExec_t bt_capture_ddp(const bt_ctx_t *c, const bt_tensors_t *g, float *flat, const bt_ddp_t *d,
                                const unsigned long long *ns, unsigned long long *stamps);
+/* Mode 3s: DDP's buckets over MPI through host memory, as DDP on a host
+ * transport stages them (and as commgraph's mpi-staged backend does): g's
+ * tensors in the bucket buffers (as zero-copy); once a bucket's last kernel
+ * ran, the communication stream copies the bucket into pinned host memory,
+ * a host node sums it in place with MPI_Allreduce over c->ddp_mpi, and the
+ * stream copies it back; captured in one CUDA graph. *staging: what the
+ * graph's host nodes use, for bt_free_staging after the graph is gone. */
+cudaGraphExec_t bt_capture_ddp_staged(const bt_ctx_t *c, const bt_tensors_t *g, const bt_ddp_t *d,
+                                      const unsigned long long *ns, unsigned long long *stamps, void **staging);
+void bt_free_staging(void *staging);
 /* One commgraph graph per iteration: per tensor (n-1 first) a child graph of its
  * backward kernel, then an in-place allreduce of its gradient. */
 cg_graph_t *bt_record_graph(const bt_ctx_t *c, const bt_tensors_t *g, const unsigned long long *ns,

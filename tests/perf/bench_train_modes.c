@@ -1,5 +1,6 @@
 /* bench_train's modes: where their tensors live, how each is captured or
  * compiled, launched and checked. bench_train.c says what they measure. */
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,58 @@ cudaGraphExec_t bt_capture_ddp(const bt_ctx_t *c, const bt_tensors_t *g, float *
   CUDA_CHECK(cudaEventRecord(c->events[d->n], c->ms));
   CUDA_CHECK(cudaStreamWaitEvent(c->cs, c->events[d->n], 0));
   return end_capture(c, c->cs);
+}
+
+/* ---- DDP-style through host memory (--backend mpi-staged) */
+
+typedef struct staged_bucket {
+  float *host;
+  int count;
+  MPI_Comm comm;
+} staged_bucket_t;
+
+typedef struct staged_ddp {
+  float *host; /* pinned, the bucket buffers' size */
+  staged_bucket_t *bucket;
+} staged_ddp_t;
+
+/* A host node of the graph: the bucket's sum, in place, on the host. MPI's
+ * default handler on the duplicate ends the job on an error. */
+static void CUDART_CB host_allreduce(void *arg) {
+  const staged_bucket_t *b = arg;
+  MPI_Allreduce(MPI_IN_PLACE, b->host, b->count, MPI_FLOAT, MPI_SUM, b->comm);
+}
+
+cudaGraphExec_t bt_capture_ddp_staged(const bt_ctx_t *c, const bt_tensors_t *g, const bt_ddp_t *d,
+                                      const unsigned long long *ns, unsigned long long *stamps, void **staging) {
+  staged_ddp_t *h = cgb_xcalloc(1, sizeof *h);
+  h->bucket = cgb_xcalloc((size_t)d->n, sizeof *h->bucket);
+  CUDA_CHECK(cudaMallocHost((void **)&h->host, g->span * sizeof(float)));
+  begin_capture(c->cs);
+  for (int k = 0; k < d->n; k++) {
+    for (int p = d->first[k]; p < d->first[k + 1]; p++) backward(c, g, c->n - 1 - p, ns, stamps, c->cs);
+    CUDA_CHECK(cudaEventRecord(c->events[k], c->cs));
+    CUDA_CHECK(cudaStreamWaitEvent(c->ms, c->events[k], 0));
+    if (d->count[k] > (size_t)INT_MAX) cg_bench_fail("bt_capture_ddp_staged", "a bucket of more than INT_MAX floats");
+    float *dev = g->base + d->offset[k], *host = h->host + d->offset[k];
+    size_t bytes = d->count[k] * sizeof(float);
+    h->bucket[k] = (staged_bucket_t){host, (int)d->count[k], c->ddp_mpi};
+    CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, c->ms));
+    CUDA_CHECK(cudaLaunchHostFunc(c->ms, host_allreduce, &h->bucket[k]));
+    CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, c->ms));
+  }
+  CUDA_CHECK(cudaEventRecord(c->events[d->n], c->ms));
+  CUDA_CHECK(cudaStreamWaitEvent(c->cs, c->events[d->n], 0));
+  *staging = h;
+  return end_capture(c, c->cs);
+}
+
+void bt_free_staging(void *staging) {
+  staged_ddp_t *h = staging;
+  if (!h) return;
+  CUDA_CHECK(cudaFreeHost(h->host));
+  free(h->bucket);
+  free(h);
 }
 
 /* ---- commgraph */
