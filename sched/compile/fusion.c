@@ -14,6 +14,13 @@
 
 /* Used where neither the options, the environment nor the backend say. */
 #define DEFAULT_BUCKET_BYTES ((size_t)25 << 20)
+/* The largest bucket of a tuned plan whose compile gives no size: the model
+ * picks the boundaries, and a backend's preferred size (a guess for
+ * communication alone: 4 MiB for MPI on one node) must not bind it. On one
+ * H200 (ResNet-50, B = 5 ms) the mpi-staged backend's collectives cost some
+ * 85 us each beside the backward pass, and 25 MiB buckets exposed 0.63x
+ * what the preferred 4 MiB did, which the tuner could not reach. */
+#define TUNED_MAX_BUCKET_BYTES ((size_t)256 << 20)
 
 /* Buckets whose members wait for compute between them (a gradient's backward
  * runs after the bucket opened) close once they hold these sizes when the
@@ -506,6 +513,8 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
     const cg_backend_t *b = comm->ops->backend;
     size_t preferred = b && b->bucket_bytes ? b->bucket_bytes(comm->impl) : 0;
     out->bucket_bytes[c] = bucket_bytes ? bucket_bytes : preferred ? preferred : DEFAULT_BUCKET_BYTES;
+    if (!bucket_bytes && tuning && out->bucket_bytes[c] < TUNED_MAX_BUCKET_BYTES)
+      out->bucket_bytes[c] = TUNED_MAX_BUCKET_BYTES;
   }
   initial_reasons(out, g, order);
   if (!enabled) goto out;

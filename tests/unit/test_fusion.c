@@ -315,7 +315,9 @@ END_TEST
  * with no compute between them, they fuse up to the bucket size; with a
  * fixed cost far above the gaps and bytes for free, as few buckets as the
  * bucket size allows finish as early as any split (ties go to larger
- * buckets). */
+ * buckets). The bucket size is the compile's where it gives one (25 MiB:
+ * 50 gradients), else the tuned plans' 256 MiB, not the default 25 MiB:
+ * the model decides. */
 START_TEST(fusion__tuned_boundaries_follow_the_cost_model) {
   enum { N = 60, G = 131072 };
   cg_comm_t *comm = offline(0, 2);
@@ -332,13 +334,15 @@ START_TEST(fusion__tuned_boundaries_follow_the_cost_model) {
     ck_assert_cg_ok(cg_allreduce(NULL, g, comm, grads + (size_t)k * G, grads + (size_t)k * G, G, CG_FLOAT32, CG_SUM));
   }
   uint32_t n = cg_graph_node_count(g);
-  for (int variant = 0; variant < 3; variant++) {
-    cg_comm_cost_t cost = {comm, variant == 2 ? 5000.0 : 10.0, variant == 2 ? 1e12 : 1e5, 0};
+  for (int variant = 0; variant < 5; variant++) {
+    int big_alpha = variant == 2 || variant == 4, all_ready = variant == 1 || variant == 3;
+    cg_comm_cost_t cost = {comm, big_alpha ? 5000.0 : 10.0, big_alpha ? 1e12 : 1e5, 0};
     cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1, 0};
     for (uint32_t v = 0; v < n; v++) /* node 2j + 1 is gradient N-1-j's allreduce */
-      t.ready_us[v] = variant == 1 ? 0 : 1000.0 * (double)(v / 2 + 1);
+      t.ready_us[v] = all_ready ? 0 : 1000.0 * (double)(v / 2 + 1);
     cg_plan_t *plan = NULL;
     cg_compile_opts_t o = CG_COMPILE_OPTS_INIT;
+    if (variant <= 2) o.bucket_bytes = (size_t)25 << 20;
     ck_assert_cg_ok(cg_compile_tuned(&plan, g, &o, &t, CG_SUCCESS));
     fusion_check_fused(g, plan, NULL, plan->bucket_bytes, 1);
     uint32_t colls = 0;
@@ -350,9 +354,14 @@ START_TEST(fusion__tuned_boundaries_follow_the_cost_model) {
       /* two buckets (the size allows 50), split anywhere: the same finish */
       ck_assert_msg(colls == 2 && plan->n_buckets == 2 && plan->buckets[0].n_members + plan->buckets[1].n_members == N,
                     "%u collectives, %u buckets", colls, plan->n_buckets);
-    } else {
+    } else if (variant == 2) {
       /* two: one bucket holds 50 at most */
       ck_assert_msg(colls == 2 && plan->n_buckets == 2, "%u collectives", colls);
+    } else {
+      /* no size given: one bucket of all 60 (30 MiB, above the default 25) */
+      ck_assert_msg(colls == 1 && plan->n_buckets == 1 && plan->buckets[0].n_members == N,
+                    "variant %d: %u collectives, %u buckets", variant, colls, plan->n_buckets);
+      ck_assert_uint_eq(plan->bucket_bytes, (size_t)256 << 20);
     }
     cg_plan_destroy(plan);
     free(t.ready_us);
