@@ -107,6 +107,7 @@ typedef struct cg_mpi_deadline {
   cg_mpi_comm_t *m;
   uint64_t deadline_ns, answered_ns; /* deadline 0: none */
   double timeout_s;
+  int expired; /* go_on said stop */
   char waiting_in[192];
 } cg_mpi_deadline_t;
 void cg_mpi_deadline_start(cg_mpi_deadline_t *d, cg_mpi_comm_t *m, double timeout_s, const char *waiting_in);

@@ -153,8 +153,9 @@ cg_status_t cg_mpi_control_allgather_within(cg_mpi_comm_t *m, const void *mine, 
 void cg_mpi_deadline_start(cg_mpi_deadline_t *d, cg_mpi_comm_t *m, double timeout_s, const char *waiting_in) {
   d->m = m;
   d->answered_ns = cg_clock_ns();
-  d->deadline_ns = timeout_s > 0 ? d->answered_ns + (uint64_t)(timeout_s * 1e9) : 0;
-  d->timeout_s = timeout_s > 0 ? timeout_s : 0;
+  d->timeout_s = timeout_s > 0 ? timeout_s < 1e9 ? timeout_s : 1e9 : 0; /* 1e9 s: for ever, and no overflow */
+  d->deadline_ns = d->timeout_s > 0 ? d->answered_ns + (uint64_t)(d->timeout_s * 1e9) : 0;
+  d->expired = 0;
   snprintf(d->waiting_in, sizeof d->waiting_in, "%s", waiting_in);
 }
 
@@ -165,7 +166,9 @@ int cg_mpi_deadline_go_on(void *ctx) {
     cg_mpi_control_answer(d->m, d->waiting_in);
     d->answered_ns = now;
   }
-  return !d->deadline_ns || now < d->deadline_ns;
+  if (!d->deadline_ns || now < d->deadline_ns) return 1;
+  d->expired = 1;
+  return 0;
 }
 
 /* What a roll call carries: the id of the communicator it is meant for

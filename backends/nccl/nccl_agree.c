@@ -19,6 +19,7 @@ static int ranks_of(const cg_nccl_comm_t *n) {
 cg_status_t cg_nccl_gather_within(void **all, const void *mine, size_t bytes, cg_nccl_comm_t *n,
                                   const cg_wait_t *wait, const char *what) {
   *all = NULL;
+  if (!n->control) return cg_fail(CG_ERR_INTERNAL, "%s: the communicator has no control channel", what);
   int size = ranks_of(n);
   if (size < 1) return cg_fail(CG_ERR_BACKEND, "%s: MPI_Comm_size of the control communicator failed", what);
   void *gathered = malloc(bytes * (size_t)size + 1);
@@ -33,10 +34,11 @@ cg_status_t cg_nccl_gather_within(void **all, const void *mine, size_t bytes, cg
 }
 
 cg_status_t cg_nccl_agree_within(int *all_ok, int ok, cg_nccl_comm_t *n, const cg_wait_t *wait, const char *what) {
-  int *all = NULL, size = ranks_of(n);
+  int *all = NULL;
   *all_ok = 0;
   cg_status_t st = cg_nccl_gather_within((void **)&all, &ok, sizeof ok, n, wait, what);
   if (st != CG_SUCCESS) return st;
+  int size = ranks_of(n);
   *all_ok = 1;
   for (int r = 0; r < size; r++) *all_ok &= all[r] != 0;
   free(all);
@@ -46,9 +48,9 @@ cg_status_t cg_nccl_agree_within(int *all_ok, int ok, cg_nccl_comm_t *n, const c
 cg_status_t cg_nccl_max_within(double *slowest, const double *mine, int count, cg_nccl_comm_t *n,
                                const cg_wait_t *wait, const char *what) {
   double *all = NULL;
-  int size = ranks_of(n);
   cg_status_t st = cg_nccl_gather_within((void **)&all, mine, (size_t)count * sizeof *mine, n, wait, what);
   if (st != CG_SUCCESS) return st;
+  int size = ranks_of(n);
   for (int r = 0; r < size; r++) {
     const double *theirs = all + (size_t)r * (size_t)count;
     for (int i = 0; i < count; i++)

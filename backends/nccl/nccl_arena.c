@@ -34,6 +34,12 @@
 typedef struct symmetric_arena {
   cg_comm_t *comm; /* retained: its NCCL communicator holds the window */
   void *window;    /* ncclWindow_t; NULL when NCCL registered none */
+#if CG_NCCL_HAS_WINDOWS
+  /* where NCCL's thread writes the window while it registers: a registration
+   * given up at the timeout may still complete before the abort, so not on
+   * the stack */
+  ncclWindow_t registering;
+#endif
   int device;
   cg_nccl_plain_view_t view;                      /* empty: every allreduce symmetric */
   size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPES]; /* as the window's (nccl_windows.h) */
@@ -117,12 +123,11 @@ static cg_status_t check_local(const cg_comm_t *comm, const cg_nccl_comm_t *n, s
 /* The registration, waited for: on a non-blocking communicator NCCL returns
  * ncclSuccess at once and registers on a thread of its own, which writes
  * *window later; ncclCommGetAsyncError (cg_nccl_settle) joins it. */
-static cg_status_t register_window(void **window, cg_comm_t *comm, cg_nccl_comm_t *n, void *memory, size_t bytes,
-                                   const cg_wait_t *wait, const char *where) {
-  *window = NULL;
+static cg_status_t register_window(symmetric_arena_t *state, cg_comm_t *comm, cg_nccl_comm_t *n, void *memory,
+                                   size_t bytes, const cg_wait_t *wait, const char *where) {
 #if CG_NCCL_HAS_WINDOWS
-  ncclWindow_t win = NULL;
-  ncclResult_t r = ncclCommWindowRegister(n->nccl, memory, bytes, &win, NCCL_WIN_COLL_SYMMETRIC);
+  state->registering = NULL;
+  ncclResult_t r = ncclCommWindowRegister(n->nccl, memory, bytes, &state->registering, NCCL_WIN_COLL_SYMMETRIC);
   if (r == ncclSuccess || r == ncclInProgress) r = cg_nccl_settle_within(n->nccl, ncclInProgress, wait);
   if (r == ncclInProgress)
     return cg_fail(CG_ERR_TIMEOUT, "%s: ncclCommWindowRegister of %zu bytes did not finish: not every rank of the "
@@ -130,10 +135,10 @@ static cg_status_t register_window(void **window, cg_comm_t *comm, cg_nccl_comm_
   if (r != ncclSuccess)
     return cg_fail_nccl(r, n->nccl, "ncclCommWindowRegister", "%s: %zu bytes, rank %d of %d", where, bytes,
                         comm->rank, comm->size);
-  *window = (void *)win;
+  state->window = (void *)state->registering; /* deregistered when the arena goes */
   return CG_SUCCESS;
 #else
-  (void)comm, (void)n, (void)memory, (void)bytes, (void)wait, (void)where;
+  (void)state, (void)comm, (void)n, (void)memory, (void)bytes, (void)wait, (void)where;
   return CG_SUCCESS;
 #endif
 }
@@ -276,7 +281,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   int ok = st == CG_SUCCESS, same_bytes = 1;
   cg_status_t agreed = agree(&ok, &same_bytes, comm, n, bytes, &wait, where);
   if (agreed != CG_SUCCESS) {
-    st = agreed;
+    if (st == CG_SUCCESS) st = agreed; /* a local failure (a refusal) says more */
     goto out;
   }
   if (st == CG_SUCCESS && !same_bytes)
@@ -288,8 +293,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
                  where, (unsigned long long)comm->id, bytes);
   if (st != CG_SUCCESS) goto out;
 
-  void *window = NULL;
-  st = register_window(&window, comm, n, memory, bytes, &wait, where);
+  st = register_window(state, comm, n, memory, bytes, &wait, where);
   if (st == CG_ERR_TIMEOUT) goto out;
   if (st != CG_SUCCESS && cg_comm_mark_aborted(comm, st, cg_error_last()))
     cg_nccl_backend.abort(n); /* NCCL keeps the failure: only an abort ends the communicator now */
@@ -299,7 +303,6 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   if (st == CG_SUCCESS && !ok)
     st = cg_fail(CG_ERR_BACKEND, "%s: another rank of communicator %016llx failed to register its window", where,
                  (unsigned long long)comm->id);
-  if (window) state->window = window; /* deregistered when the arena goes */
   if (st != CG_SUCCESS) goto out;
   if ((st = choose_paths(state, comm, n, memory, bytes, env_max, env_set, &wait, where)) != CG_SUCCESS) goto out;
   cg_nccl_window_t entry = {memory, bytes, state->view.base, {0}, {{0}}};
@@ -309,7 +312,8 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   *out = arena;
   arena = NULL;
 out:
-  if (st == CG_ERR_TIMEOUT && deadline.timeout_s > 0) st = timed_out(comm, n, &deadline, where);
+  /* only a wait that ran out: an abandoned control channel refuses at once with its own report */
+  if (st == CG_ERR_TIMEOUT && deadline.expired) st = timed_out(comm, n, &deadline, where);
   cg_arena_destroy(arena);
   if (base) ncclMemFree(base);
   free(s);

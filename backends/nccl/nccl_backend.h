@@ -34,6 +34,10 @@ typedef struct cg_nccl_comm {
    * until a plan needs it (cg_nccl_print_setup); the abort reads it from its
    * own thread */
   _Atomic(ncclComm_t) print;
+  /* where NCCL's thread writes the fingerprint's communicator while its split
+   * goes on: a split given up at the warm-up's timeout may still complete
+   * before the abort, so not on the stack */
+  ncclComm_t print_pending;
   /* CG_NCCL_USER_*: whether cg_comm_nccl handed user_nccl out, or the abort
    * of a timed-out replay took it along because nobody had it */
   atomic_int user_state;

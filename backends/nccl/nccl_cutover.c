@@ -169,7 +169,7 @@ cg_status_t cg_nccl_cutover_measure(size_t symmetric_max[CG_NCCL_SYMMETRIC_DTYPE
    * device fail there */
   if ((st = cg_nccl_max_within(&slowest[0][0][0], &us[0][0][0], (int)(sizeof us / sizeof(double)), n, wait,
                                 where)) != CG_SUCCESS) {
-    *abort_comm = 1; /* its peers may still run a timed call with this rank */
+    if (st == CG_ERR_TIMEOUT) *abort_comm = 1; /* its peers may still run a timed call with this rank */
     goto out;
   }
   for (int d = 0; d < CG_NCCL_SYMMETRIC_DTYPES; d++) {

@@ -207,7 +207,7 @@ static cg_status_t measure(cg_nccl_comm_t *n, int *abort_comm, const cg_wait_t *
   }
   /* a rank that stopped after its last timed call is not waited for either */
   if ((st = cg_nccl_max_within(&slowest[0][0], &us[0][0], 2 * SIZES, n, wait, what)) != CG_SUCCESS) {
-    *abort_comm = 1; /* its peers may still run a timed call with this rank */
+    if (st == CG_ERR_TIMEOUT) *abort_comm = 1; /* its peers may still run a timed call with this rank */
     goto out;
   }
   cg_nccl_cutover_ratios(n->oneshot.ratio, (const double (*)[2])slowest, SIZES);

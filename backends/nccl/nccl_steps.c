@@ -210,17 +210,19 @@ cg_status_t cg_nccl_print_setup(void *impl, const cg_wait_t *wait) {
   config.minCTAs = 1;
   config.maxCTAs = 1;
   config.splitShare = 0;
-  ncclComm_t print = NULL;
+  ncclComm_t volatile *slot = &n->print_pending;
+  *slot = NULL;
   cudaGetDevice(&previous);
   cudaSetDevice(n->device);
-  if (r == ncclSuccess) r = ncclCommSplit(n->nccl, 0, rank, &print, &config);
+  if (r == ncclSuccess) r = ncclCommSplit(n->nccl, 0, rank, &n->print_pending, &config);
   /* on a non-blocking parent the split goes on in NCCL's thread, which sets
    * `print` only once it is done: the parent's state says when */
   if (r == ncclSuccess || r == ncclInProgress) r = cg_nccl_settle_within(n->nccl, ncclInProgress, wait);
   /* NCCL 2.28 returns ncclSuccess from the split and leaves the parent's
    * state ncclInProgress until the child is made */
-  for (int spins = 0; r == ncclSuccess && !*(ncclComm_t volatile *)&print && spins < 1000000; spins++) sched_yield();
-  if (r == ncclSuccess && !*(ncclComm_t volatile *)&print) r = ncclInternalError;
+  for (int spins = 0; r == ncclSuccess && !*slot && spins < 1000000; spins++) sched_yield();
+  if (r == ncclSuccess && !*slot) r = ncclInternalError;
+  ncclComm_t print = r == ncclSuccess ? *slot : NULL;
   if (r == ncclSuccess) r = cg_nccl_settle_within(print, ncclInProgress, wait);
   cudaSetDevice(previous);
   if (r == ncclInProgress)

@@ -100,8 +100,9 @@ CG_API cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm);
  * (cg_comm_from_nccl) is the program's: keep that NCCL communicator alive
  * until the arena is gone. A failure on one rank fails every rank; a failed
  * registration aborts the communicator. On a communicator made by
- * cg_comm_create with a timeout (opts.timeout_s or CG_TIMEOUT), every wait
- * for the other ranks here gives up after it: CG_ERR_TIMEOUT naming the
+ * cg_comm_create with a timeout (opts.timeout_s or CG_TIMEOUT), the whole
+ * set-up (agreements, registration, measured cut-over) waits for the other
+ * ranks at most that long in all: then CG_ERR_TIMEOUT naming the
  * ranks that did not answer a roll call (a rank that never calls this), the
  * communicator aborted; a wrapped one (cg_comm_from_nccl) waits for ever.
  * CG_ERR_UNSUPPORTED for a

@@ -461,6 +461,16 @@ int main(int argc, char **argv) {
   if (gpu && strcmp(fault, "skip-arena") == 0) {
     /* collective: the others wait for the faulty rank at most the
      * communicator's timeout, then a second arena is refused at once */
+    int version = 0;
+#if defined(NCCL_WIN_COLL_SYMMETRIC)
+    if (ncclGetVersion(&version) != ncclSuccess) version = 0;
+#endif
+    if (version < 22700) { /* no symmetric windows: the arena is plain device memory, made by each rank alone */
+      if (rank == 0) fault_line("FAULT-NOT-APPLICABLE NCCL %d has no symmetric windows\n", version);
+      cg_comm_destroy(comm);
+      MPI_Finalize();
+      return 0;
+    }
     if (rank == 0) fault_line("FAULT-START %.6f\n", wall_s());
     if (faulty) nap(3 * timeout_s), _exit(0);
     cg_arena_t *arena = NULL;
@@ -472,6 +482,7 @@ int main(int argc, char **argv) {
       if (st2 == CG_ERR_TIMEOUT && wall_s() - began < 0.25 * timeout_s)
         fault_line("FAULT-REFUSED rank %d after %.3f s\n", rank, wall_s() - began);
       cg_arena_destroy(again);
+      st = st2; /* the refusal repeats the first report, which fail() prints */
     }
     if (st != CG_SUCCESS) fail(st, timeout_s);
     cg_arena_destroy(arena);
@@ -499,8 +510,8 @@ int main(int argc, char **argv) {
         (st = cg_node_name(g, node, name)) != CG_SUCCESS)
       fail(st, timeout_s);
   }
-  int at_compile = (differs && !unchecked) || ((halved || as_int) && gpu) || other_comm || !strcmp(fault, "skip-compile") ||
-                   !strcmp(fault, "finalize") || !strcmp(fault, "empty-graph");
+  int at_compile = (differs && !unchecked) || ((halved || as_int) && gpu) || other_comm ||
+                   !strcmp(fault, "skip-compile") || !strcmp(fault, "finalize") || !strcmp(fault, "empty-graph");
   if (rank == 0 && at_compile) fault_line("FAULT-START %.6f\n", wall_s());
   if (faulty && strcmp(fault, "skip-compile") == 0) nap(3 * timeout_s), _exit(0);
   if (faulty && strcmp(fault, "finalize") == 0) {

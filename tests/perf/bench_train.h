@@ -91,11 +91,13 @@ cudaGraphExec_t bt_capture_allreduces(const bt_ctx_t *c, const bt_tensors_t *t);
 cudaGraphExec_t bt_capture_ddp(const bt_ctx_t *c, const bt_tensors_t *g, float *flat, const bt_ddp_t *d,
                                const unsigned long long *ns, unsigned long long *stamps);
 /* Mode 3s: DDP's buckets over MPI through host memory, as DDP on a host
- * transport stages them (and as commgraph's mpi-staged backend does): g's
- * tensors in the bucket buffers (as zero-copy); once a bucket's last kernel
- * ran, the communication stream copies the bucket into pinned host memory,
- * a host node sums it in place with MPI_Allreduce over c->ddp_mpi, and the
- * stream copies it back; captured in one CUDA graph. *staging: what the
+ * transport stages them: g's tensors in the bucket buffers (as zero-copy);
+ * once a bucket's last kernel ran, the communication stream copies the
+ * bucket into pinned host memory, a host node sums it in place with a
+ * blocking MPI_Allreduce over c->ddp_mpi, and the stream copies it back;
+ * captured in one CUDA graph. (commgraph's mpi-staged backend only posts
+ * nonblocking calls from its host nodes.) A host node may make no CUDA
+ * call, so an MPI that queries CUDA about host buffers is not for it. *staging: what the
  * graph's host nodes use, for bt_free_staging after the graph is gone. */
 cudaGraphExec_t bt_capture_ddp_staged(const bt_ctx_t *c, const bt_tensors_t *g, const bt_ddp_t *d,
                                       const unsigned long long *ns, unsigned long long *stamps, void **staging);
