@@ -391,10 +391,14 @@ START_TEST(nccl_api__tune_sends_gradients_as_the_backward_makes_them) {
    * buffers and page migration; mpi (staged) and hosttransfer: copies to
    * host and an MPI allreduce) pay for a 4 MiB collective about as much as a
    * 2 ms layer on 4 ranks (seen on 4 H100s), so the timed check may rightly
-   * keep the 64 MiB plan there; NCCL hides its gradients behind the layers. */
+   * keep the 64 MiB plan there; NCCL hides its gradients behind the layers.
+   * On one rank a collective is a copy on the device, and one bucket after
+   * the last layer costs about what several beside the layers do: the
+   * timing may keep either (it kept the 64 MiB plan in one of the runs on
+   * one H200 in session 19). */
   const char *backend = getenv("CG_GPU_TEST_BACKEND");
-  int may_keep_default = backend && (!strcmp(backend, "direct") || !strcmp(backend, "mpi") ||
-                                     !strcmp(backend, "hosttransfer"));
+  int may_keep_default = cg_gpu_size() == 1 || (backend && (!strcmp(backend, "direct") || !strcmp(backend, "mpi") ||
+                                                            !strcmp(backend, "hosttransfer")));
   ck_assert_all_ranks(collectives_of(plan) == 1 && (mine > 1 || may_keep_default), text);
   cg_plan_destroy(tuned);
   cg_plan_destroy(plan);
