@@ -107,6 +107,10 @@ void bt_free_staging(void *staging);
 cg_graph_t *bt_record_graph(const bt_ctx_t *c, const bt_tensors_t *g, const unsigned long long *ns,
                             unsigned long long *stamps);
 cg_plan_t *bt_compile(cg_graph_t *graph, size_t bucket_bytes, cg_plan_stats_t *stats);
+/* t's tensors as in-place float32 sum allreduces on c->comm, fusion off: the
+ * measurements' (alpha and busbw) on the commgraph communicator's transport
+ * (--backend mpi-staged) */
+cg_plan_t *bt_compile_allreduces(const bt_ctx_t *c, const bt_tensors_t *t);
 /* `graph` compiled with `tuned`'s tuning (through a tuning file) and a
  * replay timeout of `timeout_s` (negative: none, whatever CG_TIMEOUT says). */
 cg_plan_t *bt_compile_watched(cg_graph_t *graph, const cg_plan_t *tuned, double timeout_s, int fingerprint,

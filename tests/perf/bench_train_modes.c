@@ -212,6 +212,20 @@ cg_plan_t *bt_compile(cg_graph_t *graph, size_t bucket_bytes, cg_plan_stats_t *s
   return plan;
 }
 
+cg_plan_t *bt_compile_allreduces(const bt_ctx_t *c, const bt_tensors_t *t) {
+  cg_graph_t *graph = NULL;
+  CG_CHECK(cg_graph_create(&graph, NULL));
+  for (int k = 0; k < t->n; k++)
+    CG_CHECK(cg_allreduce(NULL, graph, c->comm, t->base + t->off[k], t->base + t->off[k], t->count[k], CG_FLOAT32,
+                          CG_SUM));
+  cg_compile_opts_t opts = CG_COMPILE_OPTS_INIT;
+  opts.fusion = 0; /* one collective each: alpha is a collective's cost */
+  cg_plan_t *plan = NULL;
+  CG_CHECK(cg_compile(&plan, graph, &opts));
+  cg_graph_destroy(graph);
+  return plan;
+}
+
 cg_plan_t *bt_compile_watched(cg_graph_t *graph, const cg_plan_t *tuned, double timeout_s, int fingerprint,
                               cg_plan_stats_t *stats) {
   /* a file per process (its pid), so no "%r" is needed; concurrent runs
