@@ -6,6 +6,8 @@
 #ifndef CG_CORE_WAIT_H
 #define CG_CORE_WAIT_H
 
+#include <stdint.h>
+
 typedef struct cg_wait {
   int (*go_on)(void *ctx); /* 0: stop waiting now */
   void *ctx;
@@ -14,5 +16,25 @@ typedef struct cg_wait {
 /* 1 while the wait goes on; a NULL wait (or one without go_on) never gives
  * up. */
 static inline int cg_wait_go_on(const cg_wait_t *wait) { return !wait || !wait->go_on || wait->go_on(wait->ctx); }
+
+/* The usual owner of a wait for other ranks (wait.c): a deadline, and
+ * meanwhile the other ranks' roll calls answered every millisecond with
+ * what this rank waits in (answer(answer_ctx, waiting_in): a communicator's
+ * control channel; NULL: none). A compile's warm-up waits under one, and so
+ * does an NCCL arena's set-up under its communicator's timeout. */
+typedef struct cg_deadline {
+  uint64_t deadline_ns, answered_ns; /* deadline 0: none */
+  double timeout_s;                  /* 0: none; at most 1e9 (for ever, and no overflow) */
+  int expired;                       /* go_on said stop */
+  void (*answer)(void *answer_ctx, const char *waiting_in);
+  void *answer_ctx;
+  char waiting_in[512];
+} cg_deadline_t;
+
+/* Starts now; timeout_s 0 or less: never gives up. */
+void cg_deadline_start(cg_deadline_t *d, double timeout_s, void (*answer)(void *, const char *), void *answer_ctx,
+                       const char *waiting_in);
+/* A cg_wait_t's go_on, ctx a cg_deadline_t. */
+int cg_deadline_go_on(void *ctx);
 
 #endif

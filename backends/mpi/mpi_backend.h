@@ -98,20 +98,6 @@ void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why);
 cg_status_t cg_mpi_control_allgather_within(cg_mpi_comm_t *m, const void *mine, void *all, size_t bytes,
                                             const cg_wait_t *wait, const char *what);
 
-/* A wait (wait.h) until a deadline on m's control channel, for a backend's
- * collective set-up outside any plan (an NCCL arena, under the
- * communicator's timeout): its go_on answers the other ranks' roll calls
- * every millisecond, saying it waits in `waiting_in`, and gives up after
- * timeout_s (0 or less: never). */
-typedef struct cg_mpi_deadline {
-  cg_mpi_comm_t *m;
-  uint64_t deadline_ns, answered_ns; /* deadline 0: none */
-  double timeout_s;
-  int expired; /* go_on said stop */
-  char waiting_in[192];
-} cg_mpi_deadline_t;
-void cg_mpi_deadline_start(cg_mpi_deadline_t *d, cg_mpi_comm_t *m, double timeout_s, const char *waiting_in);
-int cg_mpi_deadline_go_on(void *ctx);
 
 /* The roll call on any MPI communicator (mpi_control.c): answering the
  * roll calls of ranks whose wait timed out, saying what this rank waits in;

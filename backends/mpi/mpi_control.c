@@ -27,12 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
 #include "mpi_backend.h"
-
-/* How often a rank that waits under a deadline answers roll calls: a roll
- * call's grace is at least 5 ms (roll_call_grace). */
-#define CG_ANSWER_EVERY_NS 1000000ull
 
 /* Tags of the roll call, on the library's control duplicates and, for
  * cg_comm_create's arrival round, on the application's communicator (only
@@ -148,27 +143,6 @@ cg_status_t cg_mpi_control_allgather_within(cg_mpi_comm_t *m, const void *mine, 
                "rank of the communicator took part", what, bytes);
   cg_mpi_control_abandon(m, request, cg_error_last());
   return st;
-}
-
-void cg_mpi_deadline_start(cg_mpi_deadline_t *d, cg_mpi_comm_t *m, double timeout_s, const char *waiting_in) {
-  d->m = m;
-  d->answered_ns = cg_clock_ns();
-  d->timeout_s = timeout_s > 0 ? timeout_s < 1e9 ? timeout_s : 1e9 : 0; /* 1e9 s: for ever, and no overflow */
-  d->deadline_ns = d->timeout_s > 0 ? d->answered_ns + (uint64_t)(d->timeout_s * 1e9) : 0;
-  d->expired = 0;
-  snprintf(d->waiting_in, sizeof d->waiting_in, "%s", waiting_in);
-}
-
-int cg_mpi_deadline_go_on(void *ctx) {
-  cg_mpi_deadline_t *d = ctx;
-  uint64_t now = cg_clock_ns();
-  if (now - d->answered_ns >= CG_ANSWER_EVERY_NS) {
-    cg_mpi_control_answer(d->m, d->waiting_in);
-    d->answered_ns = now;
-  }
-  if (!d->deadline_ns || now < d->deadline_ns) return 1;
-  d->expired = 1;
-  return 0;
 }
 
 /* What a roll call carries: the id of the communicator it is meant for

@@ -94,7 +94,7 @@ static cg_status_t agree(int *ok, int *same_bytes, const cg_comm_t *comm, cg_ncc
  * in what): the ranks that did not answer a roll call named, and the
  * communicator aborted, so that nothing of NCCL's waits on for a peer that
  * is not coming and later plans refuse it. */
-static cg_status_t timed_out(cg_comm_t *comm, cg_nccl_comm_t *n, const cg_mpi_deadline_t *d, const char *where) {
+static cg_status_t timed_out(cg_comm_t *comm, cg_nccl_comm_t *n, const cg_deadline_t *d, const char *where) {
   char what[768], roll[768];
   snprintf(what, sizeof what, "%s", cg_error_last());
   cg_mpi_control_roll_call(roll, sizeof roll, n->control, d->waiting_in, d->timeout_s);
@@ -273,11 +273,11 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
     }
   }
   /* every wait from here on gives up at the communicator's timeout */
-  cg_mpi_deadline_t deadline;
+  cg_deadline_t deadline;
   char waiting_in[160];
   snprintf(waiting_in, sizeof waiting_in, "%s (communicator %016llx)", where, (unsigned long long)comm->id);
-  cg_mpi_deadline_start(&deadline, n->control, comm->setup_timeout_s, waiting_in);
-  cg_wait_t wait = {cg_mpi_deadline_go_on, &deadline};
+  cg_deadline_start(&deadline, comm->setup_timeout_s, cg_mpi_control_answer, n->control, waiting_in);
+  cg_wait_t wait = {cg_deadline_go_on, &deadline};
   int ok = st == CG_SUCCESS, same_bytes = 1;
   cg_status_t agreed = agree(&ok, &same_bytes, comm, n, bytes, &wait, where);
   if (agreed != CG_SUCCESS) {

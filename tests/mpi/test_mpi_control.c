@@ -251,19 +251,20 @@ START_TEST(control__deadline_wait_answers_roll_calls_and_gives_up_at_its_deadlin
     expect_in(report, "every rank answered");
     expect_in(report, n == 2 ? "rank 0 waits in cg_nccl_arena_create (test)" : "wait in cg_nccl_arena_create (test)");
   } else {
-    cg_mpi_deadline_t d;
+    cg_deadline_t d;
     double began = MPI_Wtime();
-    cg_mpi_deadline_start(&d, m, deadline_s, "cg_nccl_arena_create (test)");
+    cg_deadline_start(&d, deadline_s, cg_mpi_control_answer, m, "cg_nccl_arena_create (test)");
     ck_assert(d.timeout_s == deadline_s);
     long polls = 0;
-    while (cg_mpi_deadline_go_on(&d)) polls++;
+    while (cg_deadline_go_on(&d)) polls++;
+    ck_assert(d.expired);
     double waited = MPI_Wtime() - began;
     ck_assert_msg(waited >= deadline_s && waited < deadline_s + 0.25, "rank %d: gave up after %.3f s (deadline %.1f s)",
                   me, waited, deadline_s);
     ck_assert_msg(polls > 100, "rank %d: %ld polls", me, polls);
     /* no deadline: it goes on */
-    cg_mpi_deadline_start(&d, m, 0, "no deadline");
-    ck_assert(cg_mpi_deadline_go_on(&d) && d.timeout_s == 0);
+    cg_deadline_start(&d, 0, cg_mpi_control_answer, m, "no deadline");
+    ck_assert(cg_deadline_go_on(&d) && d.timeout_s == 0 && !d.expired);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   drain(m->control);

@@ -13,34 +13,11 @@
 
 #include "agreement.h"
 #include "backend.h"
-#include "clock.h"
 #include "cuda_check.h"
 #include "cuda_plan_state.h"
 #include "device_fingerprint.h"
 #include "error.h"
 #include "stream_wait.h"
-
-/* How often a waiting rank answers roll calls: a roll call's grace is at
- * least 5 ms (mpi_control.c). */
-#define ANSWER_EVERY_NS 1000000ull
-
-typedef struct warm_wait {
-  const cg_comm_t *comm;
-  uint64_t deadline_ns; /* 0: none */
-  uint64_t answered_ns;
-  char waiting_in[512];
-} warm_wait_t;
-
-static int go_on(void *ctx) {
-  warm_wait_t *w = ctx;
-  uint64_t now = cg_clock_ns();
-  if (now - w->answered_ns >= ANSWER_EVERY_NS) {
-    const cg_backend_t *b = w->comm->ops->backend;
-    if (b->control_answer) b->control_answer(w->comm->impl, w->waiting_in);
-    w->answered_ns = now;
-  }
-  return !w->deadline_ns || now < w->deadline_ns;
-}
 
 /* The communicator's own warm-up, then its fingerprint's, each under `wait`. */
 static cg_status_t warm_comm(cg_plan_t *p, uint32_t ci, cg_comm_t *comm, const cg_wait_t *wait, const char *where) {
@@ -62,7 +39,7 @@ static cg_status_t warm_comm(cg_plan_t *p, uint32_t ci, cg_comm_t *comm, const c
 /* The warm-up of `comm` timed out (cg_error_last() says in what): names the
  * ranks that did not answer a roll call and aborts the communicator, so its
  * lane drains and later plans refuse it. */
-static cg_status_t timed_out(cg_plan_t *p, cg_comm_t *comm, const warm_wait_t *w, double timeout_s) {
+static cg_status_t timed_out(cg_plan_t *p, cg_comm_t *comm, const cg_deadline_t *w, double timeout_s) {
   char what[768], roll[768] = "no roll call (the backend has none)", label[64];
   snprintf(what, sizeof what, "%s", cg_error_last());
   const cg_backend_t *b = comm->ops->backend;
@@ -90,13 +67,16 @@ cg_status_t cg_cuda_warm_up(cg_plan_t *p, const cg_participants_t *pt, const uin
      * peers are warming it up too */
     cg_comm_t *comm = pt->comms[i];
     char label[64];
-    warm_wait_t w = {comm, 0, cg_clock_ns(), ""};
-    if (pt->timeout_s > 0) w.deadline_ns = w.answered_ns + (uint64_t)(pt->timeout_s * 1e9);
-    snprintf(w.waiting_in, sizeof w.waiting_in, "%s (the warm-up of communicator %s)", where,
+    char waiting_in[512];
+    snprintf(waiting_in, sizeof waiting_in, "%s (the warm-up of communicator %s)", where,
              cg_comm_id_label(label, sizeof label, comm->id));
-    cg_wait_t wait = {go_on, &w};
+    /* the other ranks' roll calls answered meanwhile, through the backend's control channel */
+    cg_deadline_t w;
+    cg_deadline_start(&w, pt->timeout_s, comm->ops->backend->control_answer, comm->impl, waiting_in);
+    cg_wait_t wait = {cg_deadline_go_on, &w};
     cg_status_t st = warm_comm(p, ci, comm, &wait, where);
-    if (st == CG_ERR_TIMEOUT) st = timed_out(p, comm, &w, pt->timeout_s);
+    /* a wait that ran out (not a channel that refuses at once: it reported) */
+    if (st == CG_ERR_TIMEOUT && w.expired) st = timed_out(p, comm, &w, pt->timeout_s);
     if (st != CG_SUCCESS && first == CG_SUCCESS) {
       first = st;
       if (st == CG_ERR_TIMEOUT)
