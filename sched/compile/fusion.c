@@ -30,7 +30,11 @@
  * caps, applied as DDP applies them: the member that reaches the cap still
  * joins. Stopping below the cap instead made more and smaller buckets
  * (GPT-2's layers of 27 MiB each split in two), and where communication is
- * the critical path each extra bucket costs a collective's fixed cost. A
+ * the critical path each extra bucket costs a collective's fixed cost. Such
+ * buckets may also grow to 25 MiB where the backend prefers less (MPI's 4 MiB
+ * on one node, a guess for communication alone): on one H200 the mpi-staged
+ * backend's 4 MiB buckets exposed 1.2-1.7x what DDP's caps did beside a 5 ms
+ * backward pass, each staged collective costing some 80 us however small. A
  * bucket size given by the options or CG_BUCKET_BYTES is kept. */
 #define OVERLAP_FIRST_BYTES ((size_t)1 << 20)
 #define OVERLAP_BUCKET_BYTES ((size_t)25 << 20)
@@ -71,6 +75,7 @@ typedef struct sim {
   uint8_t *feeds_other; /* per node: a successor leads to communication off its communicator */
   open_bucket_t *open; /* per sequence */
   uint32_t *n_opened;  /* per sequence: buckets opened so far */
+  uint8_t *lifted;     /* per sequence: a bucket that waited for compute outgrew the backend's size */
   cg_heap_t ready;     /* ready nodes by rank */
   uint32_t n_done;
   uint32_t compute_done; /* user compute nodes done (host functions, child graphs, events) */
@@ -108,6 +113,7 @@ static void finish(sim_t *s, uint32_t node) {
 static void close_bucket(sim_t *s, uint32_t c) {
   open_bucket_t *b = &s->open[c];
   b->open = 0;
+  if (b->last > b->first && b->bytes > s->f->bucket_bytes[c]) s->lifted[c] = 1;
   const cg_comm_sequence_t *sq = &s->order->sequences[c];
   for (uint32_t p = b->first; p <= b->last; p++) finish(s, sq->nodes[p]);
 }
@@ -128,15 +134,18 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     return NEVER;
   }
   size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
+  /* compute ran since the bucket opened: this member's inputs come later
+   * than the first member's (re-checked each time it is asked), so DDP's
+   * caps apply */
+  int overlapping = s->library_size && s->compute_done != b->compute_epoch;
+  if (overlapping && cap < OVERLAP_BUCKET_BYTES) cap = OVERLAP_BUCKET_BYTES;
   /* a first member larger than the bucket size fills it alone */
   if (b->bytes > cap || bytes > cap - b->bytes) {
     *why = CG_FUSE_FULL;
     return NEVER;
   }
-  /* compute ran since the bucket opened: this member's inputs come later
-   * than the first member's (re-checked each time it is asked), so the
-   * bucket closes once it holds its overlap size */
-  if (s->library_size && s->compute_done != b->compute_epoch) {
+  /* the bucket closes once it holds its overlap size */
+  if (overlapping) {
     size_t overlap = b->index == 0 ? OVERLAP_FIRST_BYTES : OVERLAP_BUCKET_BYTES;
     if (overlap < cap && b->bytes >= overlap) {
       *why = CG_FUSE_OVERLAP;
@@ -500,9 +509,10 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   s.ready = cg_heap_make(malloc(nn * sizeof *s.ready.items), cg_heap_less_key, s.rank);
   s.open = calloc(n_seq ? n_seq : 1, sizeof *s.open);
   s.n_opened = calloc(n_seq ? n_seq : 1, sizeof *s.n_opened);
+  s.lifted = calloc(n_seq ? n_seq : 1, 1);
   uint32_t *topo = malloc(nn * sizeof *topo);
   if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.feeds_other ||
-      !s.ready.items || !s.open || !s.n_opened || !topo) {
+      !s.ready.items || !s.open || !s.n_opened || !s.lifted || !topo) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
     goto out;
   }
@@ -538,6 +548,9 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
       st = tuned_breaks(&s, c, cost, where);
   }
   if (st == CG_SUCCESS) st = simulate(&s, where);
+  /* the largest bucket allowed, as the plan reports it */
+  for (uint32_t c = 0; st == CG_SUCCESS && c < n_seq; c++)
+    if (s.lifted[c]) out->bucket_bytes[c] = OVERLAP_BUCKET_BYTES;
 out:
   free(topo);
   free(s.rank);
@@ -549,6 +562,7 @@ out:
   free(s.ready.items);
   free(s.open);
   free(s.n_opened);
+  free(s.lifted);
   free(s.tuned_break);
   if (st != CG_SUCCESS) cg_fusion_free(out);
   return st;

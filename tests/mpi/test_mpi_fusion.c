@@ -214,12 +214,93 @@ START_TEST(fusion__fused_plans_match_unfused_and_reference) {
 }
 END_TEST
 
+/* A backward pass of host functions, each writing one gradient that an
+ * in-place allreduce then sums, compiled with the library's bucket size on
+ * the MPI backend, which prefers 4 MiB on one node: the buckets that wait
+ * for compute follow DDP's caps (1 MiB, then 25 MiB) above that size, and
+ * the same allreduces without compute between them keep the backend's 4 MiB.
+ * Gradients of 512 KiB: 2 members, then 50, then the 20 left; 9 buckets of 8
+ * without compute. Sums checked (integer values, poisoned before the run). */
+enum { BW_N = 72, BW_G = 1 << 17 /* floats per gradient: 512 KiB */ };
+
+typedef struct backward_layer {
+  float *grad;
+  int k;
+} backward_layer_t;
+
+static void write_gradient(void *arg) {
+  const backward_layer_t *l = arg;
+  for (int i = 0; i < BW_G; i++) l->grad[i] = (float)(cg_mpi_rank() + l->k + i % 7);
+}
+
+START_TEST(fusion__buckets_waiting_for_compute_take_ddp_caps_over_the_backend_size) {
+  cg_comm_t *comm = NULL;
+  ck_assert_cg_ok(cg_comm_create(&comm, MPI_COMM_WORLD, NULL));
+  int size = cg_mpi_size();
+  float *grads = malloc((size_t)BW_N * BW_G * sizeof *grads);
+  static float act[BW_N + 1];
+  static backward_layer_t layers[BW_N];
+  ck_assert_ptr_nonnull(grads);
+  for (int with_compute = 1; with_compute >= 0; with_compute--) {
+    cg_graph_t *g = NULL;
+    ck_assert_cg_ok(cg_graph_create(&g, NULL));
+    for (int k = BW_N - 1; k >= 0; k--) {
+      float *grad = grads + (size_t)k * BW_G;
+      layers[k] = (backward_layer_t){grad, k};
+      if (with_compute) {
+        cg_access_t access = CG_ACCESS_INIT;
+        cg_range_t reads[] = {{&act[k + 1], sizeof(float)}};
+        cg_range_t writes[] = {{&act[k], sizeof(float)}, {grad, BW_G * sizeof(float)}};
+        access.everything = 0, access.reads = reads, access.n_reads = 1;
+        access.writes = writes, access.n_writes = 2;
+        ck_assert_cg_ok(cg_host_func(NULL, g, write_gradient, &layers[k], &access));
+      }
+      ck_assert_cg_ok(cg_allreduce(NULL, g, comm, grad, grad, BW_G, CG_FLOAT32, CG_SUM));
+    }
+    cg_plan_t *plan = NULL;
+    ck_assert_cg_ok(cg_compile(&plan, g, NULL));
+    cg_plan_stats_t st;
+    ck_assert_cg_ok(cg_plan_stats(&st, plan));
+    size_t want_buckets = with_compute ? 3 : 9, want_bytes = (size_t)(with_compute ? 25 : 4) << 20;
+    ck_assert_msg(st.buckets == want_buckets && st.fused_nodes == BW_N && st.bucket_bytes == want_bytes,
+                  "rank %d, %s compute: %zu buckets of %zu nodes, at most %zu bytes; expected %zu of %d, %zu",
+                  cg_mpi_rank(), with_compute ? "with" : "without", st.buckets, st.fused_nodes, st.bucket_bytes,
+                  want_buckets, BW_N, want_bytes);
+    char *dot = NULL, members[64];
+    size_t dot_len = 0;
+    FILE *f = open_memstream(&dot, &dot_len);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_cg_ok(cg_plan_write_dot(plan, f));
+    fclose(f);
+    snprintf(members, sizeof members, "at most %zu bytes", want_bytes);
+    ck_assert_msg(strstr(dot, members), "rank %d: the DOT does not say '%s'", cg_mpi_rank(), members);
+    free(dot);
+    for (int k = 0; k < BW_N; k++) {
+      for (int i = 0; i < BW_G; i++) grads[(size_t)k * BW_G + i] = with_compute ? -1.0f : 0.0f;
+      if (!with_compute) write_gradient(&layers[k]);
+    }
+    ck_assert_cg_ok(cg_plan_run(plan));
+    int bad = -1;
+    for (int k = 0; k < BW_N && bad < 0; k++)
+      for (int i = 0; i < BW_G && bad < 0; i++)
+        if (grads[(size_t)k * BW_G + i] != (float)(size * (k + i % 7) + size * (size - 1) / 2)) bad = k;
+    ck_assert_msg(bad < 0, "rank %d, %s compute: gradient %d summed wrong", cg_mpi_rank(),
+                  with_compute ? "with" : "without", bad);
+    cg_plan_destroy(plan);
+    cg_graph_destroy(g);
+  }
+  free(grads);
+  cg_comm_destroy(comm);
+}
+END_TEST
+
 int main(void) {
   unsetenv("CG_FUSION"); /* the suite chooses fusion and bucket sizes itself */
   unsetenv("CG_BUCKET_BYTES");
   Suite *s = suite_create("mpi_fusion");
   TCase *tc = cg_mpi_tcase("fusion");
   tcase_add_test(tc, fusion__fused_plans_match_unfused_and_reference);
+  tcase_add_test(tc, fusion__buckets_waiting_for_compute_take_ddp_caps_over_the_backend_size);
   suite_add_tcase(s, tc);
   return cg_mpi_test_main(s);
 }
