@@ -361,6 +361,11 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
   if (!initialized || finalized)
     return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_from_nccl: MPI is %s", finalized ? "finalized" : "not initialized");
   if (mpi == MPI_COMM_NULL) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_from_nccl: MPI_COMM_NULL");
+  /* no options here: CG_TIMEOUT bounds the wait for the other ranks, as
+   * cg_comm_create's default does, and the set-ups on the communicator */
+  double timeout_s = 0;
+  if ((st = cg_param_seconds(&timeout_s, NULL, CG_PARAM_TIMEOUT, "cg_comm_from_nccl")) != CG_SUCCESS) return st;
+  if ((st = cg_mpi_arrive(mpi, timeout_s, "cg_comm_from_nccl")) != CG_SUCCESS) return st;
   MPI_Query_thread(&level);
   MPI_Comm_rank(mpi, &rank);
   MPI_Comm_size(mpi, &size);
@@ -396,6 +401,7 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
   if ((st = cg_mpi_comm_open(&n->control, mpi, level)) != CG_SUCCESS) goto out;
   if ((st = finish(out, n, rank, size, "cg_comm_from_nccl")) != CG_SUCCESS) goto out;
   n = NULL;
+  (*out)->setup_timeout_s = timeout_s > 0 ? timeout_s : 0;
 out:
   destroy_impl(n);
   return st;

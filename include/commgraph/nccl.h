@@ -57,7 +57,12 @@ extern "C" {
 
 /* Wraps `nccl`. CG_ERR_INVALID_ARGUMENT for NULL, MPI_COMM_NULL or ranks that
  * differ from the MPI_Comm's; CG_ERR_BACKEND when NCCL reports an error (the
- * communicator is then unusable, for instance after an abort). */
+ * communicator is then unusable, for instance after an abort). Collective
+ * over `mpi`: with CG_TIMEOUT in the environment it waits that long at most
+ * for the other ranks to call it too, then CG_ERR_TIMEOUT naming the ranks
+ * that did not come (a barrier stays posted on `mpi`: end the job), and the
+ * same timeout bounds the set-ups on the communicator (cg_nccl_arena_create);
+ * without it, it waits for ever. */
 CG_API cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi);
 
 /* The program's NCCL communicator of a communicator of the NCCL backend: the
@@ -104,7 +109,9 @@ CG_API cg_status_t cg_comm_nccl(ncclComm_t *out, const cg_comm_t *comm);
  * set-up (agreements, registration, measured cut-over) waits for the other
  * ranks at most that long in all: then CG_ERR_TIMEOUT naming the
  * ranks that did not answer a roll call (a rank that never calls this), the
- * communicator aborted; a wrapped one (cg_comm_from_nccl) waits for ever.
+ * communicator aborted; on a wrapped one (cg_comm_from_nccl), CG_TIMEOUT as
+ * it was when the communicator was wrapped, and the program's NCCL
+ * communicator is aborted then (no timeout: it waits for ever).
  * CG_ERR_UNSUPPORTED for a
  * communicator of another backend, CG_ERR_OVERFLOW (on every rank) for a
  * capacity too large to pad. */

@@ -54,6 +54,12 @@
  *                     which the others call right after creating the
  *                     communicator (sleeps three timeouts): they wait for it
  *                     at most the communicator's timeout
+ *   skip-wrap         (gpu mode: NCCL) every rank makes an NCCL communicator
+ *                     of its own (ncclCommInitRank) and wraps it with
+ *                     cg_comm_from_nccl under CG_TIMEOUT (the call has no
+ *                     options), but the faulty rank never wraps it
+ *   skip-wrapped-arena  (gpu mode: NCCL) skip-arena on such a wrapped
+ *                     communicator: its arena waits at most CG_TIMEOUT
  *
  * The survivors must fail with CG_ERR_TIMEOUT naming the rank that did not
  * answer their roll call.
@@ -377,6 +383,35 @@ static cg_status_t embed_plan(cg_plan_t *plan) {
 }
 
 /* Whether the plan's DOT holds `what`. */
+#if CG_HAVE_NCCL
+/* skip-wrap, skip-wrapped-arena: the program's own NCCL communicator on its
+ * node-local GPU, wrapped with CG_TIMEOUT set to the run's timeout. A setup
+ * failure ends the job: it is not the fault under test. */
+static ncclComm_t program_nccl;
+static cg_status_t wrap_program_nccl(cg_comm_t **out, int skip, const char *timeout_text, int faulty) {
+  MPI_Comm local;
+  int local_rank = 0, devices = 0;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_free(&local);
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  int ok = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0 &&
+           cudaSetDevice(local_rank % devices) == cudaSuccess && (rank != 0 || ncclGetUniqueId(&id) == ncclSuccess);
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (!ok || ncclCommInitRank(&program_nccl, size, id, rank) != ncclSuccess) {
+    fprintf(stderr, "fault_inject: rank %d: making the program's NCCL communicator failed\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  setenv("CG_TIMEOUT", timeout_text, 1);
+  if (skip) {
+    if (rank == 0) fault_line("FAULT-START %.6f\n", wall_s());
+    if (faulty) nap(3 * atof(timeout_text)), _exit(0);
+  }
+  return cg_comm_from_nccl(out, program_nccl, MPI_COMM_WORLD);
+}
+#endif
+
 static int plan_names(const cg_plan_t *plan, const char *what) {
   char *text = NULL;
   size_t len = 0;
@@ -404,7 +439,8 @@ int main(int argc, char **argv) {
               "gpu-embed-hosttransfer|gpu-embed-direct "
               "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|"
               "dtype-unchecked|"
-              "skip-create|skip-compile|finalize|empty-graph|other-comm|skip-arena SECONDS\n");
+              "skip-create|skip-compile|finalize|empty-graph|other-comm|skip-arena|skip-wrap|skip-wrapped-arena "
+              "SECONDS\n");
     MPI_Finalize();
     return 2;
   }
@@ -446,7 +482,15 @@ int main(int argc, char **argv) {
     if (rank == 0) fault_line("FAULT-START %.6f\n", wall_s());
     if (faulty) nap(3 * timeout_s), _exit(0);
   }
-  cg_status_t st = cg_comm_create(&comm, MPI_COMM_WORLD, &o);
+  int skip_wrap = strcmp(fault, "skip-wrap") == 0, wrapped_arena = strcmp(fault, "skip-wrapped-arena") == 0;
+  cg_status_t st = CG_SUCCESS;
+#if CG_HAVE_NCCL
+  if (gpu && (skip_wrap || wrapped_arena))
+    st = wrap_program_nccl(&comm, skip_wrap, argv[3], faulty);
+  else
+#endif
+    st = cg_comm_create(&comm, MPI_COMM_WORLD, &o);
+  (void)skip_wrap, (void)wrapped_arena; /* NCCL's faults */
   if (st != CG_SUCCESS) fail(st, timeout_s);
   comm_in_use = comm;
   cg_comm_t *second = NULL; /* other-comm: the faulty rank's graph uses it */
@@ -458,7 +502,7 @@ int main(int argc, char **argv) {
   rank_device = device;
 #endif
 #if CG_HAVE_NCCL
-  if (gpu && strcmp(fault, "skip-arena") == 0) {
+  if (gpu && (strcmp(fault, "skip-arena") == 0 || wrapped_arena)) {
     /* collective: the others wait for the faulty rank at most the
      * communicator's timeout, then a second arena is refused at once */
     int version = 0;
@@ -468,6 +512,7 @@ int main(int argc, char **argv) {
     if (version < 22700) { /* no symmetric windows: the arena is plain device memory, made by each rank alone */
       if (rank == 0) fault_line("FAULT-NOT-APPLICABLE NCCL %d has no symmetric windows\n", version);
       cg_comm_destroy(comm);
+      if (program_nccl) ncclCommDestroy(program_nccl); /* after its wrapper */
       MPI_Finalize();
       return 0;
     }
