@@ -279,9 +279,17 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   cg_deadline_start(&deadline, comm->setup_timeout_s, cg_mpi_control_answer, n->control, waiting_in);
   cg_wait_t wait = {cg_deadline_go_on, &deadline};
   int ok = st == CG_SUCCESS, same_bytes = 1;
+  char local[512] = "";
+  if (st != CG_SUCCESS) snprintf(local, sizeof local, "%s", cg_error_last());
   cg_status_t agreed = agree(&ok, &same_bytes, comm, n, bytes, &wait, where);
   if (agreed != CG_SUCCESS) {
-    if (st == CG_SUCCESS) st = agreed; /* a local failure (a refusal) says more */
+    /* a local failure (a refusal) says more, unless the agreement ran out of
+     * time: then some rank did not come, which the timeout's report names */
+    if (st == CG_SUCCESS || (agreed == CG_ERR_TIMEOUT && deadline.expired && local[0])) {
+      char detail[768];
+      snprintf(detail, sizeof detail, "%s", cg_error_last());
+      st = local[0] ? cg_fail(agreed, "%s (and this rank's own set-up had failed: %s)", detail, local) : agreed;
+    }
     goto out;
   }
   if (st == CG_SUCCESS && !same_bytes)

@@ -38,6 +38,9 @@ typedef struct cg_nccl_comm {
    * goes on: a split given up at the warm-up's timeout may still complete
    * before the abort, so not on the stack */
   ncclComm_t print_pending;
+  /* the split was given up at a timeout: the abort ends print_pending too,
+   * which NCCL's thread may have written or still be making */
+  atomic_int print_given_up;
   /* CG_NCCL_USER_*: whether cg_comm_nccl handed user_nccl out, or the abort
    * of a timed-out replay took it along because nobody had it */
   atomic_int user_state;
@@ -100,7 +103,8 @@ cg_status_t cg_nccl_step_enqueue(void *comm_impl, const cg_step_t *step, void *s
 cg_status_t cg_nccl_print_setup(void *comm_impl, const cg_wait_t *wait);
 /* ncclAllGather of `bytes` bytes on the fingerprint's communicator (the
  * device plan's fingerprint). */
-cg_status_t cg_nccl_allgather_enqueue(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream);
+cg_status_t cg_nccl_allgather_enqueue(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream,
+                                      const cg_wait_t *wait);
 const char *cg_nccl_step_call(const cg_step_t *step);
 
 #endif

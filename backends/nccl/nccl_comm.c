@@ -149,6 +149,7 @@ static void abort_comm(void *impl) {
   cudaSetDevice(n->device);
   cg_nccl_oneshot_abort(&n->oneshot); /* its kernels wait for peers outside NCCL */
   ncclComm_t print = atomic_load(&n->print);
+  if (!print && atomic_load(&n->print_given_up)) print = *(ncclComm_t volatile *)&n->print_pending;
   if (print) ncclCommAbort(print);
   ncclCommAbort(n->nccl);
   n->aborted = 1;

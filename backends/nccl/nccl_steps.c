@@ -225,6 +225,7 @@ cg_status_t cg_nccl_print_setup(void *impl, const cg_wait_t *wait) {
   ncclComm_t print = r == ncclSuccess ? *slot : NULL;
   if (r == ncclSuccess) r = cg_nccl_settle_within(print, ncclInProgress, wait);
   cudaSetDevice(previous);
+  if (r == ncclInProgress) atomic_store(&n->print_given_up, 1);
   if (r == ncclInProgress)
     return cg_fail(CG_ERR_TIMEOUT, "nccl backend on device %d, rank %d: ncclCommSplit (the communicator of the "
                    "replay's fingerprint) did not finish: not every rank of the communicator took part", n->device,
@@ -238,13 +239,18 @@ cg_status_t cg_nccl_print_setup(void *impl, const cg_wait_t *wait) {
   return CG_SUCCESS;
 }
 
-cg_status_t cg_nccl_allgather_enqueue(void *impl, const void *mine, void *all, size_t bytes, void *stream) {
+cg_status_t cg_nccl_allgather_enqueue(void *impl, const void *mine, void *all, size_t bytes, void *stream,
+                                      const cg_wait_t *wait) {
   cg_nccl_comm_t *n = impl;
   ncclComm_t print = atomic_load(&n->print);
   if (!print)
     return cg_fail(CG_ERR_INTERNAL, "nccl backend on device %d: the fingerprint's gather before its communicator "
                    "was made", n->device);
-  ncclResult_t r = cg_nccl_settle(print, ncclAllGather(mine, all, bytes, ncclUint8, print, (cudaStream_t)stream));
+  ncclResult_t r =
+      cg_nccl_settle_within(print, ncclAllGather(mine, all, bytes, ncclUint8, print, (cudaStream_t)stream), wait);
+  if (r == ncclInProgress)
+    return cg_fail(CG_ERR_TIMEOUT, "nccl backend on device %d: ncclAllGather (the replay's fingerprint) did not "
+                   "finish its enqueue: not every rank of the communicator took part", n->device);
   return r == ncclSuccess ? CG_SUCCESS
                           : cg_fail_nccl(r, print, "ncclAllGather (the replay's fingerprint)", "nccl backend on "
                                          "device %d", n->device);

@@ -62,7 +62,10 @@ extern "C" {
  * for the other ranks to call it too, then CG_ERR_TIMEOUT naming the ranks
  * that did not come (a barrier stays posted on `mpi`: end the job), and the
  * same timeout bounds the set-ups on the communicator (cg_nccl_arena_create);
- * without it, it waits for ever. */
+ * without it, it waits for ever. The bound holds for a non-blocking NCCL
+ * communicator (ncclConfig_t.blocking = 0): on a blocking one a collective
+ * NCCL call of a set-up (the arena's window registration) waits inside NCCL
+ * for a rank that stopped. */
 CG_API cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi);
 
 /* The program's NCCL communicator of a communicator of the NCCL backend: the

@@ -34,7 +34,10 @@ typedef struct cg_compile_opts {
   int fusion;       /* 1 (default): fuse small collectives into buckets (see below); 0: one step per node.
                        The environment variable CG_FUSION=0 turns it off too */
   size_t bucket_bytes; /* largest bucket; 0 (default): CG_BUCKET_BYTES from the environment (bytes, or with
-                          a K, M or G suffix), else what the communicator's backend prefers for its topology */
+                          a K, M or G suffix), else the library's choice: what the communicator's backend
+                          prefers for its topology, with PyTorch DDP's caps for buckets whose members wait
+                          for compute (1 MiB, then 25 MiB, also above a smaller backend size), and up to
+                          256 MiB for a tuned plan's (docs/fusion.md) */
   double timeout_s; /* replay watchdog: a replay that has not finished this many seconds after it started fails
                        with CG_ERR_TIMEOUT (see cg_plan_wait; a cg_plan_launch replay: one in which no step
                        completes for this long, see below); 0 (default): CG_TIMEOUT (seconds) from the

@@ -14,7 +14,9 @@
 
 /* Used where neither the options, the environment nor the backend say. */
 #define DEFAULT_BUCKET_BYTES ((size_t)25 << 20)
-/* The largest bucket of a tuned plan whose compile gives no size: the model
+/* The largest bucket of a tuned plan whose compile gives no size, and of a
+ * bucket that waits for compute where the backend prefers less than DDP's
+ * caps (below): the model
  * picks the boundaries, and a backend's preferred size (a guess for
  * communication alone: 4 MiB for MPI on one node) must not bind it. On one
  * H200 (ResNet-50, B = 5 ms) the mpi-staged backend's collectives cost some
@@ -30,12 +32,13 @@
  * caps, applied as DDP applies them: the member that reaches the cap still
  * joins. Stopping below the cap instead made more and smaller buckets
  * (GPT-2's layers of 27 MiB each split in two), and where communication is
- * the critical path each extra bucket costs a collective's fixed cost. Such
- * buckets may also grow to 25 MiB where the backend prefers less (MPI's 4 MiB
- * on one node, a guess for communication alone): on one H200 the mpi-staged
- * backend's 4 MiB buckets exposed 1.2-1.7x what DDP's caps did beside a 5 ms
- * backward pass, each staged collective costing some 80 us however small. A
- * bucket size given by the options or CG_BUCKET_BYTES is kept. */
+ * the critical path each extra bucket costs a collective's fixed cost. Where
+ * the backend prefers less than 25 MiB (MPI's 4 MiB on one node, a guess for
+ * communication alone), such buckets follow DDP's caps all the same: on one
+ * H200 the mpi-staged backend's 4 MiB buckets exposed 1.4-1.8x what DDP's
+ * buckets staged alike did beside backward passes of 1 and 5 ms, each staged
+ * collective costing some 80 us however small. A bucket size given by the
+ * options or CG_BUCKET_BYTES is kept. */
 #define OVERLAP_FIRST_BYTES ((size_t)1 << 20)
 #define OVERLAP_BUCKET_BYTES ((size_t)25 << 20)
 
@@ -75,7 +78,7 @@ typedef struct sim {
   uint8_t *feeds_other; /* per node: a successor leads to communication off its communicator */
   open_bucket_t *open; /* per sequence */
   uint32_t *n_opened;  /* per sequence: buckets opened so far */
-  uint8_t *lifted;     /* per sequence: a bucket that waited for compute outgrew the backend's size */
+  size_t *largest;     /* per sequence: the largest bucket of several members so far */
   cg_heap_t ready;     /* ready nodes by rank */
   uint32_t n_done;
   uint32_t compute_done; /* user compute nodes done (host functions, child graphs, events) */
@@ -113,7 +116,7 @@ static void finish(sim_t *s, uint32_t node) {
 static void close_bucket(sim_t *s, uint32_t c) {
   open_bucket_t *b = &s->open[c];
   b->open = 0;
-  if (b->last > b->first && b->bytes > s->f->bucket_bytes[c]) s->lifted[c] = 1;
+  if (b->last > b->first && b->bytes > s->largest[c]) s->largest[c] = b->bytes;
   const cg_comm_sequence_t *sq = &s->order->sequences[c];
   for (uint32_t p = b->first; p <= b->last; p++) finish(s, sq->nodes[p]);
 }
@@ -136,9 +139,9 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
   size_t bytes = cg_fusion_node_bytes(n), cap = s->f->bucket_bytes[c];
   /* compute ran since the bucket opened: this member's inputs come later
    * than the first member's (re-checked each time it is asked), so DDP's
-   * caps apply */
+   * caps apply, in place of a smaller size of the backend's */
   int overlapping = s->library_size && s->compute_done != b->compute_epoch;
-  if (overlapping && cap < OVERLAP_BUCKET_BYTES) cap = OVERLAP_BUCKET_BYTES;
+  if (overlapping && cap < OVERLAP_BUCKET_BYTES) cap = TUNED_MAX_BUCKET_BYTES;
   /* a first member larger than the bucket size fills it alone */
   if (b->bytes > cap || bytes > cap - b->bytes) {
     *why = CG_FUSE_FULL;
@@ -509,10 +512,10 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
   s.ready = cg_heap_make(malloc(nn * sizeof *s.ready.items), cg_heap_less_key, s.rank);
   s.open = calloc(n_seq ? n_seq : 1, sizeof *s.open);
   s.n_opened = calloc(n_seq ? n_seq : 1, sizeof *s.n_opened);
-  s.lifted = calloc(n_seq ? n_seq : 1, 1);
+  s.largest = calloc(n_seq ? n_seq : 1, sizeof *s.largest);
   uint32_t *topo = malloc(nn * sizeof *topo);
   if (!out->why || !out->bucket_bytes || !s.rank || !s.seq || !s.pos || !s.pending || !s.state || !s.feeds_other ||
-      !s.ready.items || !s.open || !s.n_opened || !s.lifted || !topo) {
+      !s.ready.items || !s.open || !s.n_opened || !s.largest || !topo) {
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating the fusion pass for %u nodes", where, n);
     goto out;
   }
@@ -548,9 +551,10 @@ cg_status_t cg_fusion_plan(cg_fusion_t *out, const cg_graph_t *g, const cg_comm_
       st = tuned_breaks(&s, c, cost, where);
   }
   if (st == CG_SUCCESS) st = simulate(&s, where);
-  /* the largest bucket allowed, as the plan reports it */
+  /* the plan reports the largest bucket allowed: a backend's smaller size
+   * gave way where buckets waited for compute */
   for (uint32_t c = 0; st == CG_SUCCESS && c < n_seq; c++)
-    if (s.lifted[c]) out->bucket_bytes[c] = OVERLAP_BUCKET_BYTES;
+    if (s.largest[c] > out->bucket_bytes[c]) out->bucket_bytes[c] = s.largest[c];
 out:
   free(topo);
   free(s.rank);
@@ -562,7 +566,7 @@ out:
   free(s.ready.items);
   free(s.open);
   free(s.n_opened);
-  free(s.lifted);
+  free(s.largest);
   free(s.tuned_break);
   if (st != CG_SUCCESS) cg_fusion_free(out);
   return st;

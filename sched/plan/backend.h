@@ -95,9 +95,12 @@ struct cg_backend {
    * device_allgather_setup makes that channel: collective over the
    * communicator, outside a capture, on every rank alike (a compile's
    * warm-up, before the first gather), its waits under `wait` as
-   * device_warmup's; NULL where nothing is to make. */
+   * device_warmup's; NULL where nothing is to make. The enqueue's own waits
+   * (a transport still connecting) go under `wait` too: the warm-up's
+   * outside a capture, NULL (for ever) in one. */
   cg_status_t (*device_allgather_setup)(void *comm_impl, const cg_wait_t *wait);
-  cg_status_t (*device_allgather_enqueue)(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream);
+  cg_status_t (*device_allgather_enqueue)(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream,
+                                          const cg_wait_t *wait);
 
   /* The library call a step becomes ("ncclAllReduce", "MPI_Iallreduce"), for
    * DOT and dumps; static text. */

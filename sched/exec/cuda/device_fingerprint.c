@@ -147,10 +147,10 @@ static void *on_device(const cg_device_prints_t *prints, const void *host) {
   return prints->mapped_dev + ((const unsigned char *)host - prints->mapped);
 }
 
-static cg_status_t gather(const round_t *r, void *stream, const char *where) {
+static cg_status_t gather(const round_t *r, void *stream, const cg_wait_t *wait, const char *where) {
   const cg_backend_t *b = r->comm->ops->backend;
   cg_status_t st = b->device_allgather_enqueue
-                       ? b->device_allgather_enqueue(r->comm->impl, r->mine, r->all, sizeof(cg_print_t), stream)
+                       ? b->device_allgather_enqueue(r->comm->impl, r->mine, r->all, sizeof(cg_print_t), stream, wait)
                        : b->device_step_enqueue(r->comm->impl, &r->step, stream);
   if (st == CG_SUCCESS) return CG_SUCCESS;
   char detail[600];
@@ -164,7 +164,7 @@ static int is_apart(const round_t *r) { return r->comm->ops->backend->device_all
 cg_status_t cg_device_prints_gather(const cg_device_prints_t *prints, int apart, void *stream, const char *where) {
   for (uint32_t i = 0; prints && i < prints->n; i++) {
     if (is_apart(&prints->rounds[i]) != !!apart) continue;
-    cg_status_t st = gather(&prints->rounds[i], stream, where);
+    cg_status_t st = gather(&prints->rounds[i], stream, NULL, where);
     if (st != CG_SUCCESS) return st;
   }
   return CG_SUCCESS;
@@ -201,7 +201,7 @@ cg_status_t cg_device_prints_warm_up(const cg_device_prints_t *prints, const cg_
     snprintf(detail, sizeof detail, "%s", cg_error_last());
     return cg_fail(st, "%s: the replay's fingerprint: %s", where, detail);
   }
-  return gather(r, stream, where);
+  return gather(r, stream, wait, where);
 }
 
 int cg_device_prints_pending(const cg_device_prints_t *prints) {
