@@ -105,8 +105,13 @@ cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request) {
   MPI_Status status;
   int err = cg_mpi_request_error(MPI_Test(&r->request, done, &status), &status);
   if (err != MPI_SUCCESS) {
-    /* a failed request is complete and freed (MPI_REQUEST_NULL) */
-    if (r->request == MPI_REQUEST_NULL) free(r);
+    /* a failed request is complete and freed (MPI_REQUEST_NULL); one that
+     * MPI still holds may still write its buffers: kept, as an abandoned
+     * round is, since the callers take the round as released */
+    if (r->request == MPI_REQUEST_NULL)
+      free(r);
+    else
+      keep_round(r);
     return cg_mpi_fail(err, "MPI_Test (control MPI_Iallgather)");
   }
   if (*done) {
