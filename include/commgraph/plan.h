@@ -252,7 +252,8 @@ typedef struct cg_plan_stats {
   size_t groups;       /* device plans: group calls that issue several sends and receives together */
   size_t buckets;      /* collectives that run several fused nodes */
   size_t fused_nodes;  /* nodes in those buckets */
-  size_t bucket_bytes; /* the largest bucket allowed (0 with fusion off) */
+  size_t bucket_bytes; /* the largest bucket allowed, or the largest formed where buckets that wait for compute
+                          went past a smaller backend size (0 with fusion off) */
   size_t copy_bytes;   /* bytes this rank's buckets copy per run, packing and unpacking together */
 } cg_plan_stats_t;
 CG_API cg_status_t cg_plan_stats(cg_plan_stats_t *out, const cg_plan_t *plan);

@@ -123,6 +123,26 @@ static void close_bucket(sim_t *s, uint32_t c) {
 
 typedef enum { JOIN, WAIT, NEVER } verdict_t;
 
+/* Whether node n's inputs are done: JOIN; WAIT for work outside the open
+ * bucket; NEVER (why: CG_FUSE_DEPENDS) where it depends on a member. */
+static verdict_t inputs_ready(const sim_t *s, uint32_t c, const cg_node_rec_t *n, cg_fuse_why_t *why) {
+  const open_bucket_t *b = &s->open[c];
+  uint32_t last = s->order->sequences[c].nodes[b->last];
+  verdict_t v = JOIN;
+  for (uint32_t e = 0; e < n->preds.len; e++) {
+    const cg_edge_t *edge = &n->preds.items[e];
+    if (s->state[edge->node] == DONE) continue;
+    int member = s->seq[edge->node] == c && s->pos[edge->node] >= b->first && s->pos[edge->node] <= b->last;
+    if (member && edge->node == last && edge->causes == CG_EDGE_COMM_ORDER) continue;
+    if (member) {
+      *why = CG_FUSE_DEPENDS;
+      return NEVER;
+    }
+    v = WAIT;
+  }
+  return v;
+}
+
 static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why_t *why) {
   const open_bucket_t *b = &s->open[c];
   const cg_comm_sequence_t *sq = &s->order->sequences[c];
@@ -141,7 +161,16 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
    * than the first member's (re-checked each time it is asked), so DDP's
    * caps apply, in place of a smaller size of the backend's */
   int overlapping = s->library_size && s->compute_done != b->compute_epoch;
-  if (overlapping && cap < OVERLAP_BUCKET_BYTES) cap = TUNED_MAX_BUCKET_BYTES;
+  if (s->library_size && cap < OVERLAP_BUCKET_BYTES) {
+    if (overlapping) {
+      cap = TUNED_MAX_BUCKET_BYTES;
+    } else {
+      /* which size applies is known once the inputs are: compute may still
+       * run before them (asked again as each input finishes) */
+      cg_fuse_why_t pending_why = CG_FUSE_JOINED;
+      if (inputs_ready(s, c, n, &pending_why) == WAIT) return WAIT;
+    }
+  }
   /* a first member larger than the bucket size fills it alone */
   if (b->bytes > cap || bytes > cap - b->bytes) {
     *why = CG_FUSE_FULL;
@@ -159,19 +188,7 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     *why = CG_FUSE_FEEDS;
     return NEVER;
   }
-  verdict_t v = JOIN;
-  for (uint32_t e = 0; e < n->preds.len; e++) {
-    const cg_edge_t *edge = &n->preds.items[e];
-    if (s->state[edge->node] == DONE) continue;
-    int member = s->seq[edge->node] == c && s->pos[edge->node] >= b->first && s->pos[edge->node] <= b->last;
-    if (member && edge->node == last && edge->causes == CG_EDGE_COMM_ORDER) continue;
-    if (member) {
-      *why = CG_FUSE_DEPENDS;
-      return NEVER;
-    }
-    v = WAIT;
-  }
-  return v;
+  return inputs_ready(s, c, n, why);
 }
 
 /* Takes in the operations after the bucket's last member while they may

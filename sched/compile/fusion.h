@@ -34,7 +34,8 @@
 
 typedef struct cg_fusion {
   uint8_t *why;        /* per node; CG_FUSE_JOINED: same bucket as the operation before it on its communicator */
-  size_t *bucket_bytes; /* per communicator sequence: the largest bucket allowed (0: fusion off) */
+  size_t *bucket_bytes; /* per communicator sequence: the largest bucket allowed, or the largest formed where
+                           DDP's caps went past a smaller backend size (0: fusion off) */
   uint32_t n_comms;
 } cg_fusion_t;
 

@@ -220,9 +220,11 @@ END_TEST
  * for compute follow DDP's caps above that size (the first closes once it
  * holds 1 MiB, the later ones once they hold 25 MiB, the member that reaches
  * the cap joining), and the same allreduces without compute between them
- * keep the backend's 4 MiB. Gradient sizes drawn per run (128 KiB to 1.5 MiB),
- * both rules computed here; sums checked (integer values, poisoned first). */
-enum { BW_N = 72, BW_UNIT = 1 << 15 /* floats: 128 KiB */, BW_MAX_UNITS = 12 };
+ * keep the backend's 4 MiB. Gradient sizes drawn per run (128 KiB to 3 MiB:
+ * two of them can exceed 4 MiB, which must not close a bucket before the
+ * compute between them has run), both rules computed here; sums checked
+ * (integer values, poisoned first). */
+enum { BW_N = 40, BW_UNIT = 1 << 15 /* floats: 128 KiB */, BW_MAX_UNITS = 24 };
 
 typedef struct backward_layer {
   float *grad;
@@ -237,12 +239,14 @@ static void write_gradient(void *arg) {
 
 /* Buckets of several members, nodes in them and the largest's bytes, as
  * `overlap` (DDP's caps) or the 4 MiB size alone would cut the gradients,
- * in record order (the last gradient first). */
-static void reference_buckets(size_t *buckets, size_t *fused, size_t *largest, const backward_layer_t *layers,
-                              int overlap) {
+ * in record order (the last gradient first); *over_cap: some bucket's first
+ * two members hold more than 4 MiB together. */
+static void reference_buckets(size_t *buckets, size_t *fused, size_t *largest, int *over_cap,
+                              const backward_layer_t *layers, int overlap) {
   const size_t first = (size_t)1 << 20, later = (size_t)25 << 20, cap = (size_t)4 << 20;
   size_t bytes = 0, members = 0, opened = 0;
   *buckets = *fused = *largest = 0;
+  *over_cap = 0;
   for (int k = BW_N; k >= 0; k--) {
     size_t b = k > 0 ? layers[k - 1].count * sizeof(float) : 0;
     int full = overlap ? bytes >= (opened ? later : first) : bytes + b > cap;
@@ -250,6 +254,7 @@ static void reference_buckets(size_t *buckets, size_t *fused, size_t *largest, c
       if (members > 1) *buckets += 1, *fused += members, *largest = bytes > *largest ? bytes : *largest;
       members = 0, bytes = 0, opened++;
     }
+    if (members == 1 && k > 0 && bytes + b > cap) *over_cap = 1;
     members++, bytes += b;
   }
 }
@@ -263,9 +268,17 @@ START_TEST(fusion__buckets_waiting_for_compute_take_ddp_caps_over_the_backend_si
   static backward_layer_t layers[BW_N];
   ck_assert_ptr_nonnull(grads);
   cg_test_reseed(0xdd9);
-  for (int k = 0; k < BW_N; k++) {
-    size_t units = 1 + (size_t)cg_test_below(BW_MAX_UNITS);
-    layers[k] = (backward_layer_t){grads + (size_t)k * BW_MAX_UNITS * BW_UNIT, units * BW_UNIT, k};
+  size_t n_buckets, n_fused, largest;
+  /* sizes where DDP's rule puts more than 4 MiB in some bucket's first two
+   * members (drawn again until they do), so that a size check made before
+   * the compute between them has run would show */
+  for (int over_cap = 0, tries = 0; !over_cap && tries < 1000; tries++) {
+    for (int k = 0; k < BW_N; k++) {
+      size_t units = 1 + (size_t)cg_test_below(BW_MAX_UNITS);
+      layers[k] = (backward_layer_t){grads + (size_t)k * BW_MAX_UNITS * BW_UNIT, units * BW_UNIT, k};
+    }
+    reference_buckets(&n_buckets, &n_fused, &largest, &over_cap, layers, 1);
+    ck_assert_msg(over_cap || tries < 999, "no draw of sizes puts 4 MiB in a bucket's first two members");
   }
   for (int with_compute = 1; with_compute >= 0; with_compute--) {
     cg_graph_t *g = NULL;
@@ -286,8 +299,9 @@ START_TEST(fusion__buckets_waiting_for_compute_take_ddp_caps_over_the_backend_si
     ck_assert_cg_ok(cg_compile(&plan, g, NULL));
     cg_plan_stats_t st;
     ck_assert_cg_ok(cg_plan_stats(&st, plan));
-    size_t want_buckets, want_fused, largest, want_bytes = (size_t)4 << 20;
-    reference_buckets(&want_buckets, &want_fused, &largest, layers, with_compute);
+    size_t want_buckets, want_fused, want_bytes = (size_t)4 << 20;
+    int over_cap = 0;
+    reference_buckets(&want_buckets, &want_fused, &largest, &over_cap, layers, with_compute);
     if (largest > want_bytes) want_bytes = largest;
     ck_assert_msg(st.buckets == want_buckets && st.fused_nodes == want_fused && st.bucket_bytes == want_bytes,
                   "rank %d, %s compute: %zu buckets of %zu nodes, at most %zu bytes; expected %zu of %zu, %zu",
