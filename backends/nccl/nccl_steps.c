@@ -225,11 +225,12 @@ cg_status_t cg_nccl_print_setup(void *impl, const cg_wait_t *wait) {
   ncclComm_t print = r == ncclSuccess ? *slot : NULL;
   if (r == ncclSuccess) r = cg_nccl_settle_within(print, ncclInProgress, wait);
   cudaSetDevice(previous);
-  if (r == ncclInProgress) atomic_store(&n->print_given_up, 1);
-  if (r == ncclInProgress)
+  if (r == ncclInProgress) {
+    atomic_store(&n->print_given_up, 1);
     return cg_fail(CG_ERR_TIMEOUT, "nccl backend on device %d, rank %d: ncclCommSplit (the communicator of the "
                    "replay's fingerprint) did not finish: not every rank of the communicator took part", n->device,
                    rank);
+  }
   if (r != ncclSuccess) {
     /* a split that failed is left alone: NCCL may have freed it */
     return cg_fail_nccl(r, n->nccl, "ncclCommSplit", "nccl backend on device %d, rank %d: the communicator of the "

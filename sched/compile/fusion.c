@@ -167,8 +167,7 @@ static verdict_t joinable(const sim_t *s, uint32_t c, uint32_t node, cg_fuse_why
     } else {
       /* which size applies is known once the inputs are: compute may still
        * run before them (asked again as each input finishes) */
-      cg_fuse_why_t pending_why = CG_FUSE_JOINED;
-      if (inputs_ready(s, c, n, &pending_why) == WAIT) return WAIT;
+      if (inputs_ready(s, c, n, why) == WAIT) return WAIT;
     }
   }
   /* a first member larger than the bucket size fills it alone */

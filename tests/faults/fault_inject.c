@@ -382,7 +382,6 @@ static cg_status_t embed_plan(cg_plan_t *plan) {
 #endif
 }
 
-/* Whether the plan's DOT holds `what`. */
 #if CG_HAVE_NCCL
 /* skip-wrap, skip-wrapped-arena: the program's own NCCL communicator on its
  * node-local GPU, wrapped with CG_TIMEOUT set to the run's timeout. A setup
@@ -412,6 +411,7 @@ static cg_status_t wrap_program_nccl(cg_comm_t **out, int skip, const char *time
 }
 #endif
 
+/* Whether the plan's DOT holds `what`. */
 static int plan_names(const cg_plan_t *plan, const char *what) {
   char *text = NULL;
   size_t len = 0;
