@@ -2,6 +2,7 @@
  * backend that runs them (MPI for host buffers; NCCL, staged MPI or
  * hosttransfer for a device). */
 #include <math.h>
+#include <stdio.h>
 
 #include "commgraph/mpi.h"
 #include "error.h"
@@ -64,24 +65,36 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
   if (mpi == MPI_COMM_NULL) return cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_create: MPI_COMM_NULL");
   MPI_Query_thread(&level);
   if ((st = resolve_backend(&backend, opts)) != CG_SUCCESS) return st;
-  /* the option, else CG_TIMEOUT; negative: none. Every later collective of
-   * the creation follows right after this round, so it is the one that
-   * waits for ranks that do not come. */
+  /* the option, else CG_TIMEOUT; negative: none. It bounds each wait of the
+   * creation for the other ranks: their arrival, and each agreement after a
+   * step one rank can stall in alone (mpi_setup.c) */
   double timeout_s = opts->timeout_s;
   if (timeout_s == 0 && (st = cg_param_seconds(&timeout_s, NULL, CG_PARAM_TIMEOUT, "cg_comm_create")) != CG_SUCCESS)
     return st;
   if ((st = cg_mpi_arrive(mpi, timeout_s, "cg_comm_create")) != CG_SUCCESS) return st;
   cg_comm_opts_t chosen = *opts;
+  /* a rank can fail here alone (CG_DEVICE, no GPU) or stall (its first CUDA
+   * call sets the driver up): the others learn of it before they go on */
+  cg_status_t choice = CG_SUCCESS;
+  char why[512] = "";
   if (chosen.device == CG_DEVICE_LOCAL_RANK &&
-      (st = cg_topo_device_for_local_rank(&chosen.device, mpi)) != CG_SUCCESS)
+      (choice = cg_topo_device_for_local_rank(&chosen.device, mpi)) != CG_SUCCESS)
+    snprintf(why, sizeof why, "%s", cg_error_last());
+  int all_ok = 0;
+  if ((st = cg_mpi_setup_all_ok(&all_ok, choice == CG_SUCCESS, mpi, timeout_s, "cg_comm_create",
+                                "each rank's choice of its device")) != CG_SUCCESS)
     return st;
+  if (choice != CG_SUCCESS) return cg_fail(choice, "%s", why);
+  if (!all_ok)
+    return cg_fail(CG_ERR_BACKEND, "cg_comm_create: another rank could not choose its device (see its error)");
   opts = &chosen;
   int tried = 0;
 #if CG_HAVE_NCCL
-  if (backend == CG_BACKEND_NCCL) st = cg_nccl_comm_create(out, mpi, opts->device, level), tried = 1;
+  if (backend == CG_BACKEND_NCCL) st = cg_nccl_comm_create(out, mpi, opts->device, level, timeout_s), tried = 1;
 #endif
 #if CG_HAVE_CUDA
-  if (!tried && opts->device != CG_DEVICE_HOST) st = cg_staged_comm_create(out, mpi, opts, level), tried = 1;
+  if (!tried && opts->device != CG_DEVICE_HOST)
+    st = cg_staged_comm_create(out, mpi, opts, level, timeout_s), tried = 1;
 #endif
   if (!tried) st = cg_mpi_comm_create(out, mpi, opts, level);
   if (st == CG_SUCCESS) (*out)->setup_timeout_s = timeout_s > 0 ? timeout_s : 0;

@@ -104,13 +104,35 @@ cg_status_t cg_mpi_control_allgather_within(cg_mpi_comm_t *m, const void *mine, 
  * calling one after a wait of timeout_s (a sentence naming the ranks that did
  * not answer within a short grace time, and what the others wait in). */
 void cg_mpi_answer_roll_calls(MPI_Comm comm, const char *waiting_in);
+/* what an answer carries of waiting_in (longer is cut) */
+#define CG_WAITING_IN_BYTES 192
 void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *waiting_in, double timeout_s);
 
-/* cg_comm_create's arrival round (timeout_s > 0; nothing otherwise): a
- * barrier on the application's communicator, polled until every rank
- * arrived or timeout_s passed. Then CG_ERR_TIMEOUT naming the ranks that did
- * not arrive (a roll call), also on stderr; the barrier stays posted. */
+/* A communicator's creation waiting for the other ranks (mpi_setup.c), on
+ * the application's communicator, `where` the caller ("cg_comm_create") and
+ * `stage` what the ranks agree on. With timeout_s > 0 each wait is a
+ * nonblocking collective polled until it completes or timeout_s passed, the
+ * others' roll calls answered meanwhile; then CG_ERR_TIMEOUT naming the
+ * ranks that did not come (a roll call), also on stderr, and the collective
+ * stays posted (its buffers the library's, kept). Otherwise MPI's blocking
+ * collective (the arrival: nothing).
+ *
+ * The arrival: a barrier. */
 cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where);
+/* The element-wise minimum of `mine` (count of type) over the ranks. */
+cg_status_t cg_mpi_setup_min(void *least, const void *mine, int count, MPI_Datatype type, MPI_Comm comm,
+                             double timeout_s, const char *where, const char *stage);
+/* Whether every rank's ok is nonzero: *all_ok 0 on any failure. */
+cg_status_t cg_mpi_setup_all_ok(int *all_ok, int ok, MPI_Comm comm, double timeout_s, const char *where,
+                                const char *stage);
+/* root's `bytes` bytes into every rank's buffer. */
+cg_status_t cg_mpi_setup_bcast(void *buffer, int bytes, int root, MPI_Comm comm, double timeout_s,
+                               const char *where, const char *stage);
+/* The report of a set-up wait on `comm` (waiting_in: "where (stage)") that
+ * lasted timeout_s with other ranks missing: a roll call, and `left`, what
+ * stays behind ("The MPI_Ibarrier stays posted ..."). Also on stderr. For a
+ * wait that is not an MPI collective (NCCL's init). */
+cg_status_t cg_mpi_setup_timeout(MPI_Comm comm, double timeout_s, const char *waiting_in, const char *left);
 
 /* The bucket size the MPI backend prefers (fusion): small on one node, where
  * MPI moves data through shared memory at copy speed and a bucket mostly

@@ -38,7 +38,6 @@
  * the device watchdog's monitor) each take their own answers */
 #define CG_ROLL_ANSWER_TAG 32702
 #define CG_ROLL_ANSWER_TAGS 32
-#define CG_WAITING_IN_BYTES 192
 
 typedef struct control_round {
   MPI_Request request;
@@ -349,36 +348,4 @@ int cg_mpi_control_any_thread(void *comm_impl) {
   int finalized = 1;
   MPI_Finalized(&finalized); /* callable from any thread, at any time */
   return !finalized;
-}
-
-cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {
-  if (timeout_s <= 0) return CG_SUCCESS;
-  char waiting_in[CG_WAITING_IN_BYTES];
-  snprintf(waiting_in, sizeof waiting_in, "%s (the ranks' arrival)", where);
-  MPI_Request request;
-  int err = MPI_Ibarrier(comm, &request), done = 0;
-  if (err != MPI_SUCCESS) return cg_fail_mpi(err, "MPI_Ibarrier", "%s: the ranks' arrival", where);
-  double end = MPI_Wtime() + timeout_s;
-  while (!done) {
-    MPI_Status status;
-    if ((err = cg_mpi_request_error(MPI_Test(&request, &done, &status), &status)) != MPI_SUCCESS)
-      return cg_fail_mpi(err, "MPI_Test (MPI_Ibarrier)", "%s: the ranks' arrival", where);
-    if (done) break;
-    cg_mpi_answer_roll_calls(comm, waiting_in);
-    if (MPI_Wtime() < end) continue;
-    int me = 0, n = 0;
-    MPI_Comm_rank(comm, &me);
-    MPI_Comm_size(comm, &n);
-    char roll[768];
-    cg_mpi_roll_call(roll, sizeof roll, comm, waiting_in, timeout_s);
-    /* the barrier stays posted on the application's communicator: nothing
-     * can take it back */
-    cg_status_t st = cg_fail(CG_ERR_TIMEOUT,
-                             "%s: timed out after %g s waiting for the other ranks on rank %d of %d: %s. The "
-                             "barrier stays posted on this MPI communicator: end the job (MPI_Abort)",
-                             where, timeout_s, me, n, roll);
-    fprintf(stderr, "commgraph: %s\n", cg_error_last());
-    return st;
-  }
-  return CG_SUCCESS;
 }

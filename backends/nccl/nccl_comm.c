@@ -253,36 +253,13 @@ static void discard(cg_nccl_comm_t *n) {
   destroy_impl(n);
 }
 
-/* The plan's communicator (non-blocking) and the user's (blocking), made at
- * the same time: the non-blocking init goes on in NCCL's thread while the
- * blocking one runs on ours, so the pair takes about as long as one. Either
- * setting may be overridden by NCCL_COMM_BLOCKING, so both are settled. On
- * failure *why says which. */
-static ncclResult_t init_pair(cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId ids[2], char *why,
-                              size_t why_size) {
-  ncclConfig_t plan_config = NCCL_CONFIG_INITIALIZER, user_config = NCCL_CONFIG_INITIALIZER;
-  plan_config.blocking = 0;
-  user_config.blocking = 1;
-  ncclResult_t plan = ncclCommInitRankConfig(&n->nccl, size, ids[0], rank, &plan_config);
-  ncclResult_t user = ncclCommInitRankConfig(&n->user_nccl, size, ids[1], rank, &user_config);
-  plan = plan == ncclInProgress ? cg_nccl_settle(n->nccl, plan) : plan;
-  user = user == ncclInProgress ? cg_nccl_settle(n->user_nccl, user) : user;
-  /* a communicator whose init failed is left alone: NCCL may have freed it */
-  if (plan != ncclSuccess) n->nccl = NULL;
-  if (user != ncclSuccess) n->user_nccl = NULL;
-  if (plan != ncclSuccess) {
-    snprintf(why, why_size, "the plan's communicator");
-    return plan;
-  }
-  if (user != ncclSuccess) snprintf(why, why_size, "the user's communicator (cg_comm_nccl)");
-  return user;
-}
-
-cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level) {
+cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level, double timeout_s) {
   cg_status_t st = CG_SUCCESS;
   cg_nccl_comm_t *n = NULL;
-  int devices = 0, rank = 0, size = 0, previous = 0;
+  int devices = 0, rank = 0, size = 0, previous = 0, all_ok = 0;
   char why[300] = "";
+  /* the first CUDA calls may set the driver up, and one rank may stall there
+   * alone: the agreement after them waits at most timeout_s */
   cudaError_t cerr = cudaGetDeviceCount(&devices);
   if (!(n = calloc(1, sizeof *n)))
     snprintf(why, sizeof why, "allocating the communicator");
@@ -296,7 +273,10 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
     n->owns_nccl = 1;
     alloc_barrier_word(n, why, sizeof why);
   }
-  if (!cg_nccl_all_ranks_ok(!why[0], mpi)) {
+  if ((st = cg_mpi_setup_all_ok(&all_ok, !why[0], mpi, timeout_s, "cg_comm_create",
+                                "the set-up of each rank's device for the nccl backend")) != CG_SUCCESS)
+    goto out;
+  if (!all_ok) {
     st = cg_fail(n ? CG_ERR_INVALID_ARGUMENT : CG_ERR_NO_MEMORY, "cg_comm_create: nccl backend: %s",
                  why[0] ? why : "another rank cannot use its device");
     goto out;
@@ -314,11 +294,9 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
     if (r == ncclSuccess) r = ncclGetUniqueId(&hello.ids[1]);
     hello.ok = r == ncclSuccess;
   }
-  int err = MPI_Bcast(&hello, (int)sizeof hello, MPI_BYTE, 0, n->control->control);
-  if (err != MPI_SUCCESS) {
-    st = cg_mpi_fail(err, "cg_comm_create: MPI_Bcast of the NCCL unique ids");
+  if ((st = cg_mpi_setup_bcast(&hello, (int)sizeof hello, 0, mpi, timeout_s, "cg_comm_create",
+                               "the NCCL unique ids from rank 0")) != CG_SUCCESS)
     goto out;
-  }
   if (!hello.ok) {
     st = rank == 0 ? cg_fail_nccl(r, NULL, "ncclGetUniqueId", "cg_comm_create: nccl backend on device %d, rank 0",
                                   device)
@@ -328,9 +306,17 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
   cudaGetDevice(&previous);
   cerr = cudaSetDevice(device);
   char which[80] = "the communicators";
-  r = cerr == cudaSuccess ? init_pair(n, size, rank, hello.ids, which, sizeof which) : ncclUnhandledCudaError;
+  r = cerr == cudaSuccess ? cg_nccl_init_pair(n, size, rank, hello.ids, mpi, timeout_s, which, sizeof which)
+                          : ncclUnhandledCudaError;
   cudaSetDevice(previous);
-  if (!cg_nccl_all_ranks_ok(r == ncclSuccess, n->control->control)) {
+  if (r == ncclInProgress) { /* timed out: reported */
+    st = CG_ERR_TIMEOUT;
+    goto out;
+  }
+  if ((st = cg_mpi_setup_all_ok(&all_ok, r == ncclSuccess, mpi, timeout_s, "cg_comm_create",
+                                "NCCL's init on every rank")) != CG_SUCCESS)
+    goto out;
+  if (!all_ok) {
     if (cerr != cudaSuccess) {
       st = cg_fail_cuda(cerr, "cudaSetDevice", "cg_comm_create: nccl backend on device %d, rank %d", device, rank);
     } else if (r != ncclSuccess) {
@@ -391,7 +377,11 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
     n->device = device;
     alloc_barrier_word(n, why, sizeof why);
   }
-  if (!cg_nccl_all_ranks_ok(!why[0], mpi)) {
+  int all_ok = 0;
+  if ((st = cg_mpi_setup_all_ok(&all_ok, !why[0], mpi, timeout_s, "cg_comm_from_nccl",
+                                "each rank's check of its NCCL communicator")) != CG_SUCCESS)
+    goto out;
+  if (!all_ok) {
     if (why[0])
       st = cg_fail(r != ncclSuccess || async != ncclSuccess || n ? CG_ERR_BACKEND : CG_ERR_INVALID_ARGUMENT,
                    "cg_comm_from_nccl: %s", why);

@@ -60,8 +60,10 @@ extern const cg_backend_t cg_hosttransfer_backend;
 
 /* A communicator of the MPI backend on CUDA device `opts->device`, or of
  * the hosttransfer backend when opts->backend says so (collective over
- * `mpi`). */
-cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level);
+ * `mpi`; the agreement after the device's set-up waits at most timeout_s,
+ * 0: none). */
+cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level,
+                                  double timeout_s);
 /* The staged part of a communicator (mpi-staged or hosttransfer); NULL for
  * other backends. */
 const cg_staged_comm_t *cg_staged_comm_of(const cg_comm_t *comm);

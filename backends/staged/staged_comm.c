@@ -172,7 +172,8 @@ static void open_device(cg_staged_comm_t *s, char *why, size_t size) {
              "waits on");
 }
 
-cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level) {
+cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level,
+                                  double timeout_s) {
   cg_status_t st = CG_SUCCESS;
   cg_comm_t *comm = NULL;
   char why[300] = "";
@@ -219,7 +220,12 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
   uint64_t mine[5] = {(uint64_t)ok, s->chunk_bytes, ~(uint64_t)s->chunk_bytes, s->bcast_chain_bytes,
                       ~(uint64_t)s->bcast_chain_bytes};
   uint64_t least[5] = {0, 0, 0, 0, 0};
-  if (MPI_Allreduce(mine, least, 5, MPI_UINT64_T, MPI_MIN, mpi) != MPI_SUCCESS) least[0] = 0;
+  char stage[80];
+  snprintf(stage, sizeof stage, "the set-up of each rank's device for the %s backend", name);
+  st = cg_mpi_setup_min(least, mine, 5, MPI_UINT64_T, mpi, timeout_s, "cg_comm_create", stage);
+  if (st == CG_ERR_TIMEOUT) goto out;
+  if (st != CG_SUCCESS) least[0] = 0;
+  st = CG_SUCCESS;
   all = (int)least[0];
   if (all && (least[1] != ~least[2] || least[3] != ~least[4])) {
     all = 0;

@@ -60,6 +60,13 @@
  *                     options), but the faulty rank never wraps it
  *   skip-wrapped-arena  (gpu mode: NCCL) skip-arena on such a wrapped
  *                     communicator: its arena waits at most CG_TIMEOUT
+ *   stall-device      (gpu, gpu-staged) stalls inside cg_comm_create, after
+ *                     the ranks' arrival, in the first CUDA call of its
+ *                     device choice (three timeouts, then exits): the others
+ *                     wait for it in the agreement that follows
+ *   stall-nccl-init   (gpu mode: NCCL) stalls in cg_comm_create's NCCL init
+ *                     of the plan's communicator: the others wait in NCCL's
+ *                     bootstrap, both of their inits in flight
  *
  * The survivors must fail with CG_ERR_TIMEOUT naming the rank that did not
  * answer their roll call.
@@ -100,7 +107,8 @@
  * Usage: fault_inject MODE FAULT TIMEOUT_SECONDS, MODE one of host, gpu,
  * gpu-staged, gpu-direct, gpu-launch, gpu-embed, gpu-embed-staged,
  * gpu-embed-hosttransfer, gpu-embed-direct */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* RTLD_NEXT */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -171,6 +179,42 @@ static void nap(double seconds) {
 static int gpu_run; /* gpu, gpu-staged or gpu-direct: replays with cg_plan_run on a GPU */
 static int managed; /* gpu-direct, gpu-embed-direct: buffers MPI reaches without CUDA-awareness */
 static int embedded; /* gpu-embed*: replays of the program's graph that embeds the plan */
+
+/* stall-device and stall-nccl-init: the faulty rank stalls inside
+ * cg_comm_create where the library calls the CUDA runtime or NCCL. This
+ * program defines those functions itself (exported, so the dynamic linker
+ * binds the library's calls to them) and forwards to the real ones
+ * (dlsym(RTLD_NEXT)); the faulty rank arms one stall before it creates its
+ * communicator, and the first call there takes it. */
+enum { STALL_NONE, STALL_DEVICE, STALL_NCCL_INIT };
+static atomic_int stall_armed;
+static double stall_s;
+#if CG_HAVE_CUDA /* nothing to stall in otherwise */
+/* The faulty phase starts here, where the others begin to wait for it (and
+ * not when rank 0 calls cg_comm_create: a CUDA context's set-up comes first). */
+static void stall_if_armed(int where) {
+  int armed = where;
+  if (!atomic_compare_exchange_strong(&stall_armed, &armed, STALL_NONE)) return;
+  fault_line("FAULT-START %.6f\n", wall_s());
+  nap(stall_s);
+  _exit(0);
+}
+
+cudaError_t cudaGetDeviceCount(int *count) {
+  stall_if_armed(STALL_DEVICE);
+  cudaError_t (*real)(int *);
+  *(void **)&real = dlsym(RTLD_NEXT, "cudaGetDeviceCount");
+  return real ? real(count) : cudaErrorUnknown;
+}
+#if CG_HAVE_NCCL
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int its_rank, ncclConfig_t *config) {
+  stall_if_armed(STALL_NCCL_INIT);
+  ncclResult_t (*real)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
+  *(void **)&real = dlsym(RTLD_NEXT, "ncclCommInitRankConfig");
+  return real ? real(comm, nranks, id, its_rank, config) : ncclInternalError;
+}
+#endif
+#endif
 
 #if CG_HAVE_CUDA
 static atomic_int drained;
@@ -439,7 +483,8 @@ int main(int argc, char **argv) {
               "gpu-embed-hosttransfer|gpu-embed-direct "
               "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|"
               "dtype-unchecked|"
-              "skip-create|skip-compile|finalize|empty-graph|other-comm|skip-arena|skip-wrap|skip-wrapped-arena "
+              "skip-create|skip-compile|finalize|empty-graph|other-comm|skip-arena|skip-wrap|skip-wrapped-arena|"
+              "stall-device|stall-nccl-init "
               "SECONDS\n");
     MPI_Finalize();
     return 2;
@@ -481,6 +526,13 @@ int main(int argc, char **argv) {
   if (strcmp(fault, "skip-create") == 0) {
     if (rank == 0) fault_line("FAULT-START %.6f\n", wall_s());
     if (faulty) nap(3 * timeout_s), _exit(0);
+  }
+  int stall = strcmp(fault, "stall-device") == 0 ? STALL_DEVICE
+              : strcmp(fault, "stall-nccl-init") == 0 ? STALL_NCCL_INIT
+                                                      : STALL_NONE;
+  if (stall != STALL_NONE) {
+    stall_s = 3 * timeout_s;
+    if (faulty) atomic_store(&stall_armed, stall);
   }
   int skip_wrap = strcmp(fault, "skip-wrap") == 0, wrapped_arena = strcmp(fault, "skip-wrapped-arena") == 0;
   cg_status_t st = CG_SUCCESS;

@@ -1,0 +1,130 @@
+/* The waits of a communicator's creation for the other ranks, bounded by the
+ * creation's timeout: the arrival, and every agreement after a step a rank
+ * can stall in on its own (a CUDA device's set-up, NCCL's init). Each is a
+ * nonblocking collective on the application's communicator, polled while
+ * the rank answers the others' roll calls with the stage it waits in; when
+ * the time is up a roll call names the ranks that did not come. MPI cannot
+ * take the collective back, so it stays posted and the job is to end. With
+ * no timeout they are MPI's blocking collectives, as before. */
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_backend.h"
+
+/* The buffers of collectives left posted: MPI may still write them, so they
+ * stay allocated for good, listed here (reachable, not leaked). */
+typedef struct kept {
+  struct kept *next;
+  max_align_t data[]; /* the collective's buffers */
+} kept_t;
+static _Atomic(kept_t *) kept_buffers;
+
+static kept_t *kept_alloc(size_t bytes) { return malloc(sizeof(kept_t) + bytes + 1); }
+
+static void keep_for_good(kept_t *k) {
+  k->next = atomic_load(&kept_buffers);
+  while (!atomic_compare_exchange_weak(&kept_buffers, &k->next, k)) {
+  }
+}
+
+cg_status_t cg_mpi_setup_timeout(MPI_Comm comm, double timeout_s, const char *waiting_in, const char *left) {
+  int me = 0, n = 0;
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &n);
+  char roll[768];
+  cg_mpi_roll_call(roll, sizeof roll, comm, waiting_in, timeout_s);
+  cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: timed out after %g s waiting for the other ranks on rank %d of %d: "
+                           "%s. %s: end the job (MPI_Abort)", waiting_in, timeout_s, me, n, roll, left);
+  fprintf(stderr, "commgraph: %s\n", cg_error_last());
+  return st;
+}
+
+/* Polls `request` (what `call` started) until it completes or timeout_s
+ * (> 0) passed: then CG_ERR_TIMEOUT, and the request stays posted with its
+ * buffers, which the caller then leaves to MPI for good. */
+static cg_status_t wait_setup(MPI_Request *request, MPI_Comm comm, double timeout_s, const char *where,
+                              const char *stage, const char *call) {
+  char waiting_in[CG_WAITING_IN_BYTES];
+  snprintf(waiting_in, sizeof waiting_in, "%s (%s)", where, stage);
+  double end = MPI_Wtime() + timeout_s;
+  for (;;) {
+    int done = 0;
+    MPI_Status status;
+    int err = cg_mpi_request_error(MPI_Test(request, &done, &status), &status);
+    if (err != MPI_SUCCESS) return cg_fail_mpi(err, call, "%s", waiting_in);
+    if (done) return CG_SUCCESS;
+    cg_mpi_answer_roll_calls(comm, waiting_in);
+    if (MPI_Wtime() < end) continue;
+    char left[160];
+    snprintf(left, sizeof left, "The %s stays posted on this MPI communicator", call);
+    return cg_mpi_setup_timeout(comm, timeout_s, waiting_in, left);
+  }
+}
+
+cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {
+  if (timeout_s <= 0) return CG_SUCCESS;
+  MPI_Request request;
+  int err = MPI_Ibarrier(comm, &request);
+  if (err != MPI_SUCCESS) return cg_fail_mpi(err, "MPI_Ibarrier", "%s: the ranks' arrival", where);
+  return wait_setup(&request, comm, timeout_s, where, "the ranks' arrival", "MPI_Ibarrier");
+}
+
+cg_status_t cg_mpi_setup_min(void *least, const void *mine, int count, MPI_Datatype type, MPI_Comm comm,
+                             double timeout_s, const char *where, const char *stage) {
+  int err, type_bytes = 0;
+  if (timeout_s <= 0) {
+    if ((err = MPI_Allreduce(mine, least, count, type, MPI_MIN, comm)) != MPI_SUCCESS)
+      return cg_fail_mpi(err, "MPI_Allreduce", "%s (%s)", where, stage);
+    return CG_SUCCESS;
+  }
+  if ((err = MPI_Type_size(type, &type_bytes)) != MPI_SUCCESS)
+    return cg_fail_mpi(err, "MPI_Type_size", "%s (%s)", where, stage);
+  size_t bytes = (size_t)type_bytes * (size_t)count;
+  kept_t *k = kept_alloc(2 * bytes); /* what this rank sends, then what it gets */
+  if (!k) return cg_fail(CG_ERR_NO_MEMORY, "%s (%s): %zu bytes", where, stage, 2 * bytes);
+  char *owned = (char *)k->data;
+  memcpy(owned, mine, bytes);
+  MPI_Request request;
+  if ((err = MPI_Iallreduce(owned, owned + bytes, count, type, MPI_MIN, comm, &request)) != MPI_SUCCESS) {
+    free(k);
+    return cg_fail_mpi(err, "MPI_Iallreduce", "%s (%s)", where, stage);
+  }
+  cg_status_t st = wait_setup(&request, comm, timeout_s, where, stage, "MPI_Iallreduce");
+  if (st == CG_ERR_TIMEOUT) return keep_for_good(k), st;
+  if (st == CG_SUCCESS) memcpy(least, owned + bytes, bytes);
+  free(k);
+  return st;
+}
+
+cg_status_t cg_mpi_setup_all_ok(int *all_ok, int ok, MPI_Comm comm, double timeout_s, const char *where,
+                                const char *stage) {
+  *all_ok = 0;
+  return cg_mpi_setup_min(all_ok, &ok, 1, MPI_INT, comm, timeout_s, where, stage);
+}
+
+cg_status_t cg_mpi_setup_bcast(void *buffer, int bytes, int root, MPI_Comm comm, double timeout_s,
+                               const char *where, const char *stage) {
+  int err;
+  if (timeout_s <= 0) {
+    if ((err = MPI_Bcast(buffer, bytes, MPI_BYTE, root, comm)) != MPI_SUCCESS)
+      return cg_fail_mpi(err, "MPI_Bcast", "%s (%s)", where, stage);
+    return CG_SUCCESS;
+  }
+  kept_t *k = kept_alloc((size_t)bytes);
+  if (!k) return cg_fail(CG_ERR_NO_MEMORY, "%s (%s): %d bytes", where, stage, bytes);
+  char *owned = (char *)k->data;
+  memcpy(owned, buffer, (size_t)bytes);
+  MPI_Request request;
+  if ((err = MPI_Ibcast(owned, bytes, MPI_BYTE, root, comm, &request)) != MPI_SUCCESS) {
+    free(k);
+    return cg_fail_mpi(err, "MPI_Ibcast", "%s (%s)", where, stage);
+  }
+  cg_status_t st = wait_setup(&request, comm, timeout_s, where, stage, "MPI_Ibcast");
+  if (st == CG_ERR_TIMEOUT) return keep_for_good(k), st;
+  if (st == CG_SUCCESS) memcpy(buffer, owned, (size_t)bytes);
+  free(k);
+  return st;
+}
