@@ -6,11 +6,13 @@
  * the time is up a roll call names the ranks that did not come. MPI cannot
  * take the collective back, so it stays posted and the job is to end. With
  * no timeout they are MPI's blocking collectives, as before. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mpi_backend.h"
 
@@ -44,7 +46,7 @@ cg_status_t cg_mpi_setup_timeout(MPI_Comm comm, double timeout_s, const char *wa
 
 /* Polls `request` (what `call` started) until it completes or timeout_s
  * (> 0) passed: then CG_ERR_TIMEOUT, and the request stays posted with its
- * buffers, which the caller then leaves to MPI for good. */
+ * buffers (release()). */
 static cg_status_t wait_setup(MPI_Request *request, MPI_Comm comm, double timeout_s, const char *where,
                               const char *stage, const char *call) {
   char waiting_in[CG_WAITING_IN_BYTES];
@@ -57,7 +59,11 @@ static cg_status_t wait_setup(MPI_Request *request, MPI_Comm comm, double timeou
     if (err != MPI_SUCCESS) return cg_fail_mpi(err, call, "%s", waiting_in);
     if (done) return CG_SUCCESS;
     cg_mpi_answer_roll_calls(comm, waiting_in);
-    if (MPI_Wtime() < end) continue;
+    if (MPI_Wtime() < end) {
+      struct timespec nap = {0, 20000}; /* a core left to the others' progress */
+      nanosleep(&nap, NULL);
+      continue;
+    }
     char left[160];
     snprintf(left, sizeof left, "The %s stays posted on this MPI communicator", call);
     return cg_mpi_setup_timeout(comm, timeout_s, waiting_in, left);
@@ -72,30 +78,38 @@ cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {
   return wait_setup(&request, comm, timeout_s, where, "the ranks' arrival", "MPI_Ibarrier");
 }
 
+/* A request's buffers once wait_setup is done with it: freed if MPI let go
+ * of the request, kept for good if it stays posted (a timeout, or an error
+ * that left it to MPI). */
+static void release(kept_t *k, MPI_Request request) {
+  if (request == MPI_REQUEST_NULL)
+    free(k);
+  else
+    keep_for_good(k);
+}
+
 cg_status_t cg_mpi_setup_min(void *least, const void *mine, int count, MPI_Datatype type, MPI_Comm comm,
                              double timeout_s, const char *where, const char *stage) {
   int err, type_bytes = 0;
-  if (timeout_s <= 0) {
+  size_t bytes = 0;
+  kept_t *k = NULL; /* what this rank sends, then what it gets */
+  if (timeout_s > 0 && MPI_Type_size(type, &type_bytes) == MPI_SUCCESS)
+    bytes = (size_t)type_bytes * (size_t)count, k = kept_alloc(2 * bytes);
+  if (!k) { /* no timeout, or no memory for the buffers: MPI's blocking collective, which needs none */
     if ((err = MPI_Allreduce(mine, least, count, type, MPI_MIN, comm)) != MPI_SUCCESS)
       return cg_fail_mpi(err, "MPI_Allreduce", "%s (%s)", where, stage);
     return CG_SUCCESS;
   }
-  if ((err = MPI_Type_size(type, &type_bytes)) != MPI_SUCCESS)
-    return cg_fail_mpi(err, "MPI_Type_size", "%s (%s)", where, stage);
-  size_t bytes = (size_t)type_bytes * (size_t)count;
-  kept_t *k = kept_alloc(2 * bytes); /* what this rank sends, then what it gets */
-  if (!k) return cg_fail(CG_ERR_NO_MEMORY, "%s (%s): %zu bytes", where, stage, 2 * bytes);
   char *owned = (char *)k->data;
   memcpy(owned, mine, bytes);
-  MPI_Request request;
+  MPI_Request request = MPI_REQUEST_NULL;
   if ((err = MPI_Iallreduce(owned, owned + bytes, count, type, MPI_MIN, comm, &request)) != MPI_SUCCESS) {
     free(k);
     return cg_fail_mpi(err, "MPI_Iallreduce", "%s (%s)", where, stage);
   }
   cg_status_t st = wait_setup(&request, comm, timeout_s, where, stage, "MPI_Iallreduce");
-  if (st == CG_ERR_TIMEOUT) return keep_for_good(k), st;
   if (st == CG_SUCCESS) memcpy(least, owned + bytes, bytes);
-  free(k);
+  release(k, request);
   return st;
 }
 
@@ -108,23 +122,21 @@ cg_status_t cg_mpi_setup_all_ok(int *all_ok, int ok, MPI_Comm comm, double timeo
 cg_status_t cg_mpi_setup_bcast(void *buffer, int bytes, int root, MPI_Comm comm, double timeout_s,
                                const char *where, const char *stage) {
   int err;
-  if (timeout_s <= 0) {
+  kept_t *k = timeout_s > 0 ? kept_alloc((size_t)bytes) : NULL;
+  if (!k) { /* as in cg_mpi_setup_min */
     if ((err = MPI_Bcast(buffer, bytes, MPI_BYTE, root, comm)) != MPI_SUCCESS)
       return cg_fail_mpi(err, "MPI_Bcast", "%s (%s)", where, stage);
     return CG_SUCCESS;
   }
-  kept_t *k = kept_alloc((size_t)bytes);
-  if (!k) return cg_fail(CG_ERR_NO_MEMORY, "%s (%s): %d bytes", where, stage, bytes);
   char *owned = (char *)k->data;
   memcpy(owned, buffer, (size_t)bytes);
-  MPI_Request request;
+  MPI_Request request = MPI_REQUEST_NULL;
   if ((err = MPI_Ibcast(owned, bytes, MPI_BYTE, root, comm, &request)) != MPI_SUCCESS) {
     free(k);
     return cg_fail_mpi(err, "MPI_Ibcast", "%s (%s)", where, stage);
   }
   cg_status_t st = wait_setup(&request, comm, timeout_s, where, stage, "MPI_Ibcast");
-  if (st == CG_ERR_TIMEOUT) return keep_for_good(k), st;
   if (st == CG_SUCCESS) memcpy(buffer, owned, (size_t)bytes);
-  free(k);
+  release(k, request);
   return st;
 }

@@ -94,7 +94,8 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
  * n->nccl and the user's (blocking, on a thread of its own) into
  * n->user_nccl, both at once, waited for at most timeout_s (0: for ever)
  * while the rank answers roll calls on `mpi`. Returns ncclSuccess; NCCL's
- * error, *why naming the communicator (a failed one is left NULL); or
+ * error, *why naming the communicator (one whose init failed after NCCL
+ * handed it out is left for the caller to abort, else NULL); or
  * ncclInProgress when the time ran out: CG_ERR_TIMEOUT is then reported
  * (a roll call) and both are given up. */
 ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId ids[2], MPI_Comm mpi,

@@ -27,25 +27,34 @@ typedef struct user_init {
   int device, size, rank;
   ncclUniqueId id;
   ncclComm_t comm;
+  int has_comm; /* NCCL handed out a communicator: to abort unless used */
   ncclResult_t result;
 } user_init_t;
 
-static ncclResult_t init_blocking(user_init_t *u) {
+static int still_wanted(void *ctx) { return atomic_load(&((user_init_t *)ctx)->state) != USER_INIT_GIVEN_UP; }
+
+static void init_blocking(user_init_t *u) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
-  if (cudaSetDevice(u->device) != cudaSuccess) return ncclUnhandledCudaError; /* a new thread starts on device 0 */
+  if (cudaSetDevice(u->device) != cudaSuccess) { /* a new thread starts on device 0 */
+    u->result = ncclUnhandledCudaError;
+    return;
+  }
   ncclResult_t r = ncclCommInitRankConfig(&u->comm, u->size, u->id, u->rank, &config);
-  /* NCCL_COMM_BLOCKING=0 overrides the setting */
-  return r == ncclInProgress ? cg_nccl_settle(u->comm, r) : r;
+  u->has_comm = r == ncclSuccess || r == ncclInProgress;
+  /* NCCL_COMM_BLOCKING=0 overrides the setting: then settled here, until
+   * given up on */
+  const cg_wait_t wait = {still_wanted, u};
+  u->result = r == ncclInProgress ? cg_nccl_settle_within(u->comm, r, &wait) : r;
 }
 
 static int user_init_main(void *arg) {
   user_init_t *u = arg;
-  u->result = init_blocking(u);
+  init_blocking(u);
   int running = USER_INIT_RUNNING;
   if (atomic_compare_exchange_strong(&u->state, &running, USER_INIT_DONE)) return 0;
   /* given up on: nobody uses this communicator, and its peers gave up too */
-  if (u->result == ncclSuccess) ncclCommAbort(u->comm);
+  if (u->has_comm) ncclCommAbort(u->comm);
   free(u);
   return 0;
 }
@@ -69,11 +78,14 @@ ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const nccl
   ncclConfig_t plan_config = NCCL_CONFIG_INITIALIZER;
   plan_config.blocking = 0;
   ncclResult_t plan = ncclCommInitRankConfig(&n->nccl, size, ids[0], rank, &plan_config);
+  /* a communicator whose init call failed is NCCL's; one whose init fails
+   * later is to be aborted */
+  if (plan != ncclSuccess && plan != ncclInProgress) n->nccl = NULL;
   thrd_t thread;
   if (thrd_create(&thread, user_init_main, u) == thrd_success) {
     thrd_detach(thread);
   } else { /* on this thread, then: unbounded, as NCCL's blocking init is */
-    u->result = init_blocking(u);
+    init_blocking(u);
     atomic_store(&u->state, USER_INIT_DONE);
   }
   char waiting_in[CG_WAITING_IN_BYTES];
@@ -92,26 +104,28 @@ ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const nccl
     nanosleep(&nap, NULL);
   }
   if (timed_out) {
+    char left[400];
+    snprintf(left, sizeof left, "This rank's NCCL init is given up (the plan's communicator aborted%s%s; the user's, "
+             "whose blocking init NCCL cannot interrupt, aborted by its own thread if that init ever returns)",
+             plan != ncclSuccess && plan != ncclInProgress ? ", its init having failed: " : "",
+             plan != ncclSuccess && plan != ncclInProgress ? ncclGetErrorString(plan) : "");
     /* the roll call first, while this rank still is where it waited */
-    cg_mpi_setup_timeout(mpi, timeout_s, waiting_in, "This rank's NCCL init is given up (the plan's communicator "
-                         "aborted; the user's, whose blocking init NCCL cannot interrupt, aborted by its own thread "
-                         "if that init ever returns)");
+    cg_mpi_setup_timeout(mpi, timeout_s, waiting_in, left);
     int running = USER_INIT_RUNNING;
     if (atomic_compare_exchange_strong(&u->state, &running, USER_INIT_GIVEN_UP)) {
       n->user_nccl = NULL; /* the thread's now */
     } else {
-      n->user_nccl = u->result == ncclSuccess ? u->comm : NULL; /* the caller aborts it */
+      n->user_nccl = u->has_comm ? u->comm : NULL; /* the caller aborts it */
       free(u);
     }
-    if (plan == ncclInProgress || plan == ncclSuccess) ncclCommAbort(n->nccl);
+    if (n->nccl) ncclCommAbort(n->nccl);
     n->nccl = NULL;
     return ncclInProgress;
   }
   ncclResult_t user = u->result;
-  n->user_nccl = user == ncclSuccess ? u->comm : NULL; /* a failed init's communicator is NCCL's */
+  n->user_nccl = u->has_comm ? u->comm : NULL; /* on failure the caller aborts it */
   free(u);
   if (plan != ncclSuccess) {
-    n->nccl = NULL;
     snprintf(why, why_size, "the plan's communicator");
     return plan;
   }

@@ -222,10 +222,8 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
   uint64_t least[5] = {0, 0, 0, 0, 0};
   char stage[80];
   snprintf(stage, sizeof stage, "the set-up of each rank's device for the %s backend", name);
-  st = cg_mpi_setup_min(least, mine, 5, MPI_UINT64_T, mpi, timeout_s, "cg_comm_create", stage);
-  if (st == CG_ERR_TIMEOUT) goto out;
-  if (st != CG_SUCCESS) least[0] = 0;
-  st = CG_SUCCESS;
+  if ((st = cg_mpi_setup_min(least, mine, 5, MPI_UINT64_T, mpi, timeout_s, "cg_comm_create", stage)) != CG_SUCCESS)
+    goto out;
   all = (int)least[0];
   if (all && (least[1] != ~least[2] || least[3] != ~least[4])) {
     all = 0;

@@ -531,6 +531,12 @@ int main(int argc, char **argv) {
               : strcmp(fault, "stall-nccl-init") == 0 ? STALL_NCCL_INIT
                                                       : STALL_NONE;
   if (stall != STALL_NONE) {
+#if CG_HAVE_CUDA
+    /* the driver's set-up on every rank first (the call is not armed yet): the
+     * others then wait from the moment the faulty rank stalls */
+    int devices = 0;
+    cudaGetDeviceCount(&devices);
+#endif
     stall_s = 3 * timeout_s;
     if (faulty) atomic_store(&stall_armed, stall);
   }
