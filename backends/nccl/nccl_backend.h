@@ -89,15 +89,15 @@ cg_status_t cg_nccl_max_within(double *slowest, const double *mine, int count, c
  * each wait for the other ranks (NCCL's init among them) at most timeout_s
  * (0: none). */
 cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int thread_level, double timeout_s);
-/* NCCL's init of a created communicator's pair on n->device, which is
- * current (nccl_init.c): the plan's communicator (non-blocking) into
- * n->nccl and the user's (blocking, on a thread of its own) into
- * n->user_nccl, both at once, waited for at most timeout_s (0: for ever)
- * while the rank answers roll calls on `mpi`. Returns ncclSuccess; NCCL's
- * error, *why naming the communicator (one whose init failed after NCCL
- * handed it out is left for the caller to abort, else NULL); or
- * ncclInProgress when the time ran out: CG_ERR_TIMEOUT is then reported
- * (a roll call) and both are given up. */
+/* NCCL's init of a created communicator's pair on n->device (nccl_init.c):
+ * the plan's communicator (non-blocking) into n->nccl and the user's
+ * (blocking) into n->user_nccl, each on a thread of its own, both at once,
+ * waited for at most timeout_s (0: for ever) while the rank answers roll
+ * calls on `mpi`. Returns ncclSuccess; NCCL's error, *why naming the
+ * communicator (one whose init failed after NCCL handed it out is left in n
+ * for the caller to abort); or ncclInProgress when the time ran out:
+ * CG_ERR_TIMEOUT is then reported (a roll call), an init still running is
+ * left to its thread and a finished one left in n to abort. */
 ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId ids[2], MPI_Comm mpi,
                                double timeout_s, char *why, size_t why_size);
 /* The NCCL state of a communicator of this backend; NULL for other backends. */

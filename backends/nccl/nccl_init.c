@@ -1,12 +1,13 @@
 /* NCCL's init of a created communicator's pair (the plan's, non-blocking,
  * and the user's, blocking), bounded by the creation's timeout. NCCL's init
  * waits for every rank (its bootstrap): a rank that stalls before it or in
- * it leaves the others there for ever. The plan's init goes on in NCCL's
- * thread; the user's blocking one runs on a thread of its own, so that this
- * rank can poll both, answer the other ranks' roll calls and give up at the
- * deadline. A blocking init cannot be aborted from outside (there is no
- * handle until it returns): a thread given up on aborts its communicator
- * itself if its init ever returns. */
+ * it leaves the others there for ever. Each init runs on a thread of its
+ * own, which also settles it (a non-blocking one, or any under
+ * NCCL_COMM_BLOCKING=0), so that this rank can wait for both, answer the
+ * other ranks' roll calls and give up at the deadline whatever NCCL's
+ * blocking setting. A blocking init cannot be aborted from outside (there is
+ * no handle until it returns): a thread given up on aborts its communicator
+ * itself once NCCL hands it out. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
@@ -19,82 +20,94 @@
 #include "nccl_backend.h"
 #include "nccl_check.h"
 
-enum { USER_INIT_RUNNING, USER_INIT_DONE, USER_INIT_GIVEN_UP };
+enum { INIT_RUNNING, INIT_DONE, INIT_GIVEN_UP };
 
-/* Whoever of the creator and the thread comes last frees it. */
-typedef struct user_init {
+/* One communicator's init; whoever of the creator and the thread comes
+ * last frees it. */
+typedef struct init_job {
   atomic_int state;
-  int device, size, rank;
+  int device, size, rank, blocking;
   ncclUniqueId id;
   ncclComm_t comm;
   int has_comm; /* NCCL handed out a communicator: to abort unless used */
   ncclResult_t result;
-} user_init_t;
+} init_job_t;
 
-static int still_wanted(void *ctx) { return atomic_load(&((user_init_t *)ctx)->state) != USER_INIT_GIVEN_UP; }
-
-static void init_blocking(user_init_t *u) {
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 1;
-  if (cudaSetDevice(u->device) != cudaSuccess) { /* a new thread starts on device 0 */
-    u->result = ncclUnhandledCudaError;
-    return;
-  }
-  ncclResult_t r = ncclCommInitRankConfig(&u->comm, u->size, u->id, u->rank, &config);
-  u->has_comm = r == ncclSuccess || r == ncclInProgress;
-  /* NCCL_COMM_BLOCKING=0 overrides the setting: then settled here, until
-   * given up on */
-  const cg_wait_t wait = {still_wanted, u};
-  u->result = r == ncclInProgress ? cg_nccl_settle_within(u->comm, r, &wait) : r;
+/* The settling thread's wait: until given up on, 50 us between polls. */
+static int still_wanted(void *ctx) {
+  if (atomic_load(&((init_job_t *)ctx)->state) == INIT_GIVEN_UP) return 0;
+  struct timespec nap = {0, 50000};
+  nanosleep(&nap, NULL);
+  return 1;
 }
 
-static int user_init_main(void *arg) {
-  user_init_t *u = arg;
-  init_blocking(u);
-  int running = USER_INIT_RUNNING;
-  if (atomic_compare_exchange_strong(&u->state, &running, USER_INIT_DONE)) return 0;
+static void run_init(init_job_t *j) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = j->blocking;
+  if (cudaSetDevice(j->device) != cudaSuccess) { /* a new thread starts on device 0 */
+    j->result = ncclUnhandledCudaError;
+    return;
+  }
+  ncclResult_t r = ncclCommInitRankConfig(&j->comm, j->size, j->id, j->rank, &config);
+  j->has_comm = r == ncclSuccess || r == ncclInProgress; /* a failed call's communicator is NCCL's */
+  const cg_wait_t wait = {still_wanted, j};
+  j->result = r == ncclInProgress ? cg_nccl_settle_within(j->comm, r, &wait) : r;
+}
+
+static int init_main(void *arg) {
+  init_job_t *j = arg;
+  run_init(j);
+  int running = INIT_RUNNING;
+  if (atomic_compare_exchange_strong(&j->state, &running, INIT_DONE)) return 0;
   /* given up on: nobody uses this communicator, and its peers gave up too */
-  if (u->has_comm) ncclCommAbort(u->comm);
-  free(u);
+  if (j->has_comm) ncclCommAbort(j->comm);
+  free(j);
   return 0;
 }
 
-/* The plan's init's state, settled or ncclInProgress. */
-static ncclResult_t plan_state(ncclComm_t comm, ncclResult_t r) {
-  if (r != ncclInProgress) return r;
-  ncclResult_t state = ncclSuccess, asked = ncclCommGetAsyncError(comm, &state);
-  return asked != ncclSuccess ? asked : state;
+static init_job_t *start_init(const cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId *id, int blocking) {
+  init_job_t *j = calloc(1, sizeof *j);
+  if (!j) return NULL;
+  atomic_init(&j->state, INIT_RUNNING);
+  j->device = n->device, j->size = size, j->rank = rank, j->id = *id, j->blocking = blocking;
+  thrd_t thread;
+  if (thrd_create(&thread, init_main, j) == thrd_success) {
+    thrd_detach(thread);
+  } else { /* on this thread, then: unbounded, as NCCL's blocking init is */
+    run_init(j);
+    atomic_store(&j->state, INIT_DONE);
+  }
+  return j;
+}
+
+/* The creator done waiting for j: a finished init's communicator (NULL if
+ * none) and result, j freed; or, still running, j handed to its thread
+ * (*comm NULL, ncclInProgress). */
+static ncclResult_t take_init(ncclComm_t *comm, init_job_t *j) {
+  int running = INIT_RUNNING;
+  *comm = NULL;
+  if (atomic_compare_exchange_strong(&j->state, &running, INIT_GIVEN_UP)) return ncclInProgress;
+  ncclResult_t result = j->result;
+  if (j->has_comm) *comm = j->comm;
+  free(j);
+  return result;
 }
 
 ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId ids[2], MPI_Comm mpi,
                                double timeout_s, char *why, size_t why_size) {
-  user_init_t *u = calloc(1, sizeof *u);
-  if (!u) {
-    snprintf(why, why_size, "the user's communicator (no memory for its init)");
+  n->nccl = n->user_nccl = NULL;
+  init_job_t *plan_job = start_init(n, size, rank, &ids[0], 0);
+  init_job_t *user_job = plan_job ? start_init(n, size, rank, &ids[1], 1) : NULL;
+  if (!user_job) {
+    if (plan_job) take_init(&n->nccl, plan_job); /* the caller aborts what it made */
+    snprintf(why, why_size, "the communicators (no memory for their init)");
     return ncclSystemError;
-  }
-  atomic_init(&u->state, USER_INIT_RUNNING);
-  u->device = n->device, u->size = size, u->rank = rank, u->id = ids[1];
-  ncclConfig_t plan_config = NCCL_CONFIG_INITIALIZER;
-  plan_config.blocking = 0;
-  ncclResult_t plan = ncclCommInitRankConfig(&n->nccl, size, ids[0], rank, &plan_config);
-  /* a communicator whose init call failed is NCCL's; one whose init fails
-   * later is to be aborted */
-  if (plan != ncclSuccess && plan != ncclInProgress) n->nccl = NULL;
-  thrd_t thread;
-  if (thrd_create(&thread, user_init_main, u) == thrd_success) {
-    thrd_detach(thread);
-  } else { /* on this thread, then: unbounded, as NCCL's blocking init is */
-    init_blocking(u);
-    atomic_store(&u->state, USER_INIT_DONE);
   }
   char waiting_in[CG_WAITING_IN_BYTES];
   snprintf(waiting_in, sizeof waiting_in, "cg_comm_create (NCCL's init of the communicators on device %d)", n->device);
   double end = MPI_Wtime() + timeout_s;
   int timed_out = 0;
-  for (;;) {
-    plan = plan_state(n->nccl, plan);
-    if (plan != ncclInProgress && atomic_load(&u->state) == USER_INIT_DONE) break;
+  while (atomic_load(&plan_job->state) != INIT_DONE || atomic_load(&user_job->state) != INIT_DONE) {
     cg_mpi_answer_roll_calls(mpi, waiting_in);
     if (timeout_s > 0 && MPI_Wtime() >= end) {
       timed_out = 1;
@@ -103,28 +116,12 @@ ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const nccl
     struct timespec nap = {0, 50000};
     nanosleep(&nap, NULL);
   }
-  if (timed_out) {
-    char left[400];
-    snprintf(left, sizeof left, "This rank's NCCL init is given up (the plan's communicator aborted%s%s; the user's, "
-             "whose blocking init NCCL cannot interrupt, aborted by its own thread if that init ever returns)",
-             plan != ncclSuccess && plan != ncclInProgress ? ", its init having failed: " : "",
-             plan != ncclSuccess && plan != ncclInProgress ? ncclGetErrorString(plan) : "");
-    /* the roll call first, while this rank still is where it waited */
-    cg_mpi_setup_timeout(mpi, timeout_s, waiting_in, left);
-    int running = USER_INIT_RUNNING;
-    if (atomic_compare_exchange_strong(&u->state, &running, USER_INIT_GIVEN_UP)) {
-      n->user_nccl = NULL; /* the thread's now */
-    } else {
-      n->user_nccl = u->has_comm ? u->comm : NULL; /* the caller aborts it */
-      free(u);
-    }
-    if (n->nccl) ncclCommAbort(n->nccl);
-    n->nccl = NULL;
-    return ncclInProgress;
-  }
-  ncclResult_t user = u->result;
-  n->user_nccl = u->has_comm ? u->comm : NULL; /* on failure the caller aborts it */
-  free(u);
+  if (timed_out) /* the roll call first, while this rank still is where it waited */
+    cg_mpi_setup_timeout(mpi, timeout_s, waiting_in, "This rank's NCCL init is given up (a communicator whose "
+                         "init finished is aborted; one whose init still runs, by its thread once NCCL hands it "
+                         "out: a blocking init cannot be interrupted)");
+  ncclResult_t plan = take_init(&n->nccl, plan_job), user = take_init(&n->user_nccl, user_job);
+  if (timed_out) return ncclInProgress; /* the caller aborts what is in n */
   if (plan != ncclSuccess) {
     snprintf(why, why_size, "the plan's communicator");
     return plan;
