@@ -64,9 +64,11 @@
  *                     the ranks' arrival, in the first CUDA call of its
  *                     device choice (three timeouts, then exits): the others
  *                     wait for it in the agreement that follows
- *   stall-nccl-init   (gpu mode: NCCL) stalls in cg_comm_create's NCCL init
- *                     of the plan's communicator: the others wait in NCCL's
- *                     bootstrap, both of their inits in flight
+ *   stall-nccl-init   (gpu mode: NCCL) its NCCL init of the plan's
+ *                     communicator stalls inside cg_comm_create (on the
+ *                     init's own thread): every rank waits in NCCL's init,
+ *                     the others in its bootstrap, and every rank reports,
+ *                     its roll call hearing the others wait there too
  *
  * The survivors must fail with CG_ERR_TIMEOUT naming the rank that did not
  * answer their roll call.
