@@ -96,7 +96,7 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
   if (!tried && opts->device != CG_DEVICE_HOST)
     st = cg_staged_comm_create(out, mpi, opts, level, timeout_s), tried = 1;
 #endif
-  if (!tried) st = cg_mpi_comm_create(out, mpi, opts, level);
+  if (!tried) st = cg_mpi_comm_create(out, mpi, opts, level, timeout_s);
   if (st == CG_SUCCESS) (*out)->setup_timeout_s = timeout_s > 0 ? timeout_s : 0;
   return st;
 }

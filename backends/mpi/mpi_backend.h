@@ -58,13 +58,16 @@ extern const cg_backend_t cg_mpi_backend;
 
 /* Duplicates `mpi` twice (data, control) with MPI_ERRORS_RETURN and creates
  * the own types; cg_mpi_comm_close frees them (NULL is fine). Other MPI-based
- * backends keep one of these for their control traffic. */
-cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level);
+ * backends keep one of these for their control traffic. The duplicates wait
+ * for the other ranks at most timeout_s each (mpi_setup.c; 0: for ever): a
+ * rank that comes after the others gave up reports there. */
+cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level, double timeout_s);
 void cg_mpi_comm_close(void *impl);
 /* The id all ranks of `comm` agree on (collective); see mpi_comm.c. */
 cg_status_t cg_mpi_agree_on_id(uint64_t *out, MPI_Comm comm);
 /* A communicator of the MPI backend; opts already checked. */
-cg_status_t cg_mpi_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level);
+cg_status_t cg_mpi_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level,
+                               double timeout_s);
 /* The MPI part of an MPI-backend communicator; NULL for other backends. */
 const cg_mpi_comm_t *cg_mpi_comm_of(const cg_comm_t *comm);
 const char *cg_mpi_thread_level_name(int level);
@@ -125,6 +128,8 @@ cg_status_t cg_mpi_setup_min(void *least, const void *mine, int count, MPI_Datat
 /* Whether every rank's ok is nonzero: *all_ok 0 on any failure. */
 cg_status_t cg_mpi_setup_all_ok(int *all_ok, int ok, MPI_Comm comm, double timeout_s, const char *where,
                                 const char *stage);
+/* A duplicate of `comm` into *out (MPI_COMM_NULL on failure). */
+cg_status_t cg_mpi_setup_dup(MPI_Comm *out, MPI_Comm comm, double timeout_s, const char *where, const char *stage);
 /* root's `bytes` bytes into every rank's buffer. */
 cg_status_t cg_mpi_setup_bcast(void *buffer, int bytes, int root, MPI_Comm comm, double timeout_s,
                                const char *where, const char *stage);

@@ -128,9 +128,8 @@ const cg_backend_t cg_mpi_backend = {
 static const cg_comm_ops_t mpi_ops = {.backend_name = "mpi", .destroy_impl = cg_mpi_comm_close, .backend = &cg_mpi_backend,
                                       .memory_fits = cg_memory_fits};
 
-cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level) {
+cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level, double timeout_s) {
   cg_status_t st = CG_SUCCESS;
-  int err;
   cg_mpi_comm_t *m = calloc(1, sizeof *m);
   if (!m) return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: allocating the communicator");
   m->data = m->control = MPI_COMM_NULL;
@@ -143,10 +142,9 @@ cg_status_t cg_mpi_comm_open(cg_mpi_comm_t **out, MPI_Comm mpi, int thread_level
     return cg_fail(CG_ERR_NO_MEMORY, "cg_comm_create: creating the communicator's lock");
   }
   m->recv_lock_ready = 1;
-  if ((err = MPI_Comm_dup(mpi, &m->data)) != MPI_SUCCESS || (err = MPI_Comm_dup(mpi, &m->control)) != MPI_SUCCESS) {
-    st = cg_mpi_fail(err, "cg_comm_create: MPI_Comm_dup");
+  if ((st = cg_mpi_setup_dup(&m->data, mpi, timeout_s, "cg_comm_create", "the data duplicate")) != CG_SUCCESS ||
+      (st = cg_mpi_setup_dup(&m->control, mpi, timeout_s, "cg_comm_create", "the control duplicate")) != CG_SUCCESS)
     goto out;
-  }
   /* on the duplicates only: the application's `mpi` keeps its own handler */
   if ((st = cg_mpi_errors_return(m->data, "cg_comm_create: the data duplicate")) != CG_SUCCESS ||
       (st = cg_mpi_errors_return(m->control, "cg_comm_create: the control duplicate")) != CG_SUCCESS)
@@ -161,14 +159,15 @@ out:
   return st;
 }
 
-cg_status_t cg_mpi_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level) {
+cg_status_t cg_mpi_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *opts, int thread_level,
+                               double timeout_s) {
   cg_status_t st = CG_SUCCESS;
   cg_mpi_comm_t *m = NULL;
   int rank = 0, size = 0;
   uint64_t id = 0;
   if (opts->device != CG_DEVICE_HOST)
     return cg_fail(CG_ERR_INTERNAL, "cg_comm_create: the host MPI backend got device %d", opts->device);
-  if ((st = cg_mpi_comm_open(&m, mpi, thread_level)) != CG_SUCCESS) goto out;
+  if ((st = cg_mpi_comm_open(&m, mpi, thread_level, timeout_s)) != CG_SUCCESS) goto out;
   int err = MPI_Comm_rank(m->data, &rank);
   if (err == MPI_SUCCESS) err = MPI_Comm_size(m->data, &size);
   if (err != MPI_SUCCESS) {

@@ -140,3 +140,29 @@ cg_status_t cg_mpi_setup_bcast(void *buffer, int bytes, int root, MPI_Comm comm,
   release(k, request);
   return st;
 }
+
+cg_status_t cg_mpi_setup_dup(MPI_Comm *out, MPI_Comm comm, double timeout_s, const char *where, const char *stage) {
+  int err;
+  *out = MPI_COMM_NULL;
+  /* MPI writes the new handle when the duplicate completes: into memory that
+   * outlives a timeout */
+  kept_t *k = timeout_s > 0 ? kept_alloc(sizeof(MPI_Comm)) : NULL;
+  if (!k) { /* as in cg_mpi_setup_min */
+    if ((err = MPI_Comm_dup(comm, out)) != MPI_SUCCESS) {
+      *out = MPI_COMM_NULL;
+      return cg_fail_mpi(err, "MPI_Comm_dup", "%s (%s)", where, stage);
+    }
+    return CG_SUCCESS;
+  }
+  MPI_Comm *made = (MPI_Comm *)k->data;
+  *made = MPI_COMM_NULL;
+  MPI_Request request = MPI_REQUEST_NULL;
+  if ((err = MPI_Comm_idup(comm, made, &request)) != MPI_SUCCESS) {
+    free(k);
+    return cg_fail_mpi(err, "MPI_Comm_idup", "%s (%s)", where, stage);
+  }
+  cg_status_t st = wait_setup(&request, comm, timeout_s, where, stage, "MPI_Comm_idup");
+  if (st == CG_SUCCESS) *out = *made;
+  release(k, request);
+  return st;
+}

@@ -281,7 +281,7 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
                  why[0] ? why : "another rank cannot use its device");
     goto out;
   }
-  if ((st = cg_mpi_comm_open(&n->control, mpi, thread_level)) != CG_SUCCESS) goto out;
+  if ((st = cg_mpi_comm_open(&n->control, mpi, thread_level, timeout_s)) != CG_SUCCESS) goto out;
   MPI_Comm_rank(n->control->control, &rank);
   MPI_Comm_size(n->control->control, &size);
   struct {
@@ -389,7 +389,7 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
       st = cg_fail(CG_ERR_INVALID_ARGUMENT, "cg_comm_from_nccl: the NCCL communicator does not fit on another rank");
     goto out;
   }
-  if ((st = cg_mpi_comm_open(&n->control, mpi, level)) != CG_SUCCESS) goto out;
+  if ((st = cg_mpi_comm_open(&n->control, mpi, level, timeout_s)) != CG_SUCCESS) goto out;
   if ((st = finish(out, n, rank, size, "cg_comm_from_nccl")) != CG_SUCCESS) goto out;
   n = NULL;
   (*out)->setup_timeout_s = timeout_s > 0 ? timeout_s : 0;

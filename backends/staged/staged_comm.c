@@ -240,7 +240,7 @@ cg_status_t cg_staged_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_o
                    "value in its environment (see its error)");
     goto out;
   }
-  if ((st = cg_mpi_comm_open(&s->mpi, mpi, thread_level)) != CG_SUCCESS) goto out;
+  if ((st = cg_mpi_comm_open(&s->mpi, mpi, thread_level, timeout_s)) != CG_SUCCESS) goto out;
   int err = MPI_Comm_rank(s->mpi->data, &rank);
   if (err == MPI_SUCCESS) err = MPI_Comm_size(s->mpi->data, &size);
   if (err != MPI_SUCCESS) {

@@ -171,7 +171,7 @@ static cg_mpi_comm_t *open_channel(void) {
   int level = 0;
   MPI_Query_thread(&level);
   cg_mpi_comm_t *m = NULL;
-  ck_assert_int_eq(cg_mpi_comm_open(&m, MPI_COMM_WORLD, level), CG_SUCCESS);
+  ck_assert_int_eq(cg_mpi_comm_open(&m, MPI_COMM_WORLD, level, 0), CG_SUCCESS);
   return m;
 }
 

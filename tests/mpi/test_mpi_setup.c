@@ -1,9 +1,10 @@
 /* A communicator's creation waiting for the other ranks
- * (backends/mpi/mpi_setup.c): the minimum and the broadcast it agrees
- * through hand back what MPI's blocking collectives would, with and without
+ * (backends/mpi/mpi_setup.c): the minimum, broadcast and duplicate it
+ * agrees through hand back what MPI's blocking collectives would, with and without
  * a timeout; a rank that comes late leaves the others with CG_ERR_TIMEOUT
  * naming it and the stage, on time, and still completes its own call against
- * their posted collective (whose buffers the library keeps); and
+ * their posted collective (whose buffers the library keeps), and in
+ * cg_comm_create reports at its next wait instead of hanging; and
  * cg_comm_create, where one rank cannot choose its device, fails on every
  * rank instead of leaving the others in the backend's collectives. */
 #define _GNU_SOURCE /* RTLD_NEXT */
@@ -25,7 +26,7 @@
 
 #define WHERE "cg_comm_create (test)"
 
-START_TEST(setup__min_and_bcast_match_the_blocking_collectives_with_and_without_a_timeout) {
+START_TEST(setup__min_bcast_and_dup_match_the_blocking_collectives_with_and_without_a_timeout) {
   int me = cg_mpi_rank(), n = cg_mpi_size();
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
@@ -57,6 +58,12 @@ START_TEST(setup__min_and_bcast_match_the_blocking_collectives_with_and_without_
     ck_assert_msg(memcmp(data, sent, (size_t)bytes) == 0, "rank %d round %d: the broadcast from %d differs", me, round,
                   root);
     for (int i = bytes; i < 300; i++) ck_assert_int_eq(data[i], 0xa5); /* nothing written past it */
+    MPI_Comm dup = MPI_COMM_NULL;
+    int same = MPI_UNEQUAL;
+    ck_assert_int_eq(cg_mpi_setup_dup(&dup, comm, timeout_s, WHERE, "a duplicate"), CG_SUCCESS);
+    MPI_Comm_compare(dup, comm, &same);
+    ck_assert_int_eq(same, MPI_CONGRUENT);
+    MPI_Comm_free(&dup);
   }
   MPI_Comm_free(&comm);
 }
@@ -120,6 +127,33 @@ START_TEST(setup__a_late_rank_is_named_on_time_and_completes_against_the_posted_
 }
 END_TEST
 
+/* The last rank calls cg_comm_create after the others gave up on its
+ * arrival: its own arrival completes against their posted barrier, and it
+ * must then report at the next wait instead of waiting in MPI for ever (it
+ * used to, in MPI_Comm_dup). On a duplicate of the world: collectives stay
+ * posted on it. */
+START_TEST(setup__a_rank_that_comes_after_the_others_gave_up_reports_instead_of_hanging) {
+  int me = cg_mpi_rank(), n = cg_mpi_size(), late = n - 1;
+  MPI_Comm world;
+  MPI_Comm_dup(MPI_COMM_WORLD, &world);
+  cg_comm_opts_t o = CG_COMM_OPTS_INIT;
+  o.timeout_s = 1.0;
+  if (me == late) cg_test_nap(o.timeout_s + 0.5);
+  double began = cg_test_now_s();
+  cg_comm_t *comm = NULL;
+  cg_status_t st = cg_comm_create(&comm, world, &o);
+  double waited = cg_test_now_s() - began;
+  ck_assert_msg(st == CG_ERR_TIMEOUT && comm == NULL, "rank %d: %s: %s", me, cg_status_string(st), cg_error_last());
+  const char *stage = me == late ? "cg_comm_create (each rank's choice of its device)"
+                                 : "cg_comm_create (the ranks' arrival)";
+  ck_assert_msg(strstr(cg_error_last(), stage), "rank %d: %s", me, cg_error_last());
+  if (me != late) ck_assert_msg(named_as_missing(cg_error_last(), late, n), "rank %d: %s", me, cg_error_last());
+  ck_assert_msg(waited >= o.timeout_s && waited < o.timeout_s + 0.5, "rank %d gave up after %.3f s", me, waited);
+  MPI_Barrier(MPI_COMM_WORLD);
+  drain(world);
+}
+END_TEST
+
 #if CG_HAVE_CUDA /* without CUDA the option is refused before any collective, on that rank alone */
 /* While set, every process sees this many CUDA devices, GPU or not: the
  * program's own cudaGetDeviceCount, exported, takes the library's calls. */
@@ -177,8 +211,9 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("mpi_setup");
   TCase *t = cg_mpi_tcase("setup");
-  tcase_add_test(t, setup__min_and_bcast_match_the_blocking_collectives_with_and_without_a_timeout);
+  tcase_add_test(t, setup__min_bcast_and_dup_match_the_blocking_collectives_with_and_without_a_timeout);
   tcase_add_test(t, setup__a_late_rank_is_named_on_time_and_completes_against_the_posted_collective);
+  tcase_add_test(t, setup__a_rank_that_comes_after_the_others_gave_up_reports_instead_of_hanging);
 #if CG_HAVE_CUDA
   tcase_add_test(t, setup__a_rank_that_cannot_choose_its_device_fails_cg_comm_create_everywhere);
 #endif
