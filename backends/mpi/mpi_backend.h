@@ -102,6 +102,10 @@ cg_status_t cg_mpi_control_allgather_within(cg_mpi_comm_t *m, const void *mine, 
                                             const cg_wait_t *wait, const char *what);
 
 
+/* Keeps `block` (malloc'd) for good: the buffers of a collective that stays
+ * posted, which MPI may still write (mpi_control.c). */
+void cg_mpi_keep_posted(void *block);
+
 /* The roll call on any MPI communicator (mpi_control.c): answering the
  * roll calls of ranks whose wait timed out, saying what this rank waits in;
  * calling one after a wait of timeout_s (a sentence naming the ranks that did

@@ -47,24 +47,24 @@ typedef struct control_round {
   unsigned char buf[]; /* what this rank sends, then size * bytes received */
 } control_round_t;
 
-/* Rounds that timed out: MPI may still write into them, so they stay
- * allocated (and reachable) until the process ends. */
-static control_round_t **kept_rounds;
-static size_t n_kept_rounds, kept_rounds_cap;
+/* Memory MPI may still write (the buffers of collectives that stay
+ * posted): never freed, listed here so that it stays reachable. */
+static void **kept_blocks;
+static size_t n_kept_blocks, kept_blocks_cap;
 static mtx_t kept_lock;
 static once_flag kept_lock_once = ONCE_FLAG_INIT;
 static void init_kept_lock(void) { mtx_init(&kept_lock, mtx_plain); }
 
-static void keep_round(control_round_t *round) {
+void cg_mpi_keep_posted(void *block) {
   call_once(&kept_lock_once, init_kept_lock);
   mtx_lock(&kept_lock);
-  if (n_kept_rounds == kept_rounds_cap) {
-    size_t cap = kept_rounds_cap ? 2 * kept_rounds_cap : 8;
-    control_round_t **grown = realloc(kept_rounds, cap * sizeof *grown);
-    if (grown) kept_rounds = grown, kept_rounds_cap = cap;
+  if (n_kept_blocks == kept_blocks_cap) {
+    size_t cap = kept_blocks_cap ? 2 * kept_blocks_cap : 8;
+    void **grown = realloc(kept_blocks, cap * sizeof *grown);
+    if (grown) kept_blocks = grown, kept_blocks_cap = cap;
   }
   /* without room it is simply never freed, which is what keeping means */
-  if (n_kept_rounds < kept_rounds_cap) kept_rounds[n_kept_rounds++] = round;
+  if (n_kept_blocks < kept_blocks_cap) kept_blocks[n_kept_blocks++] = block;
   mtx_unlock(&kept_lock);
 }
 
@@ -110,7 +110,7 @@ cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request) {
     if (r->request == MPI_REQUEST_NULL)
       free(r);
     else
-      keep_round(r);
+      cg_mpi_keep_posted(r);
     return cg_mpi_fail(err, "MPI_Test (control MPI_Iallgather)");
   }
   if (*done) {
@@ -122,7 +122,7 @@ cg_status_t cg_mpi_control_test(int *done, void *comm_impl, void *request) {
 
 void cg_mpi_control_abandon(void *comm_impl, void *request, const char *why) {
   cg_mpi_comm_t *m = comm_impl;
-  if (request) keep_round(request);
+  if (request) cg_mpi_keep_posted(request);
   if (why && !m->abandoned[0]) snprintf(m->abandoned, sizeof m->abandoned, "%s", why);
 }
 

@@ -7,30 +7,12 @@
  * take the collective back, so it stays posted and the job is to end. With
  * no timeout they are MPI's blocking collectives, as before. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
-#include <stdatomic.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "mpi_backend.h"
-
-/* The buffers of collectives left posted: MPI may still write them, so they
- * stay allocated for good, listed here (reachable, not leaked). */
-typedef struct kept {
-  struct kept *next;
-  max_align_t data[]; /* the collective's buffers */
-} kept_t;
-static _Atomic(kept_t *) kept_buffers;
-
-static kept_t *kept_alloc(size_t bytes) { return malloc(sizeof(kept_t) + bytes + 1); }
-
-static void keep_for_good(kept_t *k) {
-  k->next = atomic_load(&kept_buffers);
-  while (!atomic_compare_exchange_weak(&kept_buffers, &k->next, k)) {
-  }
-}
 
 cg_status_t cg_mpi_setup_timeout(MPI_Comm comm, double timeout_s, const char *waiting_in, const char *left) {
   int me = 0, n = 0;
@@ -81,35 +63,34 @@ cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {
 /* A request's buffers once wait_setup is done with it: freed if MPI let go
  * of the request, kept for good if it stays posted (a timeout, or an error
  * that left it to MPI). */
-static void release(kept_t *k, MPI_Request request) {
+static void release(void *buffers, MPI_Request request) {
   if (request == MPI_REQUEST_NULL)
-    free(k);
+    free(buffers);
   else
-    keep_for_good(k);
+    cg_mpi_keep_posted(buffers);
 }
 
 cg_status_t cg_mpi_setup_min(void *least, const void *mine, int count, MPI_Datatype type, MPI_Comm comm,
                              double timeout_s, const char *where, const char *stage) {
   int err, type_bytes = 0;
   size_t bytes = 0;
-  kept_t *k = NULL; /* what this rank sends, then what it gets */
+  char *owned = NULL; /* what this rank sends, then what it gets */
   if (timeout_s > 0 && MPI_Type_size(type, &type_bytes) == MPI_SUCCESS)
-    bytes = (size_t)type_bytes * (size_t)count, k = kept_alloc(2 * bytes);
-  if (!k) { /* no timeout, or no memory for the buffers: MPI's blocking collective, which needs none */
+    bytes = (size_t)type_bytes * (size_t)count, owned = malloc(2 * bytes + 1);
+  if (!owned) { /* no timeout, or no memory for the buffers: MPI's blocking collective, which needs none */
     if ((err = MPI_Allreduce(mine, least, count, type, MPI_MIN, comm)) != MPI_SUCCESS)
       return cg_fail_mpi(err, "MPI_Allreduce", "%s (%s)", where, stage);
     return CG_SUCCESS;
   }
-  char *owned = (char *)k->data;
   memcpy(owned, mine, bytes);
   MPI_Request request = MPI_REQUEST_NULL;
   if ((err = MPI_Iallreduce(owned, owned + bytes, count, type, MPI_MIN, comm, &request)) != MPI_SUCCESS) {
-    free(k);
+    free(owned);
     return cg_fail_mpi(err, "MPI_Iallreduce", "%s (%s)", where, stage);
   }
   cg_status_t st = wait_setup(&request, comm, timeout_s, where, stage, "MPI_Iallreduce");
   if (st == CG_SUCCESS) memcpy(least, owned + bytes, bytes);
-  release(k, request);
+  release(owned, request);
   return st;
 }
 
@@ -122,22 +103,21 @@ cg_status_t cg_mpi_setup_all_ok(int *all_ok, int ok, MPI_Comm comm, double timeo
 cg_status_t cg_mpi_setup_bcast(void *buffer, int bytes, int root, MPI_Comm comm, double timeout_s,
                                const char *where, const char *stage) {
   int err;
-  kept_t *k = timeout_s > 0 ? kept_alloc((size_t)bytes) : NULL;
-  if (!k) { /* as in cg_mpi_setup_min */
+  char *owned = timeout_s > 0 ? malloc((size_t)bytes + 1) : NULL;
+  if (!owned) { /* as in cg_mpi_setup_min */
     if ((err = MPI_Bcast(buffer, bytes, MPI_BYTE, root, comm)) != MPI_SUCCESS)
       return cg_fail_mpi(err, "MPI_Bcast", "%s (%s)", where, stage);
     return CG_SUCCESS;
   }
-  char *owned = (char *)k->data;
   memcpy(owned, buffer, (size_t)bytes);
   MPI_Request request = MPI_REQUEST_NULL;
   if ((err = MPI_Ibcast(owned, bytes, MPI_BYTE, root, comm, &request)) != MPI_SUCCESS) {
-    free(k);
+    free(owned);
     return cg_fail_mpi(err, "MPI_Ibcast", "%s (%s)", where, stage);
   }
   cg_status_t st = wait_setup(&request, comm, timeout_s, where, stage, "MPI_Ibcast");
   if (st == CG_SUCCESS) memcpy(buffer, owned, (size_t)bytes);
-  release(k, request);
+  release(owned, request);
   return st;
 }
 
@@ -146,23 +126,22 @@ cg_status_t cg_mpi_setup_dup(MPI_Comm *out, MPI_Comm comm, double timeout_s, con
   *out = MPI_COMM_NULL;
   /* MPI writes the new handle when the duplicate completes: into memory that
    * outlives a timeout */
-  kept_t *k = timeout_s > 0 ? kept_alloc(sizeof(MPI_Comm)) : NULL;
-  if (!k) { /* as in cg_mpi_setup_min */
+  MPI_Comm *made = timeout_s > 0 ? malloc(sizeof *made) : NULL;
+  if (!made) { /* as in cg_mpi_setup_min */
     if ((err = MPI_Comm_dup(comm, out)) != MPI_SUCCESS) {
       *out = MPI_COMM_NULL;
       return cg_fail_mpi(err, "MPI_Comm_dup", "%s (%s)", where, stage);
     }
     return CG_SUCCESS;
   }
-  MPI_Comm *made = (MPI_Comm *)k->data;
   *made = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;
   if ((err = MPI_Comm_idup(comm, made, &request)) != MPI_SUCCESS) {
-    free(k);
+    free(made);
     return cg_fail_mpi(err, "MPI_Comm_idup", "%s (%s)", where, stage);
   }
   cg_status_t st = wait_setup(&request, comm, timeout_s, where, stage, "MPI_Comm_idup");
   if (st == CG_SUCCESS) *out = *made;
-  release(k, request);
+  release(made, request);
   return st;
 }
