@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "arena_internal.h"
+#include "comm_abort.h"
 #include "commgraph/nccl.h"
 #include "cuda_check.h"
 #include "error.h"
@@ -93,8 +94,12 @@ static cg_status_t agree(int *ok, int *same_bytes, const cg_comm_t *comm, cg_ncc
 /* A wait of the arena's that gave up (CG_ERR_TIMEOUT, cg_error_last() says
  * in what): the ranks that did not answer a roll call named, and the
  * communicator aborted, so that nothing of NCCL's waits on for a peer that
- * is not coming and later plans refuse it. */
-static cg_status_t timed_out(cg_comm_t *comm, cg_nccl_comm_t *n, const cg_deadline_t *d, const char *where) {
+ * is not coming and later plans refuse it. Before the registration began
+ * nothing of NCCL's touches the arena's memory, and the abort (a second or
+ * more over NCCL's sockets) goes on a thread of its own; after, it ends
+ * here, before the memory is freed under a window or a timed call. */
+static cg_status_t timed_out(cg_comm_t *comm, cg_nccl_comm_t *n, const cg_deadline_t *d, int registering,
+                             const char *where) {
   char what[768], roll[768];
   snprintf(what, sizeof what, "%s", cg_error_last());
   cg_mpi_control_roll_call(roll, sizeof roll, n->control, d->waiting_in, d->timeout_s);
@@ -103,7 +108,10 @@ static cg_status_t timed_out(cg_comm_t *comm, cg_nccl_comm_t *n, const cg_deadli
                            "aborted: create a new one, or end the job", where, d->timeout_s,
                            (unsigned long long)comm->id, comm->rank, comm->size, what, roll);
   fprintf(stderr, "commgraph: %s\n", cg_error_last());
-  if (cg_comm_mark_aborted(comm, st, cg_error_last())) cg_nccl_backend.abort(n);
+  if (!registering)
+    cg_comm_abort_list(&comm, 1, n->device, st, cg_error_last());
+  else if (cg_comm_mark_aborted(comm, st, cg_error_last()))
+    cg_nccl_backend.abort(n);
   return st;
 }
 
@@ -278,7 +286,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   snprintf(waiting_in, sizeof waiting_in, "%s (communicator %016llx)", where, (unsigned long long)comm->id);
   cg_deadline_start(&deadline, comm->setup_timeout_s, cg_mpi_control_answer, n->control, waiting_in);
   cg_wait_t wait = {cg_deadline_go_on, &deadline};
-  int ok = st == CG_SUCCESS, same_bytes = 1;
+  int ok = st == CG_SUCCESS, same_bytes = 1, registering = 0;
   char local[512] = "";
   if (st != CG_SUCCESS) snprintf(local, sizeof local, "%s", cg_error_last());
   cg_status_t agreed = agree(&ok, &same_bytes, comm, n, bytes, &wait, where);
@@ -301,6 +309,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
                  where, (unsigned long long)comm->id, bytes);
   if (st != CG_SUCCESS) goto out;
 
+  registering = 1;
   st = register_window(state, comm, n, memory, bytes, &wait, where);
   if (st == CG_ERR_TIMEOUT) goto out;
   if (st != CG_SUCCESS && cg_comm_mark_aborted(comm, st, cg_error_last()))
@@ -321,7 +330,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   arena = NULL;
 out:
   /* only a wait that ran out: an abandoned control channel refuses at once with its own report */
-  if (st == CG_ERR_TIMEOUT && deadline.expired) st = timed_out(comm, n, &deadline, where);
+  if (st == CG_ERR_TIMEOUT && deadline.expired) st = timed_out(comm, n, &deadline, registering, where);
   cg_arena_destroy(arena);
   if (base) ncclMemFree(base);
   free(s);

@@ -132,6 +132,7 @@
 #if CG_HAVE_NCCL
 #include "commgraph/nccl.h"
 #endif
+#include "share_gpus.h"
 
 #define COUNT (1 << 16)
 #define LAYERS 4
@@ -499,6 +500,7 @@ int main(int argc, char **argv) {
   int hosttransfer = strcmp(mode, "gpu-embed-hosttransfer") == 0;
   gpu_run = strcmp(mode, "gpu") == 0 || strcmp(mode, "gpu-staged") == 0 || strcmp(mode, "gpu-direct") == 0;
   int gpu = strcmp(mode, "host") != 0;
+  if (gpu) cg_test_share_gpus_setup(rank); /* run-faults: CG_TEST_SHARE_GPUS=1, ranks above the GPUs */
   int faulty = rank == size - 1;
   const char *fault = argv[2];
   double timeout_s = atof(argv[3]);

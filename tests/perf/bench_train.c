@@ -236,8 +236,8 @@ static void print_header(int argc, char **argv, const args_t *a, int device, int
   NCCL_CHECK(ncclGetVersion(&version));
   CG_CHECK(cg_comm_backend_name(&backend, c->comm));
   printf("bench_train: a data-parallel training iteration, simulated backward pass and gradient allreduces\n");
-  printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, one GPU per rank\n", prop.name, device, ranks,
-         ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s");
+  printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, %s\n", prop.name, device, ranks,
+         ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", cg_bench_gpus_per_rank());
   printf("  NCCL %d.%d.%d; NCCL_NVLS_ENABLE=%s NCCL_P2P_DISABLE=%s NCCL_SHM_DISABLE=%s NCCL_SOCKET_IFNAME=%s\n",
          version / 10000, version % 10000 / 100, version % 100, env("NCCL_NVLS_ENABLE"), env("NCCL_P2P_DISABLE"),
          env("NCCL_SHM_DISABLE"), env("NCCL_SOCKET_IFNAME"));

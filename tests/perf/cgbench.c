@@ -377,8 +377,8 @@ static void print_header(int argc, char **argv, int device, int nodes, const cha
   const char *nvls = getenv("NCCL_NVLS_ENABLE"), *env_bucket = getenv("CG_BUCKET_BYTES"),
              *env_fusion = getenv("CG_FUSION");
   printf("cgbench: gradient allreduces per training iteration\n");
-  printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, one GPU per rank\n", prop.name, device, ranks,
-         ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s");
+  printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, %s\n", prop.name, device, ranks,
+         ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", cg_bench_gpus_per_rank());
   printf("  NCCL %d.%d.%d, NCCL_NVLS_ENABLE=%s; commgraph %s, CG_BUCKET_BYTES=%s, CG_FUSION=%s\n", version / 10000,
          version % 10000 / 100, version % 100, nvls ? nvls : "(unset)", CG_VERSION_STRING,
          env_bucket ? env_bucket : "(unset)", env_fusion ? env_fusion : "(unset)");

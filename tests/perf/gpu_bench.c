@@ -3,6 +3,7 @@
 
 #include "commgraph/mpi.h"
 #include "commgraph/nccl.h"
+#include "share_gpus.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -38,8 +39,8 @@ void cg_bench_print_setup(const char *title, int device, int nodes, int argc, ch
   NCCL_CHECK(ncclGetVersion(&version));
   const char *nvls = getenv("NCCL_NVLS_ENABLE");
   printf("%s\n", title);
-  printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, one GPU per rank\n", prop.name, device, ranks,
-         ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s");
+  printf("  GPU: %s (rank 0 on device %d); %d rank%s on %d node%s, %s\n", prop.name, device, ranks,
+         ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", cg_bench_gpus_per_rank());
   printf("  NCCL %d.%d.%d, NCCL_NVLS_ENABLE=%s; commgraph %s\n", version / 10000, version % 10000 / 100,
          version % 100, nvls ? nvls : "(unset)", CG_VERSION_STRING);
   printf("  command: mpiexec -n %d", ranks);
@@ -114,12 +115,18 @@ static int choose_device(int local_rank, int local_ranks, char *why, size_t why_
     snprintf(why, why_size, "no GPU: cudaGetDeviceCount: %s", cudaGetErrorString(e));
     return -1;
   }
-  if (devices < local_ranks) {
-    snprintf(why, why_size, "%d CUDA device%s for %d ranks on this node; one GPU per rank is needed", devices,
-             devices == 1 ? "" : "s", local_ranks);
+  if (devices < local_ranks && !(cg_test_share_gpus() && devices > 0)) {
+    snprintf(why, why_size, "%d CUDA device%s for %d ranks on this node; one GPU per rank is needed "
+             "(or CG_TEST_SHARE_GPUS=1)", devices, devices == 1 ? "" : "s", local_ranks);
     return -1;
   }
-  return local_rank;
+  return local_rank % devices;
+}
+
+const char *cg_bench_gpus_per_rank(void) {
+  return cg_test_share_gpus() ? "ranks SHARING GPUs (CG_TEST_SHARE_GPUS=1, NCCL over sockets: times are not a "
+                                "GPU per rank's)"
+                              : "one GPU per rank";
 }
 
 int cg_bench_pick_gpu(const char *tool, int *nodes) {
@@ -127,6 +134,7 @@ int cg_bench_pick_gpu(const char *tool, int *nodes) {
   MPI_Comm node;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  cg_test_share_gpus_setup(rank);
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &local_rank);
   MPI_Comm_size(node, &local_ranks);

@@ -66,6 +66,10 @@ void cg_bench_window_free(ncclComm_t nccl, void *buf, void *window);
  * rank 0 prints "<tool>: not run: rank R has no GPU of its own (why)" and every
  * rank gets -1. *nodes is the number of nodes. */
 int cg_bench_pick_gpu(const char *tool, int *nodes);
+/* How ranks hold GPUs, for the header: "one GPU per rank", or ranks sharing
+ * them (CG_TEST_SHARE_GPUS=1: cg_bench_pick_gpu shares, every time then far
+ * from a machine with a GPU per rank). */
+const char *cg_bench_gpus_per_rank(void);
 
 /* How many times the plan's DOT (cg_plan_write_dot) holds `what`: for
  * instance "one-shot allreduce", the path the NCCL backend chose. */

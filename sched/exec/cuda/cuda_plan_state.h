@@ -108,12 +108,6 @@ cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint6
 /* A copy of the monitor's report of the plan's timed-out launch (free it);
  * NULL if none. */
 char *cg_cuda_timeout_report(const cg_plan_t *p);
-/* Aborts each communicator of `comms` not aborted yet, marking it with
- * `status` and `report` for later plans (cg_comm_mark_aborted): inline where
- * the backend's abort never blocks, else on a thread of its own, so the
- * caller returns on time (cuda_watchdog.c; a timed-out replay's plan, a
- * compile's warm-up). */
-void cg_cuda_abort_comms(cg_comm_t *const *comms, uint32_t n, int device, cg_status_t status, const char *report);
 /* CG_ERR_TIMEOUT when the plan timed out or one of its communicators was
  * aborted after a timeout (of any plan): nothing runs on those any more. */
 cg_status_t cg_cuda_check_runnable(const cg_plan_t *p, const char *caller);

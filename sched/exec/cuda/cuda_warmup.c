@@ -13,6 +13,7 @@
 
 #include "agreement.h"
 #include "backend.h"
+#include "comm_abort.h"
 #include "cuda_check.h"
 #include "cuda_plan_state.h"
 #include "device_fingerprint.h"
@@ -50,7 +51,7 @@ static cg_status_t timed_out(cg_plan_t *p, cg_comm_t *comm, const cg_deadline_t 
                            w->waiting_in, timeout_s, cg_comm_id_label(label, sizeof label, comm->id),
                            comm->ops->backend_name, comm->rank, comm->size, what, roll);
   fprintf(stderr, "commgraph: %s\n", cg_error_last());
-  cg_cuda_abort_comms(&comm, 1, p->device, st, cg_error_last());
+  cg_comm_abort_list(&comm, 1, p->device, st, cg_error_last());
   return st;
 }
 

@@ -20,6 +20,8 @@
 #include <time.h>
 
 #include "backend.h"
+#include "comm_abort.h"
+#include "cuda_thread.h"
 #include "cuda_plan_state.h"
 #include "device_fingerprint.h"
 #include "error.h"
@@ -83,94 +85,7 @@ uint64_t cg_cuda_replay_number(const cg_plan_t *p) {
   return p->cuda->embedded && p->cuda->marks ? marks_replay(p) : p->replays;
 }
 
-/* Runs fn(arg) on a detached thread of its own; 0 if none could be started. */
-static int start_detached(void *(*fn)(void *), void *arg) {
-  pthread_t thread;
-  pthread_attr_t attr;
-  if (pthread_attr_init(&attr) != 0) return 0;
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int started = pthread_create(&thread, &attr, fn, arg) == 0;
-  pthread_attr_destroy(&attr);
-  return started;
-}
-
-typedef struct abort_job {
-  cg_comm_t **comms; /* not retained: see cg_comm_abort_begin */
-  uint32_t n;
-  int device;
-} abort_job_t;
-
-/* The watchdog's threads make CUDA calls (cudaEventQuery, cudaSetDevice,
- * the aborts) while the program may be capturing a graph in global mode
- * (PyTorch's torch.cuda.graph default): in relaxed mode they are not the
- * "potentially unsafe" calls from another thread that would invalidate that
- * capture (pytorch/pytorch#104555). */
-static enum cudaStreamCaptureMode relax_capture_mode(void) {
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  return mode; /* the thread's mode before */
-}
-
-static void *run_abort(void *arg) {
-  abort_job_t *job = arg;
-  /* also when it runs inline on the program's thread: its mode comes back */
-  enum cudaStreamCaptureMode mode = relax_capture_mode();
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(job->device);
-  for (uint32_t i = 0; i < job->n; i++) {
-    job->comms[i]->ops->backend->abort(job->comms[i]->impl);
-    cg_comm_abort_end(job->comms[i]); /* then never touched again: its destroy may go on now */
-  }
-  cudaSetDevice(previous);
-  free(job->comms);
-  free(job);
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  return NULL;
-}
-
-/* The communicators' abort hooks, each communicator's once, the first
- * marking it with the failure's status and report for later plans
- * (cg_comm_mark_aborted). Hooks that
- * never block (the MPI progress engine's) run here, so the communicator is
- * aborted before the caller hears of the timeout; the others (NCCL) on a
- * thread of their own: ncclCommAbort whose kernels still spin did not
- * return in time when communicators were blocking, and the caller must get
- * its CG_ERR_TIMEOUT within the timeout. That thread holds no reference
- * (cg_comm_abort_begin): a caller that destroys the plan and its
- * communicators right after the timeout waits in the last release until
- * the abort has ended (and the destroy then skips what the abort freed), so
- * the communicator and its MPI duplicates are freed on the caller's thread. */
-static void abort_each(cg_comm_t *(*comm_at)(const void *, uint32_t), const void *from, uint32_t n, int device,
-                       cg_status_t status, const char *report) {
-  abort_job_t *job = calloc(1, sizeof *job);
-  if (job) job->comms = calloc(n ? n : 1, sizeof *job->comms);
-  if (job) job->device = device;
-  for (uint32_t c = 0; c < n; c++) {
-    cg_comm_t *comm = comm_at(from, c);
-    const cg_backend_t *b = comm->ops->backend;
-    if (!b || !b->abort || !cg_comm_mark_aborted(comm, status, report)) continue;
-    if (b->abort_never_blocks || !job || !job->comms) {
-      b->abort(comm->impl); /* inline also when no thread can be had */
-      continue;
-    }
-    cg_comm_abort_begin(comm); /* the caller's reference (the plan's) keeps it alive here */
-    job->comms[job->n++] = comm;
-  }
-  if (job && job->n) {
-    if (!start_detached(run_abort, job)) run_abort(job); /* frees the job */
-    return;
-  }
-  if (job) free(job->comms);
-  free(job);
-}
-
 static cg_comm_t *plan_comm_at(const void *plan, uint32_t i) { return ((const cg_plan_t *)plan)->comms[i].comm; }
-static cg_comm_t *list_comm_at(const void *list, uint32_t i) { return ((cg_comm_t *const *)list)[i]; }
-
-void cg_cuda_abort_comms(cg_comm_t *const *comms, uint32_t n, int device, cg_status_t status, const char *report) {
-  abort_each(list_comm_at, comms, n, device, status, report);
-}
 
 /* The report of the plan's timed-out replay, for later calls (the monitor
  * writes it on its thread). */
@@ -226,7 +141,7 @@ static int claim(cg_plan_t *p) {
 static cg_status_t settle(cg_plan_t *p, cg_status_t st) {
   remember_report(p, cg_error_last());
   atomic_store(&p->cuda->fired, CG_FIRED_REPORTED);
-  abort_each(plan_comm_at, p, p->n_comms, p->device, st, cg_error_last());
+  cg_comm_abort_each(plan_comm_at, p, p->n_comms, p->device, st, cg_error_last());
   return st;
 }
 
@@ -396,7 +311,7 @@ static int check_plan(cg_plan_t *p, fired_t *fired) {
 
 static void *notify_main(void *arg) {
   fired_t *fired = arg;
-  relax_capture_mode(); /* a thread of ours: the handler's CUDA calls (a destroy) leave captures alone */
+  cg_cuda_thread_relax_capture(); /* a thread of ours: the handler's CUDA calls (a destroy) leave captures alone */
   cg_watchdog_notify_status(fired->status, fired->report);
   free(fired->report);
   free(fired);
@@ -414,12 +329,12 @@ static void notify_detached(fired_t fired) {
     return;
   }
   *copy = fired;
-  if (!start_detached(notify_main, copy)) notify_main(copy);
+  if (!cg_cuda_thread_start_detached(notify_main, copy)) notify_main(copy);
 }
 
 static void *monitor_main(void *arg) {
   (void)arg;
-  relax_capture_mode();
+  cg_cuda_thread_relax_capture();
   for (;;) {
     fired_t fired = {CG_SUCCESS, NULL};
     pthread_mutex_lock(&monitor_lock);
@@ -448,7 +363,7 @@ static void *monitor_main(void *arg) {
  * monitor_lock. */
 static cg_status_t watch(cg_plan_t *p, const char *caller) {
   struct cg_cuda_plan *c = p->cuda;
-  if (!monitor_running && !(monitor_running = start_detached(monitor_main, NULL)))
+  if (!monitor_running && !(monitor_running = cg_cuda_thread_start_detached(monitor_main, NULL)))
     return cg_fail(CG_ERR_NO_MEMORY, "%s: starting the watchdog's monitor thread", caller);
   if (c->watched) return CG_SUCCESS;
   watched_t *w = malloc(sizeof *w);

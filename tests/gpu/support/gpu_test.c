@@ -15,10 +15,10 @@ int cg_gpu_device(void) { return device; }
 
 TCase *cg_gpu_tcase(const char *name) { return cg_mpi_tcase_limit(name, CG_GPU_TEST_TIMEOUT); }
 
-/* ---- one GPU per rank */
+/* ---- one GPU per rank, or shared (share_gpus.h) */
 
-/* 1 if this rank has a GPU of its own (device = node-local rank), else 0 with
- * the reason in `why`. */
+/* 1 if this rank has a GPU (device = node-local rank; with CG_TEST_SHARE_GPUS
+ * that modulo the GPUs), else 0 with the reason in `why`. */
 static int pick_device(char *why, size_t len) {
   MPI_Comm local;
   int local_rank = 0, local_size = 1, count = 0;
@@ -31,15 +31,17 @@ static int pick_device(char *why, size_t len) {
     snprintf(why, len, "no usable GPU (cudaGetDeviceCount: %s)", cudaGetErrorString(err));
     return 0;
   }
-  if (count < local_size) {
-    snprintf(why, len, "%d GPU(s) on this node for %d ranks on it; one GPU per rank is needed", count, local_size);
+  if (count < local_size && !cg_test_share_gpus()) {
+    snprintf(why, len, "%d GPU(s) on this node for %d ranks on it; one GPU per rank is needed "
+             "(or CG_TEST_SHARE_GPUS=1)", count, local_size);
     return 0;
   }
-  if ((err = cudaSetDevice(local_rank)) != cudaSuccess || (err = cudaFree(NULL)) != cudaSuccess) {
-    snprintf(why, len, "cannot use GPU %d (%s)", local_rank, cudaGetErrorString(err));
+  int chosen = count > 0 ? local_rank % count : 0;
+  if ((err = cudaSetDevice(chosen)) != cudaSuccess || (err = cudaFree(NULL)) != cudaSuccess) {
+    snprintf(why, len, "cannot use GPU %d (%s)", chosen, cudaGetErrorString(err));
     return 0;
   }
-  device = local_rank;
+  device = chosen;
   return 1;
 }
 
@@ -55,6 +57,7 @@ int cg_gpu_test_main(Suite *suite, const char *name) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   cg_mpi_test_adopt(world_rank, world_size);
   setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast stays off on shared hosts (unless set) */
+  int sharing = cg_test_share_gpus_setup(world_rank);
   char why[256] = "";
   int mine = pick_device(why, sizeof why);
   if (!cg_mpi_all(mine)) {
@@ -71,7 +74,8 @@ int cg_gpu_test_main(Suite *suite, const char *name) {
   MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
   cg_test_set_seed(seed);
   if (world_rank == 0) {
-    printf("%d ranks, one GPU each, seed: CG_TEST_SEED=%llu\n", world_size, seed);
+    printf("%d ranks, %s, seed: CG_TEST_SEED=%llu\n", world_size,
+           sharing ? "sharing GPUs (CG_TEST_SHARE_GPUS; NCCL over sockets)" : "one GPU each", seed);
     fflush(stdout);
   }
   SRunner *runner = srunner_create(suite);

@@ -16,6 +16,7 @@
 #include "commgraph/nccl.h"
 #include "mpi_test.h"
 #include "nccl_settle.h"
+#include "share_gpus.h"
 
 /* Seconds a test may take before the run aborts with its name. */
 #define CG_GPU_TEST_TIMEOUT 300
