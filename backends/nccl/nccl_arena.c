@@ -297,6 +297,8 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
       char detail[768];
       snprintf(detail, sizeof detail, "%s", cg_error_last());
       st = local[0] ? cg_fail(agreed, "%s (and this rank's own set-up had failed: %s)", detail, local) : agreed;
+    } else if (local[0]) {
+      st = cg_fail(st, "%s", local); /* the agreement's failure took the detail's place */
     }
     goto out;
   }

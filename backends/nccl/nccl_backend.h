@@ -97,7 +97,8 @@ cg_status_t cg_nccl_comm_create(cg_comm_t **out, MPI_Comm mpi, int device, int t
  * communicator (one whose init failed after NCCL handed it out is left in n
  * for the caller to abort); or ncclInProgress when the time ran out:
  * CG_ERR_TIMEOUT is then reported (a roll call), an init still running is
- * left to its thread and a finished one left in n to abort. */
+ * left to its thread and a finished one aborted on a thread of its own
+ * (n holds neither). */
 ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId ids[2], MPI_Comm mpi,
                                double timeout_s, char *why, size_t why_size);
 /* The NCCL state of a communicator of this backend; NULL for other backends. */

@@ -93,6 +93,27 @@ static ncclResult_t take_init(ncclComm_t *comm, init_job_t *j) {
   return result;
 }
 
+static int abort_main(void *arg) {
+  init_job_t *j = arg;
+  if (j->has_comm && cudaSetDevice(j->device) == cudaSuccess) ncclCommAbort(j->comm);
+  free(j);
+  return 0;
+}
+
+/* The creator gave up at its deadline: a running init is left to its
+ * thread, which aborts the communicator once NCCL hands it out; a finished
+ * one is aborted on a thread of its own (NCCL's abort takes a second or more
+ * over its sockets), so that the timeout comes back on time. */
+static void give_up(init_job_t *j) {
+  int running = INIT_RUNNING;
+  if (atomic_compare_exchange_strong(&j->state, &running, INIT_GIVEN_UP)) return;
+  thrd_t thread;
+  if (thrd_create(&thread, abort_main, j) == thrd_success)
+    thrd_detach(thread);
+  else
+    abort_main(j);
+}
+
 ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId ids[2], MPI_Comm mpi,
                                double timeout_s, char *why, size_t why_size) {
   n->nccl = n->user_nccl = NULL;
@@ -118,10 +139,14 @@ ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const nccl
   }
   if (timed_out) /* the roll call first, while this rank still is where it waited */
     cg_mpi_setup_timeout(mpi, timeout_s, waiting_in, "This rank's NCCL init is given up (a communicator whose "
-                         "init finished is aborted; one whose init still runs, by its thread once NCCL hands it "
-                         "out: a blocking init cannot be interrupted)");
+                         "init finished is aborted on a thread of its own; one whose init still runs, by its thread "
+                         "once NCCL hands it out: a blocking init cannot be interrupted)");
+  if (timed_out) { /* nothing for the caller to abort */
+    give_up(plan_job);
+    give_up(user_job);
+    return ncclInProgress;
+  }
   ncclResult_t plan = take_init(&n->nccl, plan_job), user = take_init(&n->user_nccl, user_job);
-  if (timed_out) return ncclInProgress; /* the caller aborts what is in n */
   if (plan != ncclSuccess) {
     snprintf(why, why_size, "the plan's communicator");
     return plan;
