@@ -287,7 +287,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   cg_deadline_start(&deadline, comm->setup_timeout_s, cg_mpi_control_answer, n->control, waiting_in);
   cg_wait_t wait = {cg_deadline_go_on, &deadline};
   int ok = st == CG_SUCCESS, same_bytes = 1, registering = 0;
-  char local[512] = "";
+  char local[2048] = ""; /* a refusal repeats the first report */
   if (st != CG_SUCCESS) snprintf(local, sizeof local, "%s", cg_error_last());
   cg_status_t agreed = agree(&ok, &same_bytes, comm, n, bytes, &wait, where);
   if (agreed != CG_SUCCESS) {
