@@ -8,7 +8,9 @@ child node with events recorded and waited for (eager, and an external
 event inside torch.cuda.graph). Every result is compared exactly (integer values). A plain script,
 not pytest (the GPU host's python may lack pytest): exits 0 after "PASSED",
 1 on a failed check, 77 (skipped) without PyTorch or a GPU per rank unless
-CG_REQUIRE_GPU is set."""
+CG_REQUIRE_GPU is set. With CG_TEST_SHARE_GPUS=1 ranks may share GPUs
+(tests/support/share_gpus.h: a host id of its own per process for NCCL,
+which then connects them over sockets)."""
 import os
 import sys
 
@@ -27,6 +29,9 @@ import commgraph as cg  # noqa: E402
 
 if not torch.cuda.is_available():
     skip("PyTorch sees no GPU")
+if os.environ.get("CG_TEST_SHARE_GPUS", "0") not in ("", "0"):  # before any NCCL communicator
+    os.environ.setdefault("NCCL_HOSTID", f"commgraph-test-process-{os.getpid()}")
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
 
 comm = cg.Comm(backend="nccl", device="local_rank", timeout=60)
 device = torch.device("cuda", comm.device)

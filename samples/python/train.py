@@ -52,6 +52,10 @@ the ratio to ddp-graph.
 the groups of commgraph-events,
 --timeout and --no-fingerprint the commgraph plans' watchdog, --dtype fp32
 or bf16 (autocast) the forward pass's arithmetic (gradients stay fp32).
+--share-gpus (on by default where CG_TEST_SHARE_GPUS=1): more ranks than GPUs, for
+trying the sample on one GPU: each rank names a host of its own to NCCL (NCCL_HOSTID),
+which then connects the ranks over sockets on lo; the losses are checked as ever,
+the times say nothing (the GPU takes turns between the processes).
 --smoke: a tiny model (ResNet-50 on 32 x 32 images), 6 steps, 2 timed rounds (a test, scripts/gpu-test);
 without PyTorch or a GPU per rank it exits 77 (1 with CG_REQUIRE_GPU set).
 The DDP modes' torch.distributed store listens on 127.0.0.1, port
@@ -112,6 +116,9 @@ def options():
     p.add_argument("--no-fingerprint", action="store_true",
                    help="compile the commgraph plans without the replay fingerprint (issue 23's check)")
     p.add_argument("--smoke", action="store_true", help="tiny and short: a test")
+    p.add_argument("--share-gpus", action="store_true",
+                   default=os.environ.get("CG_TEST_SHARE_GPUS", "0") not in ("", "0"),
+                   help="ranks may share GPUs (NCCL over sockets; the times then say nothing)")
     a = p.parse_args()
     if a.steps < 1 or a.rounds < 1 or a.iters < 1:
         p.error("--steps, --rounds and --iters must be at least 1")
@@ -131,6 +138,9 @@ class Job:
 
     def __init__(self, a):
         self.a = a
+        if a.share_gpus:  # before any NCCL communicator: NCCL refuses two ranks of one host on one GPU
+            os.environ.setdefault("NCCL_HOSTID", f"commgraph-sample-process-{os.getpid()}")
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
         self.comm = cg.Comm(backend="nccl", device="local_rank", timeout=120)
         self.rank, self.size = self.comm.rank, self.comm.size
         self.device = torch.device("cuda", self.comm.device)
