@@ -569,8 +569,9 @@ def main():
     torch.cuda.synchronize()
     wrong = False
     if job.rank == 0:
-        print(f"train: {job.size} ranks, {torch.cuda.get_device_name(job.device)}, torch {torch.__version__}, "
-              f"commgraph {cg.__version__}; {models.describe(a, job.n_params)}, {a.dtype}")
+        sharing = " (ranks SHARING GPUs, NCCL over sockets: the times say nothing)" if a.share_gpus else ""
+        print(f"train: {job.size} ranks, {torch.cuda.get_device_name(job.device)}{sharing}, torch "
+              f"{torch.__version__}, commgraph {cg.__version__}; {models.describe(a, job.n_params)}, {a.dtype}")
         print(f"command: mpiexec -n {job.size} python3 {' '.join(sys.argv)}")
         shown = sorted({0, a.steps // 2, a.steps - 1})
         print("loss at step " + ", ".join(str(s) for s in shown))
