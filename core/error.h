@@ -16,6 +16,10 @@ cg_status_t cg_check_opts_size(size_t given, size_t expected, const char *where,
 
 #endif
 
+/* Bytes of the detail cg_error_last() holds, its end included: a copy of
+ * one in a buffer this large is never cut. */
+#define CG_ERROR_BYTES 2560
+
 /* Records the detail for cg_error_last() and returns `status`, so callers can
  * write `return cg_fail(CG_ERR_..., "...", ...)`. */
 cg_status_t cg_fail(cg_status_t status, const char *fmt, ...) CG_PRINTF_LIKE(2, 3);

@@ -14,7 +14,7 @@ const char *cg_status_string(cg_status_t status) {
   return "unknown status";
 }
 
-static _Thread_local char last_error[2560];
+static _Thread_local char last_error[CG_ERROR_BYTES];
 
 const char *cg_error_last(void) { return last_error; }
 

@@ -43,12 +43,13 @@ struct cg_comm {
   atomic_uint_least64_t issued;
   /* plans compiled on it, in order (cg_plan_comm_t.compile_index) */
   atomic_uint_least64_t compiled;
-  /* 0, or the status of the failed replay that aborted it (CG_ERR_TIMEOUT or
-   * CG_ERR_MISMATCH; sched/exec/cuda/cuda_watchdog.c): its backend ran its
-   * abort once, and no plan starts on it any more. See cg_comm_mark_aborted. */
+  /* 0, or the status of the failure that aborted it (CG_ERR_TIMEOUT or
+   * CG_ERR_MISMATCH: a replay, a warm-up, an arena's set-up;
+   * sched/plan/comm_abort.h): its backend ran its abort once, and no plan
+   * starts on it any more. See cg_comm_mark_aborted. */
   atomic_int aborted;
   _Atomic(char *) abort_report; /* that replay's report: set before `aborted`, by the one marker */
-  /* CG_COMM_ABORT_*: whether an abort thread (sched/exec/cuda/cuda_watchdog.c) still
+  /* CG_COMM_ABORT_*: whether an abort thread (sched/plan/cuda/comm_abort.c) still
    * works on it; see cg_comm_abort_begin */
   atomic_int aborting;
   const cg_comm_ops_t *ops;

@@ -100,7 +100,7 @@ static cg_status_t agree(int *ok, int *same_bytes, const cg_comm_t *comm, cg_ncc
  * here, before the memory is freed under a window or a timed call. */
 static cg_status_t timed_out(cg_comm_t *comm, cg_nccl_comm_t *n, const cg_deadline_t *d, int registering,
                              const char *where) {
-  char what[768], roll[768];
+  char what[CG_ERROR_BYTES], roll[768];
   snprintf(what, sizeof what, "%s", cg_error_last());
   cg_mpi_control_roll_call(roll, sizeof roll, n->control, d->waiting_in, d->timeout_s);
   cg_status_t st = cg_fail(CG_ERR_TIMEOUT, "%s: timed out after %g s (the communicator's timeout) waiting for the "
@@ -287,7 +287,7 @@ cg_status_t cg_nccl_arena_create(cg_arena_t **out, cg_comm_t *comm, size_t capac
   cg_deadline_start(&deadline, comm->setup_timeout_s, cg_mpi_control_answer, n->control, waiting_in);
   cg_wait_t wait = {cg_deadline_go_on, &deadline};
   int ok = st == CG_SUCCESS, same_bytes = 1, registering = 0;
-  char local[2048] = ""; /* a refusal repeats the first report */
+  char local[CG_ERROR_BYTES] = ""; /* a refusal repeats the first report */
   if (st != CG_SUCCESS) snprintf(local, sizeof local, "%s", cg_error_last());
   cg_status_t agreed = agree(&ok, &same_bytes, comm, n, bytes, &wait, where);
   if (agreed != CG_SUCCESS) {

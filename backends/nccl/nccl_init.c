@@ -13,9 +13,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <threads.h>
 #include <time.h>
 
+#include "cuda_thread.h"
 #include "error.h"
 #include "nccl_backend.h"
 #include "nccl_check.h"
@@ -54,15 +54,23 @@ static void run_init(init_job_t *j) {
   j->result = r == ncclInProgress ? cg_nccl_settle_within(j->comm, r, &wait) : r;
 }
 
-static int init_main(void *arg) {
+/* A job given up on: nobody uses its communicator, and its peers gave up
+ * too. */
+static void *end_given_up(void *arg) {
   init_job_t *j = arg;
+  cg_cuda_thread_relax_capture(); /* a thread of ours: its calls leave the program's captures alone */
+  if (j->has_comm && cudaSetDevice(j->device) == cudaSuccess) ncclCommAbort(j->comm);
+  free(j);
+  return NULL;
+}
+
+static void *init_main(void *arg) {
+  init_job_t *j = arg;
+  cg_cuda_thread_relax_capture();
   run_init(j);
   int running = INIT_RUNNING;
-  if (atomic_compare_exchange_strong(&j->state, &running, INIT_DONE)) return 0;
-  /* given up on: nobody uses this communicator, and its peers gave up too */
-  if (j->has_comm) ncclCommAbort(j->comm);
-  free(j);
-  return 0;
+  if (!atomic_compare_exchange_strong(&j->state, &running, INIT_DONE)) end_given_up(j);
+  return NULL;
 }
 
 static init_job_t *start_init(const cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId *id, int blocking) {
@@ -70,10 +78,7 @@ static init_job_t *start_init(const cg_nccl_comm_t *n, int size, int rank, const
   if (!j) return NULL;
   atomic_init(&j->state, INIT_RUNNING);
   j->device = n->device, j->size = size, j->rank = rank, j->id = *id, j->blocking = blocking;
-  thrd_t thread;
-  if (thrd_create(&thread, init_main, j) == thrd_success) {
-    thrd_detach(thread);
-  } else { /* on this thread, then: unbounded, as NCCL's blocking init is */
+  if (!cg_cuda_thread_start_detached(init_main, j)) { /* here, then: unbounded, as NCCL's blocking init is */
     run_init(j);
     atomic_store(&j->state, INIT_DONE);
   }
@@ -93,13 +98,6 @@ static ncclResult_t take_init(ncclComm_t *comm, init_job_t *j) {
   return result;
 }
 
-static int abort_main(void *arg) {
-  init_job_t *j = arg;
-  if (j->has_comm && cudaSetDevice(j->device) == cudaSuccess) ncclCommAbort(j->comm);
-  free(j);
-  return 0;
-}
-
 /* The creator gave up at its deadline: a running init is left to its
  * thread, which aborts the communicator once NCCL hands it out; a finished
  * one is aborted on a thread of its own (NCCL's abort takes a second or more
@@ -107,11 +105,10 @@ static int abort_main(void *arg) {
 static void give_up(init_job_t *j) {
   int running = INIT_RUNNING;
   if (atomic_compare_exchange_strong(&j->state, &running, INIT_GIVEN_UP)) return;
-  thrd_t thread;
-  if (thrd_create(&thread, abort_main, j) == thrd_success)
-    thrd_detach(thread);
-  else
-    abort_main(j);
+  if (!j->has_comm)
+    free(j);
+  else if (!cg_cuda_thread_start_detached(end_given_up, j))
+    end_given_up(j); /* inline, then: late, but aborted */
 }
 
 ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const ncclUniqueId ids[2], MPI_Comm mpi,

@@ -12,6 +12,7 @@ CG_REQUIRE_GPU is set. With CG_TEST_SHARE_GPUS=1 ranks may share GPUs
 (tests/support/share_gpus.h: a host id of its own per process for NCCL,
 which then connects them over sockets)."""
 import os
+import socket
 import sys
 
 
@@ -29,8 +30,9 @@ import commgraph as cg  # noqa: E402
 
 if not torch.cuda.is_available():
     skip("PyTorch sees no GPU")
-if os.environ.get("CG_TEST_SHARE_GPUS", "0") not in ("", "0"):  # before any NCCL communicator
-    os.environ.setdefault("NCCL_HOSTID", f"commgraph-test-process-{os.getpid()}")
+sharing = os.environ.get("CG_TEST_SHARE_GPUS", "0") not in ("", "0")
+if sharing:  # before any NCCL communicator: a host of its own per process
+    os.environ.setdefault("NCCL_HOSTID", f"commgraph-{socket.gethostname()}-{os.getpid()}")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
 
 comm = cg.Comm(backend="nccl", device="local_rank", timeout=60)
@@ -226,6 +228,6 @@ for p in (external_plan, wait_plan, child_plan, rebind_plan, arena_plan, capture
     p.close()
 arena.close()
 if rank == 0:
-    gpus = "ranks sharing GPUs" if os.environ.get("NCCL_HOSTID", "").startswith("commgraph-test-") else "GPUs"
+    gpus = "ranks sharing GPUs" if sharing else "GPUs"
     name = torch.cuda.get_device_name(device)
     print(f"PASSED: the PyTorch path on {size} {gpus} ({name}, torch {torch.__version__})")

@@ -65,6 +65,7 @@ import argparse
 import copy
 import math
 import os
+import socket
 import sys
 
 
@@ -116,7 +117,7 @@ def options():
     p.add_argument("--no-fingerprint", action="store_true",
                    help="compile the commgraph plans without the replay fingerprint (issue 23's check)")
     p.add_argument("--smoke", action="store_true", help="tiny and short: a test")
-    p.add_argument("--share-gpus", action="store_true",
+    p.add_argument("--share-gpus", action=argparse.BooleanOptionalAction,
                    default=os.environ.get("CG_TEST_SHARE_GPUS", "0") not in ("", "0"),
                    help="ranks may share GPUs (NCCL over sockets; the times then say nothing)")
     a = p.parse_args()
@@ -139,7 +140,7 @@ class Job:
     def __init__(self, a):
         self.a = a
         if a.share_gpus:  # before any NCCL communicator: NCCL refuses two ranks of one host on one GPU
-            os.environ.setdefault("NCCL_HOSTID", f"commgraph-sample-process-{os.getpid()}")
+            os.environ.setdefault("NCCL_HOSTID", f"commgraph-{socket.gethostname()}-{os.getpid()}")
             os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
         self.comm = cg.Comm(backend="nccl", device="local_rank", timeout=120)
         self.rank, self.size = self.comm.rank, self.comm.size

@@ -7,9 +7,9 @@
  * transport's teardown, a blocking communicator's spinning kernels), so that
  * the caller reports its timeout on time. That thread holds no reference
  * (cg_comm_abort_begin): the caller's keeps the communicator alive until the
- * call returns, and a destroy after it waits in the last release until the
- * abort has ended. Used for a timed-out replay's plan, a compile's warm-up,
- * an NCCL arena's set-up. */
+ * call returns, and a last release while the abort runs leaves the rest of
+ * the destroy to the abort's end (comm_internal.h). Used for a timed-out
+ * replay's plan, a compile's warm-up, an NCCL arena's set-up. */
 #ifndef CG_SCHED_COMM_ABORT_H
 #define CG_SCHED_COMM_ABORT_H
 
