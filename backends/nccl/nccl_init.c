@@ -134,11 +134,10 @@ ncclResult_t cg_nccl_init_pair(cg_nccl_comm_t *n, int size, int rank, const nccl
     struct timespec nap = {0, 50000};
     nanosleep(&nap, NULL);
   }
-  if (timed_out) /* the roll call first, while this rank still is where it waited */
+  if (timed_out) { /* the roll call first, while this rank still is where it waited; nothing left for the caller */
     cg_mpi_setup_timeout(mpi, timeout_s, waiting_in, "This rank's NCCL init is given up (a communicator whose "
                          "init finished is aborted on a thread of its own; one whose init still runs, by its thread "
                          "once NCCL hands it out: a blocking init cannot be interrupted)");
-  if (timed_out) { /* nothing for the caller to abort */
     give_up(plan_job);
     give_up(user_job);
     return ncclInProgress;
