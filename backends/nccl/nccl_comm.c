@@ -1,11 +1,13 @@
 /* Communicators over NCCL: created from an MPI_Comm (rank 0's unique id goes
  * out over MPI) or wrapped around one the application owns. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "commgraph/nccl.h"
 #include "cuda_check.h"
+#include "cuda_thread.h"
 #include "error.h"
 #include "graph_internal.h"
 #include "memory_kind.h"
@@ -141,6 +143,20 @@ static int find_peer_links(int device, const cg_mpi_comm_t *control) {
  * user's communicator of cg_comm_create goes along only if cg_comm_nccl never
  * handed it out: otherwise the program may be inside a call on it, which an
  * abort must not race, and the destroy aborts it. */
+typedef struct print_abort {
+  ncclComm_t print;
+  int device;
+} print_abort_t;
+
+static void *abort_print(void *arg) {
+  print_abort_t *job = arg;
+  enum cudaStreamCaptureMode mode = cg_cuda_thread_relax_capture();
+  cudaSetDevice(job->device);
+  ncclCommAbort(job->print);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return NULL;
+}
+
 static void abort_comm(void *impl) {
   cg_nccl_comm_t *n = impl;
   if (!n->nccl || n->aborted) return;
@@ -150,8 +166,16 @@ static void abort_comm(void *impl) {
   cg_nccl_oneshot_abort(&n->oneshot); /* its kernels wait for peers outside NCCL */
   ncclComm_t print = atomic_load(&n->print);
   if (!print && atomic_load(&n->print_given_up)) print = *(ncclComm_t volatile *)&n->print_pending;
-  if (print) ncclCommAbort(print);
+  /* Both at once: an abort raises its kernels' flag and then tears its
+   * transport down, which over NCCL's sockets takes about a second. One after
+   * the other, the replay's kernels waited for the fingerprint communicator's
+   * teardown (4 ranks sharing 2 H200s: still running 0.25 s after the report). */
+  print_abort_t job = {print, n->device};
+  pthread_t print_thread;
+  int print_apart = print && pthread_create(&print_thread, NULL, abort_print, &job) == 0;
+  if (print && !print_apart) ncclCommAbort(print);
   ncclCommAbort(n->nccl);
+  if (print_apart) pthread_join(print_thread, NULL);
   n->aborted = 1;
   int untouched = CG_NCCL_USER_UNTOUCHED;
   if (n->owns_nccl && n->user_nccl != n->nccl &&
