@@ -136,13 +136,7 @@ static int find_peer_links(int device, const cg_mpi_comm_t *control) {
   return cg_nccl_all_ranks_ok(ok, control->control);
 }
 
-/* A timed-out replay's kernels wait for peers that will not come;
- * ncclCommAbort stops them and frees the communicator's resources. A
- * communicator of the user's (cg_comm_from_nccl) is aborted too: its
- * operations in our graph would otherwise hang the device forever. The
- * user's communicator of cg_comm_create goes along only if cg_comm_nccl never
- * handed it out: otherwise the program may be inside a call on it, which an
- * abort must not race, and the destroy aborts it. */
+/* The fingerprint communicator's abort, on a thread of abort_comm's. */
 typedef struct print_abort {
   ncclComm_t print;
   int device;
@@ -150,13 +144,19 @@ typedef struct print_abort {
 
 static void *abort_print(void *arg) {
   print_abort_t *job = arg;
-  enum cudaStreamCaptureMode mode = cg_cuda_thread_relax_capture();
+  cg_cuda_thread_relax_capture(); /* a thread of ours: its calls leave the program's captures alone */
   cudaSetDevice(job->device);
   ncclCommAbort(job->print);
-  cudaThreadExchangeStreamCaptureMode(&mode);
   return NULL;
 }
 
+/* A timed-out replay's kernels wait for peers that will not come;
+ * ncclCommAbort stops them and frees the communicator's resources. A
+ * communicator of the user's (cg_comm_from_nccl) is aborted too: its
+ * operations in our graph would otherwise hang the device forever. The
+ * user's communicator of cg_comm_create goes along only if cg_comm_nccl never
+ * handed it out: otherwise the program may be inside a call on it, which an
+ * abort must not race, and the destroy aborts it. */
 static void abort_comm(void *impl) {
   cg_nccl_comm_t *n = impl;
   if (!n->nccl || n->aborted) return;
