@@ -146,6 +146,13 @@ static void write_build(FILE *f, int provided) {
     fprintf(f, "one-shot allreduce (commgraph's kernel, ranks with peer links): allreduces of float32/16, bfloat16 up "
             "to the cut-over each communicator measures on its first plan; in a symmetric window only where it "
             "measured faster than NCCL's symmetric kernels (plan DOT names the path)\n");
+  const char *twoshot = cg_param_text(CG_PARAM_TWOSHOT_MAX_BYTES);
+  if (twoshot)
+    fprintf(f, "two-shot allreduce (commgraph's kernel, ranks with peer links): the same allreduces above the one-shot "
+            "size, up to CG_TWOSHOT_MAX_BYTES=%s\n", twoshot);
+  else
+    fprintf(f, "two-shot allreduce (commgraph's kernel, ranks with peer links): the same allreduces above the one-shot "
+            "size, up to the cut-over measured with the one-shot's (at most 8 MB)\n");
 #endif
   write_mpi(f, provided);
   /* the backends this build compiled in (backends/, top-level CMakeLists.txt) */

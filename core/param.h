@@ -31,6 +31,9 @@
   X(CG_PARAM_ONESHOT_MAX_BYTES, "CG_ONESHOT_MAX_BYTES", CG_PARAM_BYTES, "a size: 0 (never), 64K, 1M", "64K",   \
     "NCCL communicators with peer links: allreduces (sum, avg, min, max, prod) of float32/16, bfloat16 up to "   \
     "this size (at most 1M) take commgraph's one-shot kernel; unset: measured on the first plan that has one")                        \
+  X(CG_PARAM_TWOSHOT_MAX_BYTES, "CG_TWOSHOT_MAX_BYTES", CG_PARAM_BYTES, "a size: 0 (never), 4M, 8M", "4M",  \
+    "NCCL communicators with peer links: those allreduces above the one-shot kernel's size and up to this size " \
+    "(at most 8M) take commgraph's two-shot kernel; 0 also saves its staging; unset: measured with the one-shot") \
   X(CG_PARAM_DEVICE, "CG_DEVICE", CG_PARAM_ORDINAL, "a device ordinal >= 0", "0",                           \
     "the GPU cg_comm_create takes instead of local rank modulo GPUs")                                       \
   X(CG_PARAM_MPI_CUDA_AWARE, "CG_MPI_CUDA_AWARE", CG_PARAM_SWITCH, "0 or 1", "1",                          \

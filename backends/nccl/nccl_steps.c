@@ -64,15 +64,19 @@ static cg_nccl_path_t route(const void **send, void **recv, const cg_step_t *s) 
   return cg_nccl_windows_route(send, recv, &n->windows, send_bytes, recv_bytes, s->op_kind, s->dtype, block);
 }
 
-/* Whether the one-shot kernel takes the step on its path (cg_nccl_oneshot_takes). */
-static int goes_oneshot(const cg_step_t *s, cg_nccl_path_t path) {
-  if (!s->comm || !s->comm->impl || s->op_kind != CG_NODE_ALLREDUCE) return 0;
+typedef enum own_kernel { NCCL_KERNELS, ONESHOT_KERNEL, TWOSHOT_KERNEL } own_kernel_t;
+
+/* Whether one of commgraph's own allreduce kernels takes the step on its path
+ * (cg_nccl_oneshot_takes, cg_nccl_twoshot_takes). */
+static own_kernel_t own_kernel(const cg_step_t *s, cg_nccl_path_t path) {
+  if (!s->comm || !s->comm->impl || s->op_kind != CG_NODE_ALLREDUCE) return NCCL_KERNELS;
   const cg_nccl_comm_t *n = s->comm->impl;
   int in_window = path == CG_NCCL_PATH_SYMMETRIC;
   double ratio = in_window ? cg_nccl_windows_symmetric_ratio(&n->windows, s->send, s->recv, s->dtype,
                                                              s->count * cg_dtype_size(s->dtype))
                            : 0;
-  return cg_nccl_oneshot_takes(n, s, in_window, ratio);
+  if (cg_nccl_oneshot_takes(n, s, in_window, ratio)) return ONESHOT_KERNEL;
+  return cg_nccl_twoshot_takes(n, s, in_window, ratio) ? TWOSHOT_KERNEL : NCCL_KERNELS;
 }
 
 const char *cg_nccl_step_call(const cg_step_t *s) {
@@ -81,7 +85,12 @@ const char *cg_nccl_step_call(const cg_step_t *s) {
   const void *send;
   void *recv;
   cg_nccl_path_t path = route(&send, &recv, s);
-  if (goes_oneshot(s, path)) return "one-shot allreduce (commgraph's kernel: writes to every peer over NVLink)";
+  switch (own_kernel(s, path)) {
+    case ONESHOT_KERNEL: return "one-shot allreduce (commgraph's kernel: writes to every peer over NVLink)";
+    case TWOSHOT_KERNEL:
+      return "two-shot allreduce (commgraph's kernel: a reduce-scatter and an allgather over NVLink)";
+    default: break;
+  }
   switch (path) {
     case CG_NCCL_PATH_PLAIN: return "ncclAllReduce (symmetric arena, plain kernels: above the cut-over)";
     case CG_NCCL_PATH_SYMMETRIC:
@@ -176,7 +185,11 @@ cg_status_t cg_nccl_step_enqueue(void *impl, const cg_step_t *s, void *stream_) 
   if (is_one_rank_copy(s)) return one_rank_copy(s, stream);
   const void *send;
   void *recv;
-  if (goes_oneshot(s, route(&send, &recv, s))) return cg_nccl_oneshot_enqueue(n, s, stream);
+  switch (own_kernel(s, route(&send, &recv, s))) {
+    case ONESHOT_KERNEL: return cg_nccl_oneshot_enqueue(n, s, stream);
+    case TWOSHOT_KERNEL: return cg_nccl_twoshot_enqueue(n, s, stream);
+    default: break;
+  }
   switch (s->op_kind) {
     case CG_NODE_ALLREDUCE: r = ncclAllReduce(send, recv, s->count, t, op, n->nccl, stream); break;
     case CG_NODE_BROADCAST: r = ncclBroadcast(s->send, s->recv, s->count, t, s->root, n->nccl, stream); break;
