@@ -663,13 +663,18 @@ int main(int argc, char **argv) {
   if (st != CG_SUCCESS) fail(st, timeout_s);
   cg_comm_destroy(second);
   plan_in_use = plan;
-  /* gpu.faults.oneshot: the plan must take the one-shot kernel, or the run
-   * would test NCCL's kernels only (checked once, in the healthy run) */
-  const char *expect = getenv("FAULT_EXPECT_ONESHOT");
-  if (expect && strcmp(expect, "1") == 0 && strcmp(fault, "none") == 0 && !plan_names(plan, "one-shot allreduce")) {
-    fprintf(stderr, "fault_inject: rank %d: FAULT_EXPECT_ONESHOT=1 but the plan's DOT names no one-shot allreduce\n",
-            rank);
-    MPI_Abort(MPI_COMM_WORLD, 3);
+  /* gpu.faults.oneshot, .twoshot: the plan must take that kernel of
+   * commgraph's ("one-shot", "two-shot"), or the run would test NCCL's
+   * kernels only (checked once, in the healthy run) */
+  const char *expect = getenv("FAULT_EXPECT_KERNEL");
+  char kernel[64];
+  if (expect && expect[0] && strcmp(fault, "none") == 0) {
+    snprintf(kernel, sizeof kernel, "%s allreduce", expect);
+    if (!plan_names(plan, kernel)) {
+      fprintf(stderr, "fault_inject: rank %d: FAULT_EXPECT_KERNEL=%s but the plan's DOT names no %s\n", rank, expect,
+              kernel);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
   }
   /* the direct modes: MPI must get the buffers themselves, or the run tests staging through host memory */
   if (managed && strcmp(fault, "none") == 0 && !plan_names(plan, "direct MPI_Iallreduce")) {

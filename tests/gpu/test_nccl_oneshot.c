@@ -1,13 +1,14 @@
-/* The NCCL backend's one-shot allreduce (backends/nccl/nccl_oneshot.h):
- * forced on (CG_ONESHOT_MAX_BYTES=1M), random allreduces of float32, float16
- * and bfloat16 with every reduction, sizes from one element to 1 MB, in place
- * and not, at element offsets that break 16-byte alignment differently on
+/* The NCCL backend's one-shot and two-shot allreduces
+ * (backends/nccl/nccl_oneshot.h), each forced on alone
+ * (CG_ONESHOT_MAX_BYTES=1M CG_TWOSHOT_MAX_BYTES=0, then 0 and 8M): random
+ * allreduces of float32, float16 and bfloat16 with every reduction, sizes from
+ * one element to the kernel's most (1 MB, 8 MB), in place and not, at element offsets that break 16-byte alignment differently on
  * each rank, next to collectives that stay on NCCL on the same communicator,
  * fused and not, launched and run: every replay matches the reference
  * reduction exactly (integer-valued inputs, poisoned outputs) and the plan's
- * DOT names the kernel for each. Off (0): DOT never names it. Measured: the
- * same collectives take it on every rank. The variable set on one rank only
- * is refused on every rank. Inputs with the kernel's sentinel bits come out
+ * DOT names the kernel for each. Off (both 0): DOT never names either.
+ * Measured: the same collectives take each on every rank. Either variable set
+ * on one rank only is refused on every rank. Inputs with the kernel's sentinel bits come out
  * NaN, alike on every rank. Where the ranks cannot map each other's memory
  * the forced case says so and skips, and fails instead under
  * CG_TEST_REQUIRE_ONESHOT=1 (scripts/gpu-test sets it). NCCL only. */
@@ -20,7 +21,16 @@
 
 #include "gpu_test.h"
 
-enum { CASES = 10, ROUNDS = 6, GATHER = 777, MAX_BYTES = 1 << 20 };
+enum { CASES = 10, ROUNDS = 6, GATHER = 777 };
+
+/* the kernel a test forces on: its variables, its most, and what DOT calls it */
+typedef struct kernel_kind {
+  const char *oneshot_max, *twoshot_max;
+  size_t max_bytes;
+  const char *name;
+} kernel_kind_t;
+static const kernel_kind_t kinds[2] = {{"1M", "0", (size_t)1 << 20, "one-shot allreduce"},
+                                       {"0", "8M", (size_t)8 << 20, "two-shot allreduce"}};
 
 typedef struct oneshot_case {
   cg_dtype_t dtype;
@@ -31,27 +41,32 @@ typedef struct oneshot_case {
   void *send, *recv;
 } oneshot_case_t;
 
-static const char *oneshot_name = "one-shot allreduce";
-
 static int count_in(const char *text, const char *what) {
   int n = 0;
   for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
   return n;
 }
 
-static int dot_count(const cg_plan_t *plan) {
+static int dot_count(const cg_plan_t *plan, const char *name) {
   char *dot = cg_gpu_plan_dot(plan);
-  int n = count_in(dot, oneshot_name);
+  int n = count_in(dot, name);
   free(dot);
   return n;
 }
 
-/* The suite's NCCL-only communicator, CG_ONESHOT_MAX_BYTES set to `max` for
- * its plans; NULL, the variable unset again, where there is none. */
-static cg_comm_t *comm_with_max(const char *max) {
-  setenv("CG_ONESHOT_MAX_BYTES", max, 1);
+static void unset_sizes(void) {
+  unsetenv("CG_ONESHOT_MAX_BYTES");
+  unsetenv("CG_TWOSHOT_MAX_BYTES");
+}
+
+/* The suite's NCCL-only communicator, CG_ONESHOT_MAX_BYTES and
+ * CG_TWOSHOT_MAX_BYTES set for its plans; NULL, the variables unset again,
+ * where there is none. */
+static cg_comm_t *comm_with_max(const char *oneshot_max, const char *twoshot_max) {
+  setenv("CG_ONESHOT_MAX_BYTES", oneshot_max, 1);
+  setenv("CG_TWOSHOT_MAX_BYTES", twoshot_max, 1);
   cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_oneshot");
-  if (!comm) unsetenv("CG_ONESHOT_MAX_BYTES");
+  if (!comm) unset_sizes();
   return comm;
 }
 
@@ -67,13 +82,13 @@ static int oneshot_required(void) {
 /* Random cases drawn alike on every rank (the seed is rank 0's); the
  * offsets differ per rank, so one rank's buffers may be aligned where
  * another's are not. */
-static void draw_cases(oneshot_case_t *c, int me) {
+static void draw_cases(oneshot_case_t *c, int me, size_t max_bytes) {
   static const cg_dtype_t dtypes[3] = {CG_FLOAT32, CG_FLOAT16, CG_BFLOAT16};
   static const cg_redop_t ops[6] = {CG_SUM, CG_SUM, CG_AVG, CG_MIN, CG_MAX, CG_PROD};
   for (int i = 0; i < CASES; i++) {
     c[i].dtype = dtypes[cg_test_rand() % 3];
     c[i].op = ops[cg_test_rand() % 6];
-    size_t es = cg_dtype_size(c[i].dtype), most = MAX_BYTES / es;
+    size_t es = cg_dtype_size(c[i].dtype), most = max_bytes / es;
     switch (cg_test_rand() % 4) {
       case 0: c[i].count = 1 + cg_test_rand() % 16; break;
       case 1: c[i].count = 17 + cg_test_rand() % 5000; break;
@@ -151,7 +166,7 @@ static void fill_case(const oneshot_case_t *c, int i, uint64_t seed, int me, int
 static void replay_and_check(cg_plan_t *plan, oneshot_case_t *c, int32_t *ints, float *mine, float *all,
                              const char *label) {
   int me = cg_gpu_rank(), n = cg_gpu_size();
-  char what[200];
+  char what[320];
   for (int k = 0; k < ROUNDS; k++) {
     uint64_t seed = cg_test_seed() ^ (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < CASES; i++) fill_case(&c[i], i, seed, me, n);
@@ -198,11 +213,12 @@ static void replay_and_check(cg_plan_t *plan, oneshot_case_t *c, int32_t *ints, 
 }
 
 START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones) {
+  const kernel_kind_t *kind = &kinds[_i];
   int me = cg_gpu_rank(), n = cg_gpu_size();
-  cg_comm_t *comm = comm_with_max("1M");
+  cg_comm_t *comm = comm_with_max(kind->oneshot_max, kind->twoshot_max);
   if (!comm) return;
   oneshot_case_t c[CASES];
-  draw_cases(c, me);
+  draw_cases(c, me, kind->max_bytes);
   int32_t *ints = cg_gpu_alloc(GATHER * sizeof(int32_t));
   float *mine = cg_gpu_alloc(GATHER * sizeof(float)), *all = cg_gpu_alloc((size_t)GATHER * n * sizeof(float));
   for (int fused = 0; fused < 2; fused++) {
@@ -217,19 +233,20 @@ START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_on
     cg_status_t st = cg_compile(&plan, g, &opts);
     cg_graph_destroy(g);
     ck_assert_all_ranks(st == CG_SUCCESS, fused ? "compile, fused" : "compile, fusion off");
-    int named = dot_count(plan);
+    int named = dot_count(plan, kind->name);
     if (!fused && named == 0) {
       /* off on every rank alike: the ranks cannot map each other's memory */
-      if (me == 0) printf("nccl_oneshot: the one-shot path is off here (DOT names no kernel)\n");
+      if (me == 0) printf("nccl_oneshot: the %s path is off here (DOT names no kernel)\n", kind->name);
       ck_assert_msg(!oneshot_required(), "CG_TEST_REQUIRE_ONESHOT=1 but the path is off here");
       cg_plan_destroy(plan);
       break;
     }
     char what[160];
-    snprintf(what, sizeof what, "fusion %s: DOT names the kernel %d times (%d allreduces it takes)",
+    snprintf(what, sizeof what, "%s, fusion %s: DOT names the kernel %d times (%d allreduces it takes)", kind->name,
              fused ? "on" : "off", named, CASES);
     ck_assert_all_ranks(fused ? named >= 1 : named == CASES, what);
-    replay_and_check(plan, c, ints, mine, all, fused ? "fused" : "unfused");
+    snprintf(what, sizeof what, "%s, %s", kind->name, fused ? "fused" : "unfused");
+    replay_and_check(plan, c, ints, mine, all, what);
     cg_plan_destroy(plan);
   }
   free_cases(c);
@@ -237,7 +254,7 @@ START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_on
   cg_gpu_free(mine);
   cg_gpu_free(all);
   cg_comm_destroy(comm);
-  unsetenv("CG_ONESHOT_MAX_BYTES");
+  unset_sizes();
 }
 END_TEST
 
@@ -251,8 +268,9 @@ START_TEST(nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan) {
   static const cg_dtype_t dtypes[3] = {CG_FLOAT32, CG_FLOAT16, CG_BFLOAT16};
   enum { COUNT = 1003, NANS = 5, HALF_ONES_AT = 300 };
   const size_t nan_at[NANS] = {0, 7, 100, 500, COUNT - 1}; /* 100: on every rank, the others on one each */
+  const kernel_kind_t *kind = &kinds[_i];
   int me = cg_gpu_rank(), n = cg_gpu_size();
-  cg_comm_t *comm = comm_with_max("1M");
+  cg_comm_t *comm = comm_with_max(kind->oneshot_max, kind->twoshot_max);
   if (!comm) return;
   for (int d = 0; d < 3; d++)
     for (int in_place = 0; in_place < 2; in_place++) {
@@ -282,12 +300,12 @@ START_TEST(nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan) {
       cg_graph_destroy(g);
       ck_assert_all_ranks(st == CG_SUCCESS, "compile");
       char what[200];
-      snprintf(what, sizeof what, "%s%s: the allreduce takes the one-shot kernel", cg_dtype_name(dtypes[d]),
-               in_place ? ", in place" : "");
-      int named = dot_count(plan);
+      snprintf(what, sizeof what, "%s%s: the allreduce takes the %s kernel", cg_dtype_name(dtypes[d]),
+               in_place ? ", in place" : "", kind->name);
+      int named = dot_count(plan, kind->name);
       ck_assert_all_ranks(named == 1 || !oneshot_required(), what);
       if (named == 0 && me == 0 && d == 0 && !in_place)
-        printf("nccl_oneshot: the one-shot path is off here: the sentinel case checks NCCL's allreduce only\n");
+        printf("nccl_oneshot: the %s path is off here: the sentinel case checks NCCL's allreduce only\n", kind->name);
       for (int k = 0; k < 2; k++) { /* twice: the second call uses the other buffer */
         CUDA_OK(cudaMemcpy(send, mine, bytes, cudaMemcpyHostToDevice));
         if (!in_place) CUDA_OK(cudaMemset(recv, CG_MPI_POISON, bytes));
@@ -317,13 +335,13 @@ START_TEST(nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan) {
       if (recv_base) cg_gpu_free(recv_base);
     }
   cg_comm_destroy(comm);
-  unsetenv("CG_ONESHOT_MAX_BYTES");
+  unset_sizes();
 }
 END_TEST
 
-enum { LADDER = 11 };
+enum { LADDER = 14 };
 
-/* f32 sum allreduces of 1 KB, 2 KB, ... 1 MB, in place, fusion off. */
+/* f32 sum allreduces of 1 KB, 2 KB, ... 8 MB, in place, fusion off. */
 static cg_plan_t *ladder_plan(cg_comm_t *comm, oneshot_case_t *c, const char *what) {
   cg_graph_t *g = NULL;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
@@ -359,33 +377,34 @@ static void ladder_check(cg_plan_t *plan, oneshot_case_t *c, const char *label) 
 }
 
 START_TEST(nccl_oneshot__zero_keeps_every_allreduce_on_nccl) {
-  cg_comm_t *comm = comm_with_max("0");
+  cg_comm_t *comm = comm_with_max("0", "0");
   if (!comm) return;
   oneshot_case_t c[LADDER];
-  cg_plan_t *plan = ladder_plan(comm, c, "compile with CG_ONESHOT_MAX_BYTES=0");
-  ck_assert_all_ranks(dot_count(plan) == 0, "CG_ONESHOT_MAX_BYTES=0: DOT names no one-shot kernel");
-  ladder_check(plan, c, "CG_ONESHOT_MAX_BYTES=0");
+  cg_plan_t *plan = ladder_plan(comm, c, "compile with both sizes 0");
+  ck_assert_all_ranks(dot_count(plan, kinds[0].name) == 0 && dot_count(plan, kinds[1].name) == 0,
+                      "CG_ONESHOT_MAX_BYTES=0 CG_TWOSHOT_MAX_BYTES=0: DOT names neither kernel");
+  ladder_check(plan, c, "both sizes 0");
   cg_plan_destroy(plan);
   cg_comm_destroy(comm);
-  unsetenv("CG_ONESHOT_MAX_BYTES");
+  unset_sizes();
 }
 END_TEST
 
 /* The kernels that measured the cut-over advanced the epochs: the plan's
  * calls after them must still pair up. */
 START_TEST(nccl_oneshot__the_measured_cutover_is_the_same_on_every_rank) {
-  unsetenv("CG_ONESHOT_MAX_BYTES");
+  unset_sizes();
   cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_oneshot");
   if (!comm) return;
   oneshot_case_t c[LADDER];
-  cg_plan_t *plan = ladder_plan(comm, c, "compile, the cut-over measured");
-  int mine = dot_count(plan), lo = 0, hi = 0;
-  MPI_Allreduce(&mine, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(&mine, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  cg_plan_t *plan = ladder_plan(comm, c, "compile, the cut-overs measured");
+  int mine[2] = {dot_count(plan, kinds[0].name), dot_count(plan, kinds[1].name)}, lo[2] = {0}, hi[2] = {0};
+  MPI_Allreduce(mine, lo, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(mine, hi, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (cg_gpu_rank() == 0)
-    printf("nccl_oneshot: measured: %d of the %d allreduces of 1 KB .. 1 MB take the one-shot kernel\n", mine,
-           LADDER);
-  ck_assert_all_ranks(lo == hi, "every rank takes the kernel for the same allreduces");
+    printf("nccl_oneshot: measured: of the %d allreduces of 1 KB .. 8 MB, %d take the one-shot kernel and %d the "
+           "two-shot kernel\n", LADDER, mine[0], mine[1]);
+  ck_assert_all_ranks(lo[0] == hi[0] && lo[1] == hi[1], "every rank takes each kernel for the same allreduces");
   ladder_check(plan, c, "the cut-over measured");
   cg_plan_destroy(plan);
   cg_comm_destroy(comm);
@@ -393,20 +412,25 @@ START_TEST(nccl_oneshot__the_measured_cutover_is_the_same_on_every_rank) {
 END_TEST
 
 START_TEST(nccl_oneshot__the_variable_on_one_rank_only_is_refused_everywhere) {
+  const char *variable = _i ? "CG_TWOSHOT_MAX_BYTES" : "CG_ONESHOT_MAX_BYTES";
+  char expect[80], what[120];
   if (cg_gpu_size() < 2) return;
+  unset_sizes();
   cg_comm_t *comm = cg_gpu_nccl_only_comm("nccl_oneshot");
   if (!comm) return;
-  if (cg_gpu_rank() == 0) setenv("CG_ONESHOT_MAX_BYTES", "8K", 1);
+  if (cg_gpu_rank() == 0) setenv(variable, "8K", 1);
   float *buf = cg_gpu_alloc(256 * sizeof(float));
   cg_graph_t *g = NULL;
   ck_assert_cg_ok(cg_graph_create(&g, NULL));
   ck_assert_cg_ok(cg_allreduce(NULL, g, comm, buf, buf, 256, CG_FLOAT32, CG_SUM));
   cg_plan_t *plan = NULL;
   cg_status_t st = cg_compile(&plan, g, NULL);
-  unsetenv("CG_ONESHOT_MAX_BYTES");
+  unset_sizes();
   cg_graph_destroy(g);
-  ck_assert_all_ranks(st == CG_ERR_INVALID_ARGUMENT, "CG_ONESHOT_MAX_BYTES on rank 0 only: refused on every rank");
-  ck_assert_all_ranks(strstr(cg_error_last(), "CG_ONESHOT_MAX_BYTES differs") != NULL, "the refusal says why");
+  snprintf(what, sizeof what, "%s on rank 0 only: refused on every rank", variable);
+  ck_assert_all_ranks(st == CG_ERR_INVALID_ARGUMENT, what);
+  snprintf(expect, sizeof expect, "%s differs", variable);
+  ck_assert_all_ranks(strstr(cg_error_last(), expect) != NULL, "the refusal says why");
   cg_plan_destroy(plan);
   cg_gpu_free(buf);
   cg_comm_destroy(comm);
@@ -416,11 +440,11 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("nccl_oneshot");
   TCase *tc = cg_gpu_tcase("nccl_oneshot");
-  tcase_add_test(tc, nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones);
-  tcase_add_test(tc, nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan);
+  tcase_add_loop_test(tc, nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones, 0, 2);
+  tcase_add_loop_test(tc, nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan, 0, 2);
   tcase_add_test(tc, nccl_oneshot__zero_keeps_every_allreduce_on_nccl);
   tcase_add_test(tc, nccl_oneshot__the_measured_cutover_is_the_same_on_every_rank);
-  tcase_add_test(tc, nccl_oneshot__the_variable_on_one_rank_only_is_refused_everywhere);
+  tcase_add_loop_test(tc, nccl_oneshot__the_variable_on_one_rank_only_is_refused_everywhere, 0, 2);
   suite_add_tcase(s, tc);
   return cg_gpu_test_main(s, "nccl_oneshot");
 }
