@@ -39,6 +39,13 @@
  *    row's, and one 1 KB allreduce's: issue 25's yardsticks). Without peer
  *    access NCCL registers a window as ordinary memory and runs its usual
  *    kernels: the symmetric columns cannot tell.
+ * e) Mid-sized allreduces (64 KB .. 16 MB, one float32 sum, out of place):
+ *    NCCL captured in a graph of the benchmark's, the plan (commgraph's
+ *    one-shot or two-shot kernel where its communicator measured them faster,
+ *    the path named from its DOT) and the same plan on a second commgraph
+ *    communicator whose own kernels are off (CG_ONESHOT_MAX_BYTES and
+ *    CG_TWOSHOT_MAX_BYTES 0 for its first compile: NCCL's kernels); time per
+ *    allreduce, busbw, plan/captured.
  *
  * Timing: cudaEvents on the stream around a batch of launches, after warm-up.
  * Modes are interleaved batch by batch, each figure is the median over rounds
@@ -51,10 +58,11 @@
  * a benchmark, not a test.
  *
  * --smoke (tests/perf/CMakeLists.txt runs it so): a) at 4 MB only (unless
- * --max-mb), b) to d) every row, 1 round (unless --rounds) of 2 iterations
+ * --max-mb), b) to e) every row, 1 round (unless --rounds) of 2 iterations
  * per batch; without a
  * GPU for every rank it exits 77 (ctest's skip), or 1 where CG_REQUIRE_GPU is
  * set. */
+#define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,12 +93,13 @@ static int smoke_iters; /* --smoke: iterations per batch; 0: each part's own */
 /* FLOOR: a graph of the benchmark's holding one 4-byte cudaMemsetAsync,
  * what launching any graph costs */
 enum { DIRECT, GROUPED, PLAN, PLAN_MARKS, PLAN_WATCHED, EMBEDDED, EMBEDDED_MARKS, EMBEDDED_WATCHED, CAPTURED,
-       CAPTURED_SYMMETRIC, PLAN_ARENA, PLAN_SYMMETRIC, FLOOR, N_MODES };
+       CAPTURED_SYMMETRIC, PLAN_ARENA, PLAN_SYMMETRIC, FLOOR, PLAN_NCCL_KERNELS, N_MODES };
 static const char *const mode_names[] = {"direct NCCL",   "NCCL group",    "plan",
                                          "plan, marks",   "plan, watched", "embedded plan",
                                          "embedded plan, marks", "embedded plan, watched", "NCCL captured",
                                          "NCCL captured, symmetric window", "plan over an arena",
-                                         "plan over a symmetric arena", "a graph of one memset"};
+                                         "plan over a symmetric arena", "a graph of one memset",
+                                         "plan on NCCL's kernels"};
 _Static_assert(sizeof mode_names / sizeof *mode_names == N_MODES, "a name per mode");
 
 typedef struct work {
@@ -105,6 +114,7 @@ typedef struct work {
   cudaGraphExec_t captured[2];  /* CAPTURED, CAPTURED_SYMMETRIC */
   cg_plan_t *in_arena[2];       /* PLAN_ARENA, PLAN_SYMMETRIC */
   cudaGraphExec_t floor;        /* FLOOR */
+  cg_plan_t *nccl_kernels;      /* PLAN_NCCL_KERNELS */
 } work_t;
 
 static void one_iteration(const work_t *w, cudaStream_t stream) {
@@ -138,6 +148,9 @@ static void one_iteration(const work_t *w, cudaStream_t stream) {
       break;
     case FLOOR:
       CUDA_CHECK(cudaGraphLaunch(w->floor, stream));
+      break;
+    case PLAN_NCCL_KERNELS:
+      CG_CHECK(cg_plan_launch(w->nccl_kernels, stream));
       break;
     default:
       CG_CHECK(cg_plan_launch(w->plan, stream));
@@ -571,6 +584,90 @@ static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaSt
   free(host);
 }
 
+/* ---- e) mid-sized allreduces: commgraph's own kernels against NCCL's */
+
+/* A second communicator over the same ranks whose first plan sees both of
+ * commgraph's kernels off (the variables are read then, per communicator). */
+static cg_comm_t *comm_on_nccl_kernels(int device) {
+  ncclComm_t unused;
+  cg_comm_t *second = cg_bench_nccl_comm(device, &unused);
+  const char *names[2] = {"CG_ONESHOT_MAX_BYTES", "CG_TWOSHOT_MAX_BYTES"};
+  char *saved[2];
+  for (int i = 0; i < 2; i++) {
+    const char *v = getenv(names[i]);
+    saved[i] = v ? strdup(v) : NULL;
+    setenv(names[i], "0", 1);
+  }
+  float *buf;
+  size_t steps;
+  CUDA_CHECK(cudaMalloc((void **)&buf, 1024 * sizeof(float)));
+  cg_plan_destroy(compile_allreduces(second, &buf, &buf, 1, 1024, &steps)); /* its first: the variables read */
+  CUDA_CHECK(cudaFree(buf));
+  for (int i = 0; i < 2; i++) {
+    if (saved[i]) setenv(names[i], saved[i], 1);
+    else unsetenv(names[i]);
+    free(saved[i]);
+  }
+  return second;
+}
+
+static void bench_mid(cg_comm_t *comm, ncclComm_t nccl, int device, int rounds, cudaStream_t stream,
+                      cudaEvent_t start, cudaEvent_t stop) {
+  const size_t max_count = (size_t)4 << 20; /* 16 MB */
+  float *host = malloc(max_count * sizeof *host);
+  if (!host) cg_bench_fail("malloc", "out of memory");
+  cg_comm_t *second = comm_on_nccl_kernels(device);
+  work_t w = {.ops = 1, .nccl = nccl};
+  CUDA_CHECK(cudaMalloc((void **)&w.send[0], max_count * sizeof(float)));
+  CUDA_CHECK(cudaMalloc((void **)&w.recv[0], max_count * sizeof(float)));
+  if (rank == 0) {
+    printf("\ne) one float32 sum allreduce of a mid size, out of place, time per allreduce: NCCL captured in a graph, "
+           "the plan (commgraph's one-shot or two-shot kernel where its communicator measured them faster: path), "
+           "the plan with both kernels off (NCCL's kernels); busbw of NCCL captured and of the plan\n");
+    printf("%10s %10s %11s %11s %11s %10s %10s %10s\n", "bytes", "path", "NCCL capt", "plan", "plan NCCL", "plan/capt",
+           "capt busbw", "plan busbw");
+  }
+  for (size_t count = 16384; count <= max_count; count *= 2) {
+    if (count == 32768 || count == 131072) continue; /* 64 KB, 256 KB, then every doubling from 1 MB */
+    w.count = count;
+    size_t steps, bytes = count * sizeof(float);
+    w.plan = compile_allreduces(comm, w.send, w.recv, 1, count, &steps);
+    w.nccl_kernels = compile_allreduces(second, w.send, w.recv, 1, count, &steps);
+    w.captured[0] = capture_allreduces(&w, stream);
+    const int modes[] = {CAPTURED, PLAN, PLAN_NCCL_KERNELS};
+    double med[3];
+    for (int pass = 0; pass < 2; pass++) {
+      for (int m = 0; m < 3; m++) {
+        fill(w.send[0], count, (size_t)(m + pass), host); /* other values after timing: no stale pass */
+        run_for_check(&w, modes[m], stream);
+        expect_sum(w.recv[0], count, (size_t)(m + pass), host, "mid-sized allreduce");
+        all_checked("mid-sized allreduce", modes[m], pass ? "after timing" : "before timing");
+      }
+      if (pass) break;
+      int iters = (int)(((size_t)256 << 20) / bytes);
+      iters = iters < 20 ? 20 : iters > 1000 ? 1000 : iters;
+      if (smoke_iters) iters = smoke_iters;
+      time_modes(&w, modes, 3, iters, rounds, stream, start, stop, med);
+    }
+    const char *path = cg_bench_dot_count(w.plan, "one-shot allreduce")   ? "one-shot"
+                       : cg_bench_dot_count(w.plan, "two-shot allreduce") ? "two-shot"
+                                                                          : "NCCL";
+    double factor = 2.0 * (ranks - 1) / ranks * (double)bytes / 1e9;
+    if (rank == 0) {
+      printf("%10zu %10s %8.2f us %8.2f us %8.2f us %10.3f %5.1f GB/s %5.1f GB/s\n", bytes, path, med[0] * 1e6,
+             med[1] * 1e6, med[2] * 1e6, med[1] / med[0], factor / med[0], factor / med[1]);
+      fflush(stdout);
+    }
+    cg_plan_destroy(w.plan);
+    cg_plan_destroy(w.nccl_kernels);
+    CUDA_CHECK(cudaGraphExecDestroy(w.captured[0]));
+  }
+  CUDA_CHECK(cudaFree(w.send[0]));
+  CUDA_CHECK(cudaFree(w.recv[0]));
+  cg_comm_destroy(second);
+  free(host);
+}
+
 /* ---- set-up */
 
 static void usage(const char *argv0) {
@@ -637,6 +734,7 @@ int main(int argc, char **argv) {
   bench_small(comm, nccl, rounds, stream, start, stop);
   bench_watchdog(comm, nccl, rounds, stream, start, stop);
   bench_symmetric(comm, nccl, rounds, stream, start, stop);
+  bench_mid(comm, nccl, device, rounds, stream, start, stop);
 
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
