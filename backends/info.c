@@ -147,7 +147,12 @@ static void write_build(FILE *f, int provided) {
             "to the cut-over each communicator measures on its first plan; in a symmetric window only where it "
             "measured faster than NCCL's symmetric kernels (plan DOT names the path)\n");
   const char *twoshot = cg_param_text(CG_PARAM_TWOSHOT_MAX_BYTES);
-  if (twoshot)
+  size_t twoshot_bytes = 1;
+  int twoshot_set = 0;
+  if (twoshot && cg_param_bytes(&twoshot_bytes, &twoshot_set, CG_PARAM_TWOSHOT_MAX_BYTES, NULL) == CG_SUCCESS &&
+      twoshot_set && twoshot_bytes == 0)
+    fprintf(f, "two-shot allreduce (commgraph's kernel): off (CG_TWOSHOT_MAX_BYTES=0)\n");
+  else if (twoshot)
     fprintf(f, "two-shot allreduce (commgraph's kernel, ranks with peer links): the same allreduces above the one-shot "
             "size, up to CG_TWOSHOT_MAX_BYTES=%s\n", twoshot);
   else

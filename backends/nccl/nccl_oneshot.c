@@ -136,10 +136,11 @@ void cg_nccl_oneshot_free(cg_nccl_oneshot_t *o, int aborted) {
   o->staging = NULL, o->epochs = NULL, o->aborted = NULL, o->aborted_dev = NULL;
 }
 
-static int plan_needs(const cg_plan_t *plan, uint32_t ci) {
+/* Whether the plan has an allreduce of at most `most` bytes either kernel could take. */
+static int plan_needs(const cg_plan_t *plan, uint32_t ci, size_t most) {
   const cg_plan_comm_t *pc = &plan->comms[ci];
   for (uint32_t k = 0; k < pc->n_steps; k++)
-    if (fits_within(&plan->steps[pc->steps[k]], CG_TWOSHOT_MAX_BYTES)) return 1;
+    if (fits_within(&plan->steps[pc->steps[k]], most)) return 1;
   return 0;
 }
 
@@ -247,8 +248,12 @@ static int twoshot_first_size(const cg_nccl_oneshot_t *o) {
 }
 
 static void pick_twoshot(cg_nccl_oneshot_t *o, const double (*slowest)[2]) {
+  /* from where it first wins twice in a row (or at the last size): one win
+   * alone among losses is taken for noise, as one loss alone among wins */
   int i = twoshot_first_size(o);
-  while (i < TWOSHOT_SIZES && slowest[i][0] * 1.05 >= slowest[i][1]) i++; /* from where it first wins */
+  while (i < TWOSHOT_SIZES && !(slowest[i][0] * 1.05 < slowest[i][1] &&
+                                (i + 1 == TWOSHOT_SIZES || slowest[i + 1][0] * 1.05 < slowest[i + 1][1])))
+    i++;
   o->twoshot_max_bytes = 0;
   if (i == TWOSHOT_SIZES) return;
   size_t pick = cg_nccl_cutover_pick_handicapped(slowest + i, TWOSHOT_SIZES - i, 1.05); /* as if i were 1 KB */
@@ -340,13 +345,17 @@ cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, ui
   cg_nccl_oneshot_t *o = &n->oneshot;
   const cg_comm_t *comm = plan->comms[ci].comm;
   *abort_comm = 0;
-  if (o->state != CG_ONESHOT_UNTRIED || comm->size < 2 || !plan_needs(plan, ci)) return CG_SUCCESS;
+  if (o->state != CG_ONESHOT_UNTRIED || comm->size < 2 || !plan_needs(plan, ci, CG_TWOSHOT_MAX_BYTES))
+    return CG_SUCCESS;
   size_t given = 0, twoshot_given = 0;
   int set = 0, twoshot_set = 0;
   cg_status_t st = read_env(&given, &set, CG_PARAM_ONESHOT_MAX_BYTES, n, comm->rank, comm->size, wait, where);
   if (st == CG_SUCCESS)
     st = read_env(&twoshot_given, &twoshot_set, CG_PARAM_TWOSHOT_MAX_BYTES, n, comm->rank, comm->size, wait, where);
   if (st != CG_SUCCESS) return st;
+  /* without the two-shot kernel only allreduces up to 1 MB need the set-up:
+   * a later plan may have one (the ranks agree: the variable is agreed) */
+  if (twoshot_set && twoshot_given == 0 && !plan_needs(plan, ci, CG_ONESHOT_MAX_BYTES)) return CG_SUCCESS;
   o->state = CG_ONESHOT_OFF;
   o->rank = comm->rank, o->ranks = comm->size;
   o->twoshot_area = !(twoshot_set && twoshot_given == 0);
@@ -371,8 +380,8 @@ cg_status_t cg_nccl_oneshot_prepare(cg_nccl_comm_t *n, const cg_plan_t *plan, ui
   if (st != CG_SUCCESS) return st;
   if (!ok) {
     if (why[0])
-      fprintf(stderr, "commgraph: %s: rank %d: the one-shot and two-shot allreduces stay off on every rank: %s\n", where,
-              comm->rank, why);
+      fprintf(stderr, "commgraph: %s: rank %d: the one-shot and two-shot allreduces stay off on every rank: %s\n",
+              where, comm->rank, why);
     /* every rank unmaps before any frees: freeing memory another process
      * still maps is undefined (cudaIpcCloseMemHandle) */
     unmap_peers(o);

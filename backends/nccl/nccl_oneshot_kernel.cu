@@ -100,9 +100,11 @@ __global__ void __launch_bounds__(CG_LAMPORT_MAX_THREADS) oneshot_kernel(cg_ones
 extern "C" cudaError_t cg_oneshot_launch(const cg_oneshot_args_t *args, int dtype_index, cudaStream_t stream) {
   static const size_t lane_bytes[CG_ONESHOT_DTYPES] = {4, 2, 2};
   /* what the kernel trusts: a slot per rank, this rank's among them, the
-   * staging's slot size, and one of its operations */
+   * staging's slot size, and one of its operations; and something to send (a
+   * call that sends nothing would end before its peers wrote to it) */
   if (dtype_index < 0 || dtype_index >= CG_ONESHOT_DTYPES || args->ranks < 2 || args->ranks > CG_ONESHOT_MAX_RANKS ||
-      args->rank < 0 || args->rank >= args->ranks || args->count > CG_ONESHOT_MAX_BYTES / lane_bytes[dtype_index] ||
+      args->rank < 0 || args->rank >= args->ranks || args->count == 0 ||
+      args->count > CG_ONESHOT_MAX_BYTES / lane_bytes[dtype_index] ||
       args->op < CG_ONESHOT_SUM || args->op > CG_ONESHOT_PROD)
     return cudaErrorInvalidValue;
   size_t chunks = (args->count * lane_bytes[dtype_index] + 15) / 16;

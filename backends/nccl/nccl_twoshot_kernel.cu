@@ -9,9 +9,12 @@
  * it; the price is a second crossing. Slots hold the sentinel (all-ones
  * bytes) until their data came, so no flag or barrier is needed (as in the
  * one-shot kernel), and the reader puts the sentinel back. Both parts of a
- * buffer are written again two calls later, which no peer can reach before
- * this rank has written its part of the call in between, after this kernel
- * ended.
+ * buffer are written again two calls later. No rank finishes a call without
+ * rank 0, whose share is never empty: rank 0 waits for every rank's scatter
+ * of its share, and every other rank for rank 0's gather. So no peer starts
+ * the call after next before this rank has written its part of the next
+ * call, after this kernel ended (a call of no elements would break that
+ * chain: the launch refuses it).
  *
  * A thread handles the same offsets within every share in all three steps,
  * so in place no thread overwrites an input chunk another thread has still
@@ -129,8 +132,8 @@ __global__ void __launch_bounds__(CG_LAMPORT_MAX_THREADS) twoshot_kernel(cg_ones
     }
   }
   /* the refills need no fence: a peer writes these slots again only after
-   * this rank's next kernel wrote to it, and kernel boundaries order this
-   * kernel's stores before that */
+   * this rank's next kernel ran (through rank 0, above), and kernel
+   * boundaries order this kernel's stores before that */
   lamport_finish_epoch(a.epochs, e);
 }
 
@@ -139,7 +142,8 @@ extern "C" cudaError_t cg_twoshot_launch(const cg_oneshot_args_t *args, int dtyp
   /* what the kernel trusts: a slot per rank, this rank's among them, a share
    * within the slot's size, and one of its operations */
   if (dtype_index < 0 || dtype_index >= CG_ONESHOT_DTYPES || args->ranks < 2 || args->ranks > CG_ONESHOT_MAX_RANKS ||
-      args->rank < 0 || args->rank >= args->ranks || args->count > CG_TWOSHOT_MAX_BYTES / lane_bytes[dtype_index] ||
+      args->rank < 0 || args->rank >= args->ranks || args->count == 0 ||
+      args->count > CG_TWOSHOT_MAX_BYTES / lane_bytes[dtype_index] ||
       args->op < CG_ONESHOT_SUM || args->op > CG_ONESHOT_PROD)
     return cudaErrorInvalidValue;
   size_t chunks = (args->count * lane_bytes[dtype_index] + 15) / 16;

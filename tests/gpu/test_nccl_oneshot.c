@@ -1,16 +1,18 @@
 /* The NCCL backend's one-shot and two-shot allreduces
  * (backends/nccl/nccl_oneshot.h), each forced on alone
- * (CG_ONESHOT_MAX_BYTES=1M CG_TWOSHOT_MAX_BYTES=0, then 0 and 8M): random
- * allreduces of float32, float16 and bfloat16 with every reduction, sizes from
- * one element to the kernel's most (1 MB, 8 MB), in place and not, at element offsets that break 16-byte alignment differently on
- * each rank, next to collectives that stay on NCCL on the same communicator,
- * fused and not, launched and run: every replay matches the reference
- * reduction exactly (integer-valued inputs, poisoned outputs) and the plan's
- * DOT names the kernel for each. Off (both 0): DOT never names either.
- * Measured: the same collectives take each on every rank. Either variable set
- * on one rank only is refused on every rank. Inputs with the kernel's sentinel bits come out
- * NaN, alike on every rank. Where the ranks cannot map each other's memory
- * the forced case says so and skips, and fails instead under
+ * (CG_ONESHOT_MAX_BYTES=1M CG_TWOSHOT_MAX_BYTES=0, then 0 and 8M) and both
+ * at once (64K and 8M: their calls alternate on the epochs they share):
+ * random allreduces of float32, float16 and bfloat16 with every reduction,
+ * sizes from one element to the kernels' most (1 MB, 8 MB), in place and not,
+ * at element offsets that break 16-byte alignment differently on each rank,
+ * next to collectives that stay on NCCL on the same communicator, fused and
+ * not, launched and run: every replay matches the reference reduction
+ * exactly (integer-valued inputs, poisoned outputs) and the plan's DOT names
+ * the kernel for each. Off (both 0): DOT never names either. Measured: the
+ * same collectives take each on every rank. Either variable set on one rank
+ * only is refused on every rank. Inputs with the kernels' sentinel bits come
+ * out NaN, alike on every rank. Where the ranks cannot map each other's
+ * memory the forced case says so and skips, and fails instead under
  * CG_TEST_REQUIRE_ONESHOT=1 (scripts/gpu-test sets it). NCCL only. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <stdint.h>
@@ -23,14 +25,18 @@
 
 enum { CASES = 10, ROUNDS = 6, GATHER = 777 };
 
-/* the kernel a test forces on: its variables, its most, and what DOT calls it */
+/* the kernels a test forces on: their variables, the most they take, and
+ * what DOT calls them (NULL: both, the sizes deciding which, on the epochs
+ * the two share) */
 typedef struct kernel_kind {
   const char *oneshot_max, *twoshot_max;
   size_t max_bytes;
   const char *name;
 } kernel_kind_t;
-static const kernel_kind_t kinds[2] = {{"1M", "0", (size_t)1 << 20, "one-shot allreduce"},
-                                       {"0", "8M", (size_t)8 << 20, "two-shot allreduce"}};
+static const kernel_kind_t kinds[3] = {{"1M", "0", (size_t)1 << 20, "one-shot allreduce"},
+                                       {"0", "8M", (size_t)8 << 20, "two-shot allreduce"},
+                                       {"64K", "8M", (size_t)8 << 20, NULL}};
+static const char *const kernel_names[2] = {"one-shot allreduce", "two-shot allreduce"};
 
 typedef struct oneshot_case {
   cg_dtype_t dtype;
@@ -49,7 +55,7 @@ static int count_in(const char *text, const char *what) {
 
 static int dot_count(const cg_plan_t *plan, const char *name) {
   char *dot = cg_gpu_plan_dot(plan);
-  int n = count_in(dot, name);
+  int n = name ? count_in(dot, name) : count_in(dot, kernel_names[0]) + count_in(dot, kernel_names[1]);
   free(dot);
   return n;
 }
@@ -96,6 +102,7 @@ static void draw_cases(oneshot_case_t *c, int me, size_t max_bytes) {
       default: c[i].count = most - cg_test_rand() % 9; break; /* up to the cut-over, whole or not */
     }
     if (i == 0) c[i].count = most; /* the largest the kernel takes */
+    if (i == 2 && max_bytes > ((size_t)1 << 20)) c[i].count = 1 + cg_test_rand() % 5000; /* both kernels, mixed */
     c[i].in_place = (int)(cg_test_rand() % 2);
     uint64_t r = cg_test_rand();
     size_t send_off = (size_t)((r >> (8 * me)) % 8), recv_off = (size_t)((r >> (8 * me + 4)) % 8);
@@ -214,6 +221,7 @@ static void replay_and_check(cg_plan_t *plan, oneshot_case_t *c, int32_t *ints, 
 
 START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones) {
   const kernel_kind_t *kind = &kinds[_i];
+  const char *name = kind->name ? kind->name : "one-shot and two-shot allreduces";
   int me = cg_gpu_rank(), n = cg_gpu_size();
   cg_comm_t *comm = comm_with_max(kind->oneshot_max, kind->twoshot_max);
   if (!comm) return;
@@ -236,16 +244,21 @@ START_TEST(nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_on
     int named = dot_count(plan, kind->name);
     if (!fused && named == 0) {
       /* off on every rank alike: the ranks cannot map each other's memory */
-      if (me == 0) printf("nccl_oneshot: the %s path is off here (DOT names no kernel)\n", kind->name);
+      if (me == 0) printf("nccl_oneshot: the %s path is off here (DOT names no kernel)\n", name);
       ck_assert_msg(!oneshot_required(), "CG_TEST_REQUIRE_ONESHOT=1 but the path is off here");
       cg_plan_destroy(plan);
       break;
     }
     char what[160];
-    snprintf(what, sizeof what, "%s, fusion %s: DOT names the kernel %d times (%d allreduces it takes)", kind->name,
+    snprintf(what, sizeof what, "%s, fusion %s: DOT names the kernel %d times (%d allreduces it takes)", name,
              fused ? "on" : "off", named, CASES);
     ck_assert_all_ranks(fused ? named >= 1 : named == CASES, what);
-    snprintf(what, sizeof what, "%s, %s", kind->name, fused ? "fused" : "unfused");
+    if (!kind->name && !fused) {
+      snprintf(what, sizeof what, "%s: both kernels run (one-shot %d, two-shot %d)", name,
+               dot_count(plan, kernel_names[0]), dot_count(plan, kernel_names[1]));
+      ck_assert_all_ranks(dot_count(plan, kernel_names[0]) > 0 && dot_count(plan, kernel_names[1]) > 0, what);
+    }
+    snprintf(what, sizeof what, "%s, %s", name, fused ? "fused" : "unfused");
     replay_and_check(plan, c, ints, mine, all, what);
     cg_plan_destroy(plan);
   }
@@ -440,7 +453,7 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("nccl_oneshot");
   TCase *tc = cg_gpu_tcase("nccl_oneshot");
-  tcase_add_loop_test(tc, nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones, 0, 2);
+  tcase_add_loop_test(tc, nccl_oneshot__forced_allreduces_are_exact_every_replay_beside_nccl_ones, 0, 3);
   tcase_add_loop_test(tc, nccl_oneshot__sentinel_bits_in_an_input_arrive_as_nan, 0, 2);
   tcase_add_test(tc, nccl_oneshot__zero_keeps_every_allreduce_on_nccl);
   tcase_add_test(tc, nccl_oneshot__the_measured_cutover_is_the_same_on_every_rank);
