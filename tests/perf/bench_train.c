@@ -77,8 +77,10 @@
  * Output, per B: a row per mode: iteration µs, exposed µs (iteration -
  * backward alone), exposed / exposed bound, buckets (collectives of several
  * tensors; DDP: all its buckets), tensors in them, bytes copied per iteration,
- * and the backward span (first kernel's start to last kernel's end, from the
- * stamps) inside that mode; then the bound. Timing: cudaEvents around a batch
+ * the backward span (first kernel's start to last kernel's end, from the
+ * stamps) inside that mode, and for commgraph's plans how many collectives
+ * took its one-shot and two-shot allreduce kernels (docs/gpu.md); then the
+ * bound. Timing: cudaEvents around a batch
  * of I iterations (default 20) on one stream; all modes interleaved round by
  * round after two warm-up iterations each; each figure the median over R
  * rounds (default 9) of the slowest rank's time per iteration (default I with
@@ -292,7 +294,8 @@ static void time_batch(const bt_timer_t *tm, bt_bench_t *b, int iters, int round
 
 static void print_row(const bt_bench_t *b, const bt_ctx_t *c, const bt_ddp_t *d, size_t total, double backward,
                       double bound) {
-  char exposed[32] = "-", ratio[32] = "-", buckets[32] = "-", fused[32] = "-", copied[32] = "-", span[32] = "-";
+  char exposed[32] = "-", ratio[32] = "-", buckets[32] = "-", fused[32] = "-", copied[32] = "-", span[32] = "-",
+       own[32] = "-";
   if (b->kind != BT_BACKWARD && b->kind != BT_ALLREDUCES) {
     snprintf(exposed, sizeof exposed, "%.1f", (b->med - backward) * 1e6);
     if (bound > 0) snprintf(ratio, sizeof ratio, "%.2f", (b->med - backward) / bound);
@@ -301,6 +304,8 @@ static void print_row(const bt_bench_t *b, const bt_ctx_t *c, const bt_ddp_t *d,
     snprintf(buckets, sizeof buckets, "%zu", b->stats.buckets);
     snprintf(fused, sizeof fused, "%zu", b->stats.fused_nodes);
     cgb_bytes_text(copied, sizeof copied, (double)b->stats.copy_bytes);
+    snprintf(own, sizeof own, "%d/%d", cg_bench_dot_count(b->plan, "one-shot allreduce"),
+             cg_bench_dot_count(b->plan, "two-shot allreduce"));
   } else if (b->kind != BT_BACKWARD) {
     snprintf(buckets, sizeof buckets, "%d", d->n);
     snprintf(fused, sizeof fused, "%d", c->n);
@@ -308,8 +313,8 @@ static void print_row(const bt_bench_t *b, const bt_ctx_t *c, const bt_ddp_t *d,
     cgb_bytes_text(copied, sizeof copied, copies ? 2.0 * (double)total * sizeof(float) : 0);
   }
   if (b->stamps) snprintf(span, sizeof span, "%.1f", b->span_med * 1e6);
-  printf("%-52s %10.1f %10s %8s %8s %6s %11s %10s\n", b->label, b->med * 1e6, exposed, ratio, buckets, fused, copied,
-         span);
+  printf("%-52s %10.1f %10s %8s %8s %6s %11s %10s %7s\n", b->label, b->med * 1e6, exposed, ratio, buckets, fused,
+         copied, span, own);
 }
 
 int main(int argc, char **argv) {
@@ -560,8 +565,8 @@ int main(int argc, char **argv) {
       printf("\nB = %g ms: backward alone %.1f us per iteration; gradients ready from %.1f to %.1f us after the first "
              "kernel's start (median)\n",
              a.backward_ms[bi], backward * 1e6, r[0] * 1e6, r[n - 1] * 1e6);
-      printf("%-52s %10s %10s %8s %8s %6s %11s %10s\n", "mode", "us/iter", "exposed us", "x bound", "buckets",
-             "fused", "copied/iter", "bwd span");
+      printf("%-52s %10s %10s %8s %8s %6s %11s %10s %7s\n", "mode", "us/iter", "exposed us", "x bound", "buckets",
+             "fused", "copied/iter", "bwd span", "1s/2s");
       print_row(&m[0], &c, &d, total, backward, bound);
       print_row(&b[COMM], &c, &d, total, backward, bound);
       for (int k = 1; k < 3; k++) print_row(&m[k], &c, &d, total, backward, bound);
@@ -576,7 +581,8 @@ int main(int argc, char **argv) {
     printf("\nexposed: iteration - backward alone; x bound: exposed / the bound's exposed time; bound: the largest "
            "r_k + alpha + 2(n-1)/n x bytes ready at or after k / busbw, minus the last ready time r_n-1\n"
            "buckets: collectives of several tensors (commgraph: cg_plan_stats buckets, fused_nodes, copy_bytes; DDP: "
-           "all its buckets); bwd span: first kernel's start to last kernel's end inside that mode (us)\n"
+           "all its buckets); bwd span: first kernel's start to last kernel's end inside that mode (us); 1s/2s: the "
+           "plan's collectives on commgraph's one-shot / two-shot allreduce kernels (the rest on NCCL's)\n"
            "results checked again after timing: every mode's gradients still hold the exact sums\n");
     fflush(stdout);
   }
