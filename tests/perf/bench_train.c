@@ -54,6 +54,10 @@
  *      allgather in the iteration (docs/watchdog.md);
  *   5m. the same with fingerprint 0: the marks alone, so that 5w's cost
  *      splits into the marks' and the fingerprint's;
+ *   5n. (NCCL backend) mode 5t's buckets on a second commgraph communicator
+ *      whose own allreduce kernels (one-shot, two-shot: docs/gpu.md) are off,
+ *      so every collective runs on NCCL's kernels: 5f against 5n, in one run,
+ *      is what commgraph's kernels give the iteration;
  *   6. commgraph at each --bucket-mb size (default 1, 4, 25 MiB) and in one
  *      bucket (the whole workload): the same graph, bucket_bytes set;
  *   7. the lower bound of the exposed time, computed: from the ready times of
@@ -409,8 +413,11 @@ int main(int argc, char **argv) {
   NCCL_CHECK_ON(c.nccl, ncclAllReduce(large.base, large.base, large_count, ncclFloat32, ncclSum, c.nccl, c.s));
   CUDA_CHECK(cudaStreamSynchronize(c.s));
 
-  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5f, 5w, 5m, 6 and (staged) 3s */
-  enum { FIXED = 8 }; /* the first mode 6 */
+  /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5f, 5w, 5m, (NCCL) 5n, 6 and (staged) 3s */
+  enum { NCCL_KERNELS = 8 };        /* mode 5n, NCCL backend only */
+  const int FIXED = 8 + !a.staged; /* the first mode 6 */
+  bt_ctx_t c_nccl_kernels = c;     /* mode 5n's: another commgraph communicator */
+  if (!a.staged) CG_CHECK(cg_comm_create(&c_nccl_kernels.comm, MPI_COMM_WORLD, &copts));
   int nb_per_b = FIXED + a.n_bucket + 1 + a.staged, nb = 3 + a.n_backward * nb_per_b;
   int staged_k = a.staged ? nb_per_b - 1 : -1; /* mode 3s */
   bt_bench_t *b = cgb_xcalloc((size_t)nb, sizeof *b);
@@ -497,6 +504,11 @@ int main(int argc, char **argv) {
     snprintf(m[6].label, sizeof m[6].label, "5w. commgraph, tuned, watched (%g s timeout)", BT_WATCH_TIMEOUT_S);
     m[7].plan = bt_compile_watched(graph, m[4].plan, BT_WATCH_TIMEOUT_S, 0, &m[7].stats);
     snprintf(m[7].label, sizeof m[7].label, "5m. commgraph, tuned, watched, fingerprint 0");
+    if (!a.staged) {
+      m[NCCL_KERNELS].plan = bt_compile_on_nccl_kernels(&c_nccl_kernels, &arena_grads, ns, m[3].stamps, m[4].plan,
+                                                        &m[NCCL_KERNELS].stats);
+      snprintf(m[NCCL_KERNELS].label, sizeof m[NCCL_KERNELS].label, "5n. commgraph, tuned, on NCCL's kernels");
+    }
     for (int z = 0; z <= a.n_bucket; z++) {
       bt_bench_t *fixed = &m[FIXED + z];
       size_t cap = z < a.n_bucket ? (size_t)(a.bucket_mb[z] * CGB_MIB) : total * sizeof(float);
@@ -608,6 +620,7 @@ int main(int argc, char **argv) {
     NCCL_CHECK_ON(c.nccl, ncclCommFinalize(c.nccl));
     NCCL_CHECK(ncclCommDestroy(c.nccl));
   }
+  if (!a.staged) cg_comm_destroy(c_nccl_kernels.comm);
   cg_comm_destroy(c.comm);
   cgb_free_buckets(&d);
   free(ready);

@@ -115,6 +115,12 @@ cg_plan_t *bt_compile_allreduces(const bt_ctx_t *c, const bt_tensors_t *t);
  * replay timeout of `timeout_s` (negative: none, whatever CG_TIMEOUT says). */
 cg_plan_t *bt_compile_watched(cg_graph_t *graph, const cg_plan_t *tuned, double timeout_s, int fingerprint,
                               cg_plan_stats_t *stats);
+/* mode 5n: the graph recorded again on c's communicator (one whose first plan
+ * this is) and compiled with `tuned`'s buckets, with commgraph's own
+ * allreduce kernels off on it (CG_ONESHOT_MAX_BYTES and CG_TWOSHOT_MAX_BYTES
+ * 0 while it compiles) */
+cg_plan_t *bt_compile_on_nccl_kernels(const bt_ctx_t *c, const bt_tensors_t *g, const unsigned long long *ns,
+                                      unsigned long long *stamps, const cg_plan_t *tuned, cg_plan_stats_t *stats);
 #define BT_WATCH_TIMEOUT_S 60.0
 
 void bt_launch(const bt_ctx_t *c, const bt_bench_t *b);
