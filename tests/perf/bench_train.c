@@ -415,10 +415,10 @@ int main(int argc, char **argv) {
 
   /* ---- the benches: 3 shared, then per B: modes 1, 3, 4, 5, 5t, 5f, 5w, 5m, (NCCL) 5n, 6 and (staged) 3s */
   enum { NCCL_KERNELS = 8 };        /* mode 5n, NCCL backend only */
-  const int FIXED = 8 + !a.staged; /* the first mode 6 */
+  const int first_fixed = 8 + !a.staged; /* the first mode 6 */
   bt_ctx_t c_nccl_kernels = c;     /* mode 5n's: another commgraph communicator */
   if (!a.staged) CG_CHECK(cg_comm_create(&c_nccl_kernels.comm, MPI_COMM_WORLD, &copts));
-  int nb_per_b = FIXED + a.n_bucket + 1 + a.staged, nb = 3 + a.n_backward * nb_per_b;
+  int nb_per_b = first_fixed + a.n_bucket + 1 + a.staged, nb = 3 + a.n_backward * nb_per_b;
   int staged_k = a.staged ? nb_per_b - 1 : -1; /* mode 3s */
   bt_bench_t *b = cgb_xcalloc((size_t)nb, sizeof *b);
   unsigned long long **stamps = cgb_xcalloc((size_t)nb, sizeof *stamps), *ns = cgb_xcalloc((size_t)n, sizeof *ns);
@@ -510,7 +510,7 @@ int main(int argc, char **argv) {
       snprintf(m[NCCL_KERNELS].label, sizeof m[NCCL_KERNELS].label, "5n. commgraph, tuned, on NCCL's kernels");
     }
     for (int z = 0; z <= a.n_bucket; z++) {
-      bt_bench_t *fixed = &m[FIXED + z];
+      bt_bench_t *fixed = &m[first_fixed + z];
       size_t cap = z < a.n_bucket ? (size_t)(a.bucket_mb[z] * CGB_MIB) : total * sizeof(float);
       fixed->plan = bt_compile(graph, cap, &fixed->stats);
       if (z < a.n_bucket)
