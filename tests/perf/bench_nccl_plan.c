@@ -62,7 +62,6 @@
  * per batch; without a
  * GPU for every rank it exits 77 (ctest's skip), or 1 where CG_REQUIRE_GPU is
  * set. */
-#define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -591,23 +590,14 @@ static void bench_symmetric(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaSt
 static cg_comm_t *comm_on_nccl_kernels(int device) {
   ncclComm_t unused;
   cg_comm_t *second = cg_bench_nccl_comm(device, &unused);
-  const char *names[2] = {"CG_ONESHOT_MAX_BYTES", "CG_TWOSHOT_MAX_BYTES"};
-  char *saved[2];
-  for (int i = 0; i < 2; i++) {
-    const char *v = getenv(names[i]);
-    saved[i] = v ? strdup(v) : NULL;
-    setenv(names[i], "0", 1);
-  }
+  cg_bench_saved_env_t saved;
+  cg_bench_own_kernels_off(&saved);
   float *buf;
   size_t steps;
   CUDA_CHECK(cudaMalloc((void **)&buf, 1024 * sizeof(float)));
   cg_plan_destroy(compile_allreduces(second, &buf, &buf, 1, 1024, &steps)); /* its first: the variables read */
   CUDA_CHECK(cudaFree(buf));
-  for (int i = 0; i < 2; i++) {
-    if (saved[i]) setenv(names[i], saved[i], 1);
-    else unsetenv(names[i]);
-    free(saved[i]);
-  }
+  cg_bench_restore_env(&saved);
   return second;
 }
 

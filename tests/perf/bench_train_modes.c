@@ -1,6 +1,5 @@
 /* bench_train's modes: where their tensors live, how each is captured or
  * compiled, launched and checked. bench_train.c says what they measure. */
-#define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -249,21 +248,12 @@ cg_plan_t *bt_compile_on_nccl_kernels(const bt_ctx_t *c, const bt_tensors_t *g, 
                                       unsigned long long *stamps, const cg_plan_t *tuned, cg_plan_stats_t *stats) {
   /* the variables are read on a communicator's first plan with an
    * allreduce: this one's (later ones find the kernels off already) */
-  const char *names[2] = {"CG_ONESHOT_MAX_BYTES", "CG_TWOSHOT_MAX_BYTES"};
-  char *saved[2];
-  for (int i = 0; i < 2; i++) {
-    const char *v = getenv(names[i]);
-    saved[i] = v ? strdup(v) : NULL;
-    setenv(names[i], "0", 1);
-  }
+  cg_bench_saved_env_t saved;
+  cg_bench_own_kernels_off(&saved);
   cg_graph_t *graph = bt_record_graph(c, g, ns, stamps);
   cg_plan_t *plan = bt_compile_watched(graph, tuned, -1, 1, stats);
   cg_graph_destroy(graph);
-  for (int i = 0; i < 2; i++) {
-    if (saved[i]) setenv(names[i], saved[i], 1);
-    else unsetenv(names[i]);
-    free(saved[i]);
-  }
+  cg_bench_restore_env(&saved);
   return plan;
 }
 

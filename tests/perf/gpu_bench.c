@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L /* open_memstream */
+#define _POSIX_C_SOURCE 200809L /* open_memstream, setenv, strdup */
 #include "gpu_bench.h"
 
 #include "commgraph/mpi.h"
@@ -167,4 +167,25 @@ int cg_bench_dot_count(const cg_plan_t *plan, const char *what) {
   for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
   free(text);
   return n;
+}
+
+static const char *const own_kernel_sizes[2] = {"CG_ONESHOT_MAX_BYTES", "CG_TWOSHOT_MAX_BYTES"};
+
+void cg_bench_own_kernels_off(cg_bench_saved_env_t *saved) {
+  for (int i = 0; i < 2; i++) {
+    const char *v = getenv(own_kernel_sizes[i]);
+    saved->set[i] = v != NULL;
+    saved->value[i] = v ? strdup(v) : NULL;
+    if (v && !saved->value[i]) cg_bench_fail("strdup", "out of memory");
+    setenv(own_kernel_sizes[i], "0", 1);
+  }
+}
+
+void cg_bench_restore_env(cg_bench_saved_env_t *saved) {
+  for (int i = 0; i < 2; i++) {
+    if (saved->set[i]) setenv(own_kernel_sizes[i], saved->value[i], 1);
+    else unsetenv(own_kernel_sizes[i]);
+    free(saved->value[i]);
+    saved->value[i] = NULL;
+  }
 }

@@ -75,4 +75,15 @@ const char *cg_bench_gpus_per_rank(void);
  * instance "one-shot allreduce", the path the NCCL backend chose. */
 int cg_bench_dot_count(const cg_plan_t *plan, const char *what);
 
+/* commgraph's own allreduce kernels (one-shot, two-shot: docs/gpu.md) off
+ * for the communicators whose first plan compiles until the restore
+ * (CG_ONESHOT_MAX_BYTES and CG_TWOSHOT_MAX_BYTES set to 0), then the
+ * variables as they were: a communicator reads them on its first plan. */
+typedef struct cg_bench_saved_env {
+  char *value[2];
+  int set[2];
+} cg_bench_saved_env_t;
+void cg_bench_own_kernels_off(cg_bench_saved_env_t *saved);
+void cg_bench_restore_env(cg_bench_saved_env_t *saved);
+
 #endif
