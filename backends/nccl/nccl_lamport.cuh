@@ -163,16 +163,24 @@ __device__ static void lamport_finish_epoch(unsigned *epochs, unsigned e) {
  * 11.1 on 1 of 512; the present one 4.3), chunks / 32 threads per block
  * rounded to a warp (16 to 32 blocks from 16 to 256 KB; 16 blocks were 5%
  * slower at 64 KB, 64 and 128 no faster), a large one in blocks of up to
- * CG_LAMPORT_MAX_THREADS, at most CG_ONESHOT_MAX_BLOCKS of them. */
+ * CG_LAMPORT_MAX_THREADS, at most CG_LAMPORT_MAX_BLOCKS of them. Not more:
+ * beside compute the kernels' waiting blocks take SMs from it. On 2 H200 in
+ * a training iteration (bench_train, ResNet-50, B = 1 ms, session 24) with
+ * up to 128 blocks the tuned plan's buckets exposed 37-46 us on these
+ * kernels against 28-30 on NCCL's, the backward pass 16-19 us longer; with
+ * 32, 20-21 us against 22-29 (alone a 4 MB two-shot call takes 27 us on 32
+ * blocks and 17 on 128, NCCL 36); with 16 the two-shot kernel lost to NCCL
+ * at every size. */
 #define CG_LAMPORT_MIN_THREADS 32
 #define CG_LAMPORT_MAX_THREADS 256
+#define CG_LAMPORT_MAX_BLOCKS 32
 static void lamport_grid(dim3 *grid, dim3 *threads, size_t chunks) {
   size_t per_block = (chunks / 32 + CG_LAMPORT_MIN_THREADS - 1) / CG_LAMPORT_MIN_THREADS * CG_LAMPORT_MIN_THREADS;
   per_block = per_block < CG_LAMPORT_MIN_THREADS   ? CG_LAMPORT_MIN_THREADS
               : per_block > CG_LAMPORT_MAX_THREADS ? CG_LAMPORT_MAX_THREADS
                                                    : per_block;
   size_t blocks = (chunks + per_block - 1) / per_block;
-  if (blocks > CG_ONESHOT_MAX_BLOCKS) blocks = CG_ONESHOT_MAX_BLOCKS;
+  if (blocks > CG_LAMPORT_MAX_BLOCKS) blocks = CG_LAMPORT_MAX_BLOCKS;
   *grid = dim3((unsigned)(blocks < 1 ? 1 : blocks));
   *threads = dim3((unsigned)per_block);
 }

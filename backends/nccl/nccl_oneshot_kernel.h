@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 #define CG_ONESHOT_MAX_RANKS 8
-#define CG_ONESHOT_MAX_BLOCKS 128 /* the grid's blocks at most, and the epoch counters */
+#define CG_ONESHOT_MAX_BLOCKS 128 /* the epoch counters: at least the grid's blocks (nccl_lamport.cuh) */
 #define CG_ONESHOT_MAX_BYTES ((size_t)1 << 20)
 #define CG_ONESHOT_SENTINEL_BYTE 0xff
 /* bytes of staging per rank on a communicator of `ranks` */
