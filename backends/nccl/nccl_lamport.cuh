@@ -167,7 +167,7 @@ __device__ static void lamport_finish_epoch(unsigned *epochs, unsigned e) {
  * beside compute the kernels' waiting blocks take SMs from it. On 2 H200 in
  * a training iteration (bench_train, ResNet-50, B = 1 ms, session 24) with
  * up to 128 blocks the tuned plan's buckets exposed 37-46 us on these
- * kernels against 28-30 on NCCL's, the backward pass 16-19 us longer; with
+ * kernels against 28-30 on NCCL's, the backward pass 15-19 us longer; with
  * 32, 20-21 us against 22-29 (alone a 4 MB two-shot call takes 27 us on 32
  * blocks and 17 on 128, NCCL 36); with 16 the two-shot kernel lost to NCCL
  * at every size. */
