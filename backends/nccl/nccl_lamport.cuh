@@ -147,6 +147,40 @@ template <typename T, int RANKS> __device__ static uint4 reduce(int op, const ui
   return out;
 }
 
+/* The all-ones chunk that marks a slot as not yet arrived: put back once read. */
+__device__ static void refill(const uint4 *slot) { *(uint4 *)slot = make_uint4(~0u, ~0u, ~0u, ~0u); }
+
+/* Every rank's part of one chunk: this rank's (self's bit) chunk c of its
+ * input `send`, every peer's from its slot, in[r] + at, polled (all missing
+ * ones at once) until it has arrived. False when the communicator was
+ * aborted meanwhile (the abort flag, read every
+ * CG_LAMPORT_POLLS_PER_ABORT_CHECK polls, counted across calls in `polls`). */
+template <typename T, int RANKS>
+__device__ static bool gather_chunk(uint4 (&raw)[RANKS], unsigned self, const T *send, size_t c, size_t count,
+                                    bool send_aligned, const uint4 *const (&in)[RANKS], size_t at, unsigned &polls,
+                                    const volatile unsigned *aborted) {
+  unsigned pending = 0;
+#pragma unroll
+  for (int r = 0; r < RANKS; r++) {
+    if (self >> r & 1u) {
+      raw[r] = without_sentinel<T>(load_chunk(send, c, count, send_aligned));
+      continue;
+    }
+    raw[r] = load_volatile(in[r] + at);
+    if (!arrived<T>(raw[r])) pending |= 1u << r;
+  }
+  while (pending) {
+    if (++polls % CG_LAMPORT_POLLS_PER_ABORT_CHECK == 0 && *aborted) return false;
+#pragma unroll
+    for (int r = 0; r < RANKS; r++)
+      if (pending >> r & 1u) {
+        raw[r] = load_volatile(in[r] + at);
+        if (arrived<T>(raw[r])) pending &= ~(1u << r);
+      }
+  }
+  return true;
+}
+
 /* Every block's counter holds the calls finished on the communicator, and a
  * block reads its own at its start; the next call, whatever its grid, reads
  * any block's: this block sets those that no other block of this grid reads,

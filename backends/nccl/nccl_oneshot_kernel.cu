@@ -62,33 +62,14 @@ __global__ void __launch_bounds__(CG_LAMPORT_MAX_THREADS) oneshot_kernel(cg_ones
   bool quit = false; /* aborted: every thread still reaches the barrier below */
   for (size_t c = first; c < chunks && !quit; c += stride) {
     uint4 raw[RANKS];
-    unsigned pending = 0;
-#pragma unroll
-    for (int r = 0; r < RANKS; r++) {
-      if (self >> r & 1u) {
-        raw[r] = without_sentinel<T>(load_chunk(send, c, a.count, send_aligned));
-        continue;
-      }
-      raw[r] = load_volatile(from[r] + c);
-      if (!arrived<T>(raw[r])) pending |= 1u << r;
+    if (!gather_chunk<T, RANKS>(raw, self, send, c, a.count, send_aligned, from, c, polls, a.aborted)) {
+      quit = true;
+      break;
     }
-    while (pending) {
-      if (++polls % CG_LAMPORT_POLLS_PER_ABORT_CHECK == 0 && *a.aborted) {
-        quit = true;
-        break;
-      }
-#pragma unroll
-      for (int r = 0; r < RANKS; r++)
-        if (pending >> r & 1u) {
-          raw[r] = load_volatile(from[r] + c);
-          if (arrived<T>(raw[r])) pending &= ~(1u << r);
-        }
-    }
-    if (quit) break;
     store_chunk(recv, c, a.count, recv_aligned, reduce<T, RANKS>(a.op, raw));
 #pragma unroll
     for (int r = 0; r < RANKS; r++)
-      if (!(self >> r & 1u)) ((uint4 *)from[r])[c] = make_uint4(~0u, ~0u, ~0u, ~0u);
+      if (!(self >> r & 1u)) refill(from[r] + c);
   }
   /* the refill above needs no fence: a peer writes this buffer again only
    * after this rank's next kernel wrote to it, and kernel boundaries order

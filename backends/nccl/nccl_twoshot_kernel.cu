@@ -80,29 +80,11 @@ __global__ void __launch_bounds__(CG_LAMPORT_MAX_THREADS) twoshot_kernel(cg_ones
   bool quit = false; /* aborted: every thread still reaches the barrier at the end */
   for (size_t o = first; o < my_len && !quit; o += stride) {
     uint4 raw[RANKS];
-    unsigned pending = 0;
-#pragma unroll
-    for (int r = 0; r < RANKS; r++) {
-      if (self >> r & 1u) {
-        raw[r] = without_sentinel<T>(load_chunk(send, my_first + o, a.count, send_aligned));
-        continue;
-      }
-      raw[r] = load_volatile(scatter_in[r] + o);
-      if (!arrived<T>(raw[r])) pending |= 1u << r;
+    if (!gather_chunk<T, RANKS>(raw, self, send, my_first + o, a.count, send_aligned, scatter_in, o, polls,
+                                a.aborted)) {
+      quit = true;
+      break;
     }
-    while (pending) {
-      if (++polls % CG_LAMPORT_POLLS_PER_ABORT_CHECK == 0 && *a.aborted) {
-        quit = true;
-        break;
-      }
-#pragma unroll
-      for (int r = 0; r < RANKS; r++)
-        if (pending >> r & 1u) {
-          raw[r] = load_volatile(scatter_in[r] + o);
-          if (arrived<T>(raw[r])) pending &= ~(1u << r);
-        }
-    }
-    if (quit) break;
     /* the peers copy these bits: every rank ends with the same */
     uint4 v = without_sentinel<T>(reduce<T, RANKS>(a.op, raw));
     store_chunk(recv, my_first + o, a.count, recv_aligned, v);
@@ -110,7 +92,7 @@ __global__ void __launch_bounds__(CG_LAMPORT_MAX_THREADS) twoshot_kernel(cg_ones
     for (int r = 0; r < RANKS; r++)
       if (!(self >> r & 1u)) {
         store_volatile(gather_to[r] + o, v);
-        ((uint4 *)scatter_in[r])[o] = make_uint4(~0u, ~0u, ~0u, ~0u);
+        refill(scatter_in[r] + o);
       }
   }
   /* 3: the other shares, as their ranks reduced them */
@@ -128,7 +110,7 @@ __global__ void __launch_bounds__(CG_LAMPORT_MAX_THREADS) twoshot_kernel(cg_ones
       }
       if (quit) break;
       store_chunk(recv, (size_t)r * share + o, a.count, recv_aligned, v);
-      ((uint4 *)gather_in[r])[o] = make_uint4(~0u, ~0u, ~0u, ~0u);
+      refill(gather_in[r] + o);
     }
   }
   /* the refills need no fence: a peer writes these slots again only after
