@@ -287,9 +287,10 @@ START_TEST(nccl_symmetric__the_variable_set_on_one_rank_only_is_refused_on_every
 END_TEST
 
 int main(void) {
-  /* NCCL's plain kernels above the cut-over, not commgraph's one-shot kernel
-   * (test_nccl_oneshot.c), which would take them */
+  /* NCCL's symmetric and plain kernels, not commgraph's one-shot and two-shot
+   * kernels (test_nccl_oneshot.c), which would take these allreduces */
   setenv("CG_ONESHOT_MAX_BYTES", "0", 1);
+  setenv("CG_TWOSHOT_MAX_BYTES", "0", 1);
   Suite *s = suite_create("nccl_symmetric");
   TCase *t = cg_gpu_tcase("nccl_symmetric");
   tcase_add_test(t, nccl_symmetric__plans_over_an_arena_are_right_every_replay_and_fuse_without_copies);
