@@ -103,6 +103,11 @@ static void control_abandon(void *impl, void *request, const char *why) {
   if (m) cg_mpi_control_abandon(m, request, why);
 }
 
+static int collective_path_us(double *path_us, double *library_us, void *impl, cg_node_kind_t kind, cg_dtype_t dtype,
+                              cg_redop_t op, size_t bytes) {
+  return cg_nccl_oneshot_path_us(path_us, library_us, impl, kind, dtype, op, bytes);
+}
+
 static size_t bucket_bytes(void *impl) {
   return ((cg_nccl_comm_t *)impl)->peer_links ? CG_NCCL_BUCKET_BYTES_PEER : CG_NCCL_BUCKET_BYTES_NETWORK;
 }
@@ -207,6 +212,7 @@ const cg_backend_t cg_nccl_backend = {
     .device_allgather_enqueue = cg_nccl_allgather_enqueue,
     .step_call = cg_nccl_step_call,
     .bucket_bytes = bucket_bytes,
+    .collective_path_us = collective_path_us,
     .abort = abort_comm,
 };
 

@@ -74,6 +74,19 @@ int cg_nccl_twoshot_takes(const cg_nccl_comm_t *n, const cg_step_t *s, int in_wi
   return o->twoshot_forced ? bytes > o->max_bytes : mine > 0;
 }
 
+int cg_nccl_oneshot_path_us(double *kernel_us, double *nccl_us, const cg_nccl_comm_t *n, cg_node_kind_t kind,
+                            cg_dtype_t dtype, cg_redop_t op, size_t bytes) {
+  size_t size = cg_dtype_size(dtype);
+  cg_step_t s = {0};
+  s.op_kind = kind, s.dtype = dtype, s.op = op, s.count = size ? bytes / size : 0;
+  if (!cg_nccl_oneshot_takes(n, &s, 0, 0) && !cg_nccl_twoshot_takes(n, &s, 0, 0)) return 0;
+  int k = cg_nccl_measured_index(s.count * size);
+  if (k < 0 || k >= CG_NCCL_MEASURED_SIZES || !(n->oneshot.kernel_us[k] > 0) || !(n->oneshot.nccl_us[k] > 0)) return 0;
+  *kernel_us = n->oneshot.kernel_us[k];
+  *nccl_us = n->oneshot.nccl_us[k];
+  return 1;
+}
+
 /* The kernels' arguments: `area` is the offset of the kernel's area in every
  * rank's staging (the two-shot's comes after the one-shot's). */
 static cg_oneshot_args_t args_of(const cg_nccl_oneshot_t *o, size_t area, const void *send, void *recv, size_t count,
@@ -238,6 +251,8 @@ static void pick_oneshot(cg_nccl_oneshot_t *o, const double (*slowest)[2]) {
   cg_nccl_cutover_ratios(o->ratio, slowest, ONESHOT_SIZES);
   size_t pick = cg_nccl_cutover_pick_handicapped(slowest, ONESHOT_SIZES, 1.05);
   o->max_bytes = pick > CG_ONESHOT_MAX_BYTES ? CG_ONESHOT_MAX_BYTES : pick;
+  for (int k = 0; k < ONESHOT_SIZES && (CG_CUTOVER_MIN_BYTES << k) <= o->max_bytes; k++)
+    o->kernel_us[k] = slowest[k][0], o->nccl_us[k] = slowest[k][1];
 }
 
 /* the first measured size above the one-shot's cut-over */
@@ -258,8 +273,10 @@ static void pick_twoshot(cg_nccl_oneshot_t *o, const double (*slowest)[2]) {
   if (i == TWOSHOT_SIZES) return;
   size_t pick = cg_nccl_cutover_pick_handicapped(slowest + i, TWOSHOT_SIZES - i, 1.05); /* as if i were 1 KB */
   o->twoshot_max_bytes = pick == SIZE_MAX ? CG_TWOSHOT_MAX_BYTES : pick << i;
-  for (int k = i; k < TWOSHOT_SIZES && (CG_CUTOVER_MIN_BYTES << k) <= o->twoshot_max_bytes; k++)
+  for (int k = i; k < TWOSHOT_SIZES && (CG_CUTOVER_MIN_BYTES << k) <= o->twoshot_max_bytes; k++) {
     o->twoshot_ratio[k] = slowest[k][1] > 0 ? slowest[k][0] / slowest[k][1] : 0;
+    o->kernel_us[k] = slowest[k][0], o->nccl_us[k] = slowest[k][1];
+  }
 }
 
 /* Times whichever kernel's size was not given and sets it. Collective. */

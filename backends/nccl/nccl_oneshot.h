@@ -63,6 +63,11 @@ typedef struct cg_nccl_oneshot {
   int twoshot_forced; /* CG_TWOSHOT_MAX_BYTES gave the size: nothing measured */
   int twoshot_area;   /* the staging holds the two-shot kernel's area (CG_TWOSHOT_MAX_BYTES not 0) */
   double twoshot_ratio[CG_NCCL_MEASURED_SIZES];
+  /* at each measured size that a kernel takes (measured, not given): that
+   * kernel's time and ncclAllReduce's (us, the slowest rank's); 0 elsewhere.
+   * What cg_plan_tune's cost model takes off the line it fits
+   * (cg_nccl_oneshot_path_us). */
+  double kernel_us[CG_NCCL_MEASURED_SIZES], nccl_us[CG_NCCL_MEASURED_SIZES];
   char *staging;     /* this rank's (device memory, cudaIpc-exported): the one-shot's, then the two-shot's if any */
   char *peers[CG_ONESHOT_MAX_RANKS]; /* every rank's staging as this process maps it; peers[rank] == staging */
   unsigned *epochs;  /* device memory: CG_ONESHOT_MAX_BLOCKS counters of the calls finished */
@@ -97,6 +102,13 @@ int cg_nccl_oneshot_takes(const struct cg_nccl_comm *n, const struct cg_step *s,
  * cut-over only where its ratio is under theirs, as above. */
 int cg_nccl_twoshot_takes(const struct cg_nccl_comm *n, const struct cg_step *s, int in_window,
                           double symmetric_ratio);
+/* 1 where an allreduce of `bytes` per rank of this kind, dtype and op,
+ * outside symmetric windows, takes one of the kernels at a measured size:
+ * *kernel_us and *nccl_us its measured times at that size (the next measured
+ * size up, as the cut-overs count). 0 otherwise, and where the size was given
+ * (nothing measured). The backend's collective_path_us. */
+int cg_nccl_oneshot_path_us(double *kernel_us, double *nccl_us, const struct cg_nccl_comm *n, cg_node_kind_t kind,
+                            cg_dtype_t dtype, cg_redop_t op, size_t bytes);
 /* Enqueues the step on `stream` (captured into the plan's graph), on the
  * one-shot kernel or the two-shot one. */
 cg_status_t cg_nccl_oneshot_enqueue(struct cg_nccl_comm *n, const struct cg_step *s, void *stream);

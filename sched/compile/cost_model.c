@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "backend.h"
 #include "error.h"
 #include "graph_view.h"
 
@@ -19,6 +20,59 @@ static size_t step_bytes(const cg_step_t *s) {
   size_t bytes = s->count * cg_dtype_size(s->dtype);
   if (s->op_kind == CG_NODE_ALLGATHER || s->op_kind == CG_NODE_REDUCE_SCATTER) bytes *= (size_t)s->comm->size;
   return bytes;
+}
+
+/* The table's index for `bytes`: the smallest 1 KB << k that holds them;
+ * CG_COST_PATH_SIZES when none does. */
+static uint32_t path_index(size_t bytes) {
+  uint32_t k = 0;
+  while (k < CG_COST_PATH_SIZES && ((size_t)1024 << k) < bytes) k++;
+  return k;
+}
+
+/* How much less than the library's path the backend's own path takes for
+ * such a collective (*path_us: its own time); 0 and no path where the library
+ * runs it. */
+static double path_saving_us(double *path_us, const cg_cost_path_t *p, cg_node_kind_t kind, cg_dtype_t dtype,
+                             cg_redop_t op, size_t bytes) {
+  uint32_t k = path_index(bytes);
+  *path_us = 0;
+  if (kind != CG_NODE_ALLREDUCE || !bytes || k == CG_COST_PATH_SIZES || !(p->dtypes >> dtype & 1u) ||
+      !(p->ops >> op & 1u) || !(p->path_us[k] > 0) || !(p->library_us[k] > p->path_us[k]))
+    return 0;
+  *path_us = p->path_us[k];
+  return p->library_us[k] - p->path_us[k];
+}
+
+void cg_cost_model_query_path(cg_cost_path_t *out, const cg_comm_t *comm) {
+  const cg_backend_t *b = comm && comm->ops ? comm->ops->backend : NULL;
+  *out = (cg_cost_path_t){0};
+  if (!b || !b->collective_path_us) return;
+  int found = 0;
+  for (uint32_t k = 0; k < CG_COST_PATH_SIZES; k++) {
+    double mine = 0, library = 0;
+    size_t bytes = (size_t)1024 << k;
+    if (!b->collective_path_us(&mine, &library, comm->impl, CG_NODE_ALLREDUCE, CG_FLOAT32, CG_SUM, bytes)) continue;
+    out->path_us[k] = mine, out->library_us[k] = library;
+    if (found++) continue;
+    /* which dtypes and ops take it, asked at the first size that does */
+    for (int d = 0; d < CG_DTYPE_COUNT; d++)
+      for (int o = 0; o < CG_REDOP_COUNT; o++)
+        if (b->collective_path_us(&mine, &library, comm->impl, CG_NODE_ALLREDUCE, (cg_dtype_t)d, (cg_redop_t)o,
+                                  bytes))
+          out->dtypes |= 1u << d, out->ops |= 1u << o;
+  }
+}
+
+double cg_cost_model_collective_us(const cg_comm_cost_t *cost, cg_node_kind_t kind, cg_dtype_t dtype, cg_redop_t op,
+                                   size_t bytes) {
+  double line = cost->alpha_us + (double)bytes / cost->bytes_per_us, path_us = 0;
+  double saving = path_saving_us(&path_us, &cost->path, kind, dtype, op, bytes);
+  return saving > 0 ? fmax(line - saving, path_us) : line;
+}
+
+static double step_cost_us(const cg_comm_cost_t *cost, const cg_step_t *s) {
+  return cg_cost_model_collective_us(cost, s->op_kind, s->dtype, s->op, step_bytes(s));
 }
 
 /* The fixed cost assumed where the profile cannot tell fixed cost from
@@ -35,20 +89,22 @@ static size_t step_bytes(const cg_step_t *s) {
  * fastest step's time capped at ALPHA_PRIOR_US and the bandwidth the best
  * the largest steps reached beyond it: large steps are the ones that measure
  * bandwidth. */
-static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, const cg_profile_t *prof) {
+static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, const cg_profile_t *prof,
+                     const cg_cost_path_t *path) {
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, fastest = INFINITY;
   size_t largest = 0;
   const cg_plan_comm_t *pc = &plan->comms[c];
   for (uint32_t k = 0; k < pc->n_steps; k++) {
     const cg_step_t *s = &plan->steps[pc->steps[k]];
     if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) continue;
-    double x = (double)step_bytes(s), y = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]];
+    double x = (double)step_bytes(s), y = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]], path_us = 0;
     if (y < 0.1) y = 0.1;
+    y += path_saving_us(&path_us, path, s->op_kind, s->dtype, s->op, step_bytes(s)); /* the library's time */
     n++, sx += x, sy += y, sxx += x * x, sxy += x * y;
     if (y < fastest) fastest = y;
     if (step_bytes(s) > largest) largest = step_bytes(s);
   }
-  *out = (cg_comm_cost_t){pc->comm, n ? fmin(fastest, ALPHA_PRIOR_US) : 1.0, INFINITY, 0};
+  *out = (cg_comm_cost_t){pc->comm, n ? fmin(fastest, ALPHA_PRIOR_US) : 1.0, INFINITY, 0, *path};
   double det = n * sxx - sx * sx;
   double slope = det > 0 ? (n * sxy - sx * sy) / det : 0, alpha = n ? (sy - slope * sx) / n : 0;
   if (slope > 0 && alpha >= 0) {
@@ -60,7 +116,8 @@ static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, con
   for (uint32_t k = 0; k < pc->n_steps; k++) {
     const cg_step_t *s = &plan->steps[pc->steps[k]];
     if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER || step_bytes(s) != largest) continue;
-    double beyond = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]] - out->alpha_us;
+    double path_us = 0, saving = path_saving_us(&path_us, path, s->op_kind, s->dtype, s->op, largest);
+    double beyond = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]] + saving - out->alpha_us;
     if (beyond > 0 && (double)largest / beyond > best) best = (double)largest / beyond;
   }
   out->bytes_per_us = best > 0 ? best : 1e6; /* nothing moved: bandwidth plays no part */
@@ -82,13 +139,15 @@ static double step_ready(const cg_plan_t *plan, const cg_step_t *s, const cg_tun
 static double modelled_finish(const cg_plan_t *plan, uint32_t c, const cg_tuning_t *t, double alpha,
                               double bytes_per_us) {
   const cg_plan_comm_t *pc = &plan->comms[c];
+  cg_comm_cost_t cost = t->costs[c];
+  cost.alpha_us = alpha, cost.bytes_per_us = bytes_per_us, cost.overlap_us = 0;
   double finish = 0;
   for (uint32_t k = 0; k < pc->n_steps; k++) {
     const cg_step_t *s = &plan->steps[pc->steps[k]];
     if (s->kind != CG_STEP_COLLECTIVE) continue;
     double start = step_ready(plan, s, t);
     if (finish > start) start = finish;
-    finish = start + alpha + (double)step_bytes(s) / bytes_per_us;
+    finish = start + step_cost_us(&cost, s);
   }
   return finish;
 }
@@ -146,7 +205,9 @@ cg_status_t cg_cost_model_make(cg_tuning_t *t, const cg_plan_t *plan, const cg_g
     }
   }
   for (uint32_t c = 0; c < plan->n_comms; c++) {
-    fit_cost(&t->costs[c], plan, c, prof);
+    cg_cost_path_t path;
+    cg_cost_model_query_path(&path, plan->comms[c].comm);
+    fit_cost(&t->costs[c], plan, c, prof, &path);
     calibrate(&t->costs[c], plan, c, t, prof);
   }
   return CG_SUCCESS;

@@ -14,6 +14,22 @@
 cg_status_t cg_cost_model_make(cg_tuning_t *t, const cg_plan_t *plan, const cg_graph_t *g, const cg_profile_t *prof,
                                const char *where);
 
+/* What a collective of `bytes` (a node's largest buffer, as buckets count
+ * them) of this kind, dtype and op costs on cost->comm: alpha + bytes /
+ * bytes_per_us, less what the backend's own path saves against its library
+ * at that size where it has one (cost->path, plan_measure.h: the NCCL
+ * backend's allreduce kernels), and never less than that path's own time.
+ * The line is fitted to the profile's collectives each taken back to the
+ * library's cost, so it describes the library; without that correction a
+ * line fitted to a default plan's few large NCCL buckets charges every small
+ * bucket NCCL's fixed cost, where the kernels take a third of it. */
+double cg_cost_model_collective_us(const cg_comm_cost_t *cost, cg_node_kind_t kind, cg_dtype_t dtype, cg_redop_t op,
+                                   size_t bytes);
+
+/* What comm's backend measured of its own path (backend.h's
+ * collective_path_us) at the table's sizes; none without one. */
+void cg_cost_model_query_path(cg_cost_path_t *out, const cg_comm_t *comm);
+
 /* Candidate tunings: `t` with every communicator's alpha multiplied by
  * `alpha_scale`. Inside a busy replay a collective's fixed cost is poorly
  * known from the few collectives of the profiled plan (launches, dependency

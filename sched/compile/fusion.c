@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cost_model.h"
 #include "error.h"
 #include "graph_view.h"
 #include "heap.h"
@@ -402,8 +403,9 @@ static uint32_t buckets_ending_at(bucket_choice_t *out, const sim_t *s, const cg
 /* Bucket boundaries for one communicator from measured times: with F(p) the
  * predicted finish of the collective that ends at position p, a bucket of
  * positions i..p starts once the one before has finished and its last input
- * is ready, and costs alpha + bytes / bytes_per_us:
- *   F(p) = min over i of max(F(i - 1), max ready(i..p)) + alpha + bytes(i..p) / bytes_per_us
+ * is ready, and costs C(bytes) (cg_cost_model_collective_us: alpha + bytes /
+ * bytes_per_us where the backend's library runs it):
+ *   F(p) = min over i of max(F(i - 1), max ready(i..p)) + C(bytes(i..p))
  * over the i that may join p (buckets_ending_at). Marks the first position
  * of every chosen bucket that could have joined the one before. */
 static cg_status_t tuned_breaks(sim_t *s, uint32_t c, const cg_comm_cost_t *cost, const char *where) {
@@ -420,11 +422,12 @@ static cg_status_t tuned_breaks(sim_t *s, uint32_t c, const cg_comm_cost_t *cost
     finish[p] = INFINITY;
     from[p] = p;
     uint32_t n = buckets_ending_at(choices, s, sq, s->f->bucket_bytes[c], p);
+    const cg_node_rec_t *key = cg_graph_node(s->g, sq->nodes[p]);
     for (uint32_t j = 0; j < n; j++) {
       const bucket_choice_t *b = &choices[j];
       double start = b->first ? finish[b->first - 1] : 0;
       if (b->ready > start) start = b->ready;
-      double f = start + cost->alpha_us + (double)b->bytes / cost->bytes_per_us;
+      double f = start + cg_cost_model_collective_us(cost, key->kind, key->dtype, key->op, b->bytes);
       /* within a nanosecond counts as a tie, which goes to the larger bucket
        * (fewer collectives for the same finish) */
       if (f <= finish[p] + 1e-3) finish[p] = f, from[p] = b->first;
@@ -447,7 +450,7 @@ static cg_status_t tuned_breaks(sim_t *s, uint32_t c, const cg_comm_cost_t *cost
  * members are ready overlap_us * (k - 1) later than measured. With F(p, k)
  * the finish of the k-th bucket when it ends at position p,
  *   F(p, k) = min over i of max(F(i - 1, k - 1), max ready(i..p) + overlap (k - 1))
- *             + alpha + bytes(i..p) / bytes_per_us,
+ *             + C(bytes(i..p)),
  * and the boundaries of the best F(len - 1, k) (ties: fewer buckets). Up to
  * OVERLAP_MAX_BUCKETS buckets on sequences of up to CG_OVERLAP_MAX_COLLECTIVES
  * collectives; longer ones are searched without the overlap (and get none
@@ -468,10 +471,11 @@ static cg_status_t tuned_breaks_overlap(sim_t *s, uint32_t c, const cg_comm_cost
   for (size_t e = 0; e < (size_t)K * len; e++) finish[e] = INFINITY, from[e] = UINT32_MAX;
   for (uint32_t p = 0; p < len; p++) {
     uint32_t n = buckets_ending_at(choices, s, sq, s->f->bucket_bytes[c], p);
+    const cg_node_rec_t *key = cg_graph_node(s->g, sq->nodes[p]);
     for (uint32_t j = 0; j < n; j++) {
       const bucket_choice_t *b = &choices[j];
       uint32_t i = b->first;
-      double cost_us = cost->alpha_us + (double)b->bytes / cost->bytes_per_us;
+      double cost_us = cg_cost_model_collective_us(cost, key->kind, key->dtype, key->op, b->bytes);
       /* k - 1 buckets before this one, at most i of them; the first bucket
        * begins the sequence */
       for (uint32_t k = i ? 2 : 1; k <= K && k - 1 <= i; k++) {

@@ -16,11 +16,15 @@ int cg_plan_default_won(const cg_plan_t *plan) {
 }
 
 /* ---- agreeing: per participant, a header (this rank's status, its
- * default_won and its failure's detail), then alpha, bytes_per_us and
- * overlap_us, then one ready time per collective of its sequence (doubles).
- * Every rank fills it, failed or not, so a failure and its reason reach
- * every rank. */
-enum { COST_VALUES = 3 };
+ * default_won and its failure's detail), then alpha, bytes_per_us,
+ * overlap_us, the backend's own path (dtypes, ops, path_us, library_us),
+ * then one ready time per collective of its sequence (doubles). Every rank
+ * fills it, failed or not, so a failure and its reason reach every rank.
+ * The path's times come from the backend's own agreed measurements, so the
+ * ranks hold the same; the rule below (bits every rank has, the slowest path
+ * and the fastest library) only makes sure of it. */
+enum { PATH_AT = 3, PATH_US_AT = PATH_AT + 2, LIBRARY_US_AT = PATH_US_AT + CG_COST_PATH_SIZES,
+       COST_VALUES = LIBRARY_US_AT + CG_COST_PATH_SIZES };
 
 enum { DETAIL_BYTES = 512 };
 
@@ -66,7 +70,12 @@ static void agree_fill(void *ctx, uint32_t i, uint8_t *mine) {
   if (a->mine != CG_SUCCESS) return; /* zeros: nothing measured */
   double v[COST_VALUES] = {INFINITY, 0, 0};
   const cg_comm_cost_t *c = cg_tuning_cost(a->t, a->comms[i]);
-  if (c) v[0] = c->alpha_us, v[1] = c->bytes_per_us, v[2] = c->overlap_us;
+  if (c) {
+    v[0] = c->alpha_us, v[1] = c->bytes_per_us, v[2] = c->overlap_us;
+    v[PATH_AT] = c->path.dtypes, v[PATH_AT + 1] = c->path.ops;
+    memcpy(&v[PATH_US_AT], c->path.path_us, sizeof c->path.path_us);
+    memcpy(&v[LIBRARY_US_AT], c->path.library_us, sizeof c->path.library_us);
+  }
   memcpy(mine, v, sizeof v);
   const cg_comm_sequence_t *seq = seq_of(a, i);
   for (uint32_t p = 0; seq && p < seq->len; p++)
@@ -102,6 +111,12 @@ static void agree_use(void *ctx, uint32_t i, const uint8_t *all, size_t stride, 
       if (k == 0 && c && v < c->alpha_us) c->alpha_us = v;
       if (k == 1 && c && v > c->bytes_per_us) c->bytes_per_us = v;
       if (k == 2 && c && v > c->overlap_us) c->overlap_us = v;
+      if (k == PATH_AT && c) c->path.dtypes &= (uint32_t)v;
+      if (k == PATH_AT + 1 && c) c->path.ops &= (uint32_t)v;
+      if (k >= PATH_US_AT && k < LIBRARY_US_AT && c && v > c->path.path_us[k - PATH_US_AT])
+        c->path.path_us[k - PATH_US_AT] = v;
+      if (k >= LIBRARY_US_AT && k < COST_VALUES && c && v < c->path.library_us[k - LIBRARY_US_AT])
+        c->path.library_us[k - LIBRARY_US_AT] = v;
       if (k >= COST_VALUES) {
         double *ready = &a->t->ready_us[seq->nodes[k - COST_VALUES]];
         if (v > *ready) *ready = v;

@@ -32,13 +32,31 @@ static void put_name(FILE *f, const char *name) {
   fputc('"', f);
 }
 
+static void put_times(FILE *f, const char *label, const double *us) {
+  fprintf(f, " %s", label);
+  for (uint32_t i = 0; i < CG_COST_PATH_SIZES; i++) {
+    char text[64];
+    cg_text_format_double(text, sizeof text, us[i], 17, 0);
+    fprintf(f, " %s", text);
+  }
+}
+
+static void put_path(FILE *f, uint32_t k, const cg_cost_path_t *p) {
+  if (!p->dtypes) return;
+  fprintf(f, "comm_path %u dtypes %u ops %u", k, p->dtypes, p->ops);
+  put_times(f, "path_us", p->path_us);
+  put_times(f, "library_us", p->library_us);
+  fputc('\n', f);
+}
+
 cg_status_t cg_tuning_file_write(FILE *f, const char *path, const cg_tuning_shape_t *shape,
                                  const cg_tuning_values_t *v, const char *where) {
   fprintf(f, "commgraph-tuning %d\n", CG_TUNING_FILE_VERSION);
   fputs("# the tuning a plan was compiled with (cg_plan_save_tuning; docs/tuning.md): per node on a\n"
         "# communicator, when its inputs were ready (us from the replay's start); per communicator by\n"
         "# agreed id, a collective's cost alpha_us + bytes / bytes_per_us (and overlap_us: how much each\n"
-        "# collective delays the compute later ones wait for)\n", f);
+        "# collective delays the compute later ones wait for; comm_path: the allreduces its backend runs by a\n"
+        "# path of its own, that path's time and the library's at 1 KB << i bytes)\n", f);
   fprintf(f, "nodes %u\n", shape->n_nodes);
   for (uint32_t i = 0; i < shape->n_nodes; i++) {
     if (!shape->communicates[i]) continue;
@@ -61,6 +79,7 @@ cg_status_t cg_tuning_file_write(FILE *f, const char *path, const cg_tuning_shap
       fprintf(f, " overlap_us %s", overlap);
     }
     fputc('\n', f);
+    put_path(f, k, &v->paths[k]);
   }
   fprintf(f, "boundaries %s\nend\n", v->default_won ? "default" : "tuned");
   if (fflush(f) != 0 || ferror(f))
@@ -191,6 +210,28 @@ static int quoted(const char **p, char *buf, size_t size) {
   return 1;
 }
 
+/* `label` and CG_COST_PATH_SIZES finite times >= 0. */
+static int times(const char **p, const char *label, double *us) {
+  if (!word(p, label)) return 0;
+  for (uint32_t i = 0; i < CG_COST_PATH_SIZES; i++)
+    if (!number_double(p, &us[i]) || !isfinite(us[i]) || us[i] < 0) return 0;
+  return 1;
+}
+
+/* A comm_path line for communicator k (after "comm_path") into *out. */
+static cg_status_t read_path(const reader_t *r, const char *p, uint32_t k, cg_cost_path_t *out) {
+  uint32_t index = 0;
+  cg_cost_path_t path = {0};
+  if (!number_u32(&p, &index) || !word(&p, "dtypes") || !number_u32(&p, &path.dtypes) || !word(&p, "ops") ||
+      !number_u32(&p, &path.ops) || !times(&p, "path_us", path.path_us) ||
+      !times(&p, "library_us", path.library_us) || !at_end(&p))
+    return bad(r, "expected 'comm_path %u dtypes <bits> ops <bits> path_us <%u times >= 0> library_us <%u times "
+               ">= 0>', found '%.80s'", k, CG_COST_PATH_SIZES, CG_COST_PATH_SIZES, r->text);
+  if (index != k) return bad(r, "comm_path %u after the line of communicator %u", index, k);
+  *out = path;
+  return CG_SUCCESS;
+}
+
 static const char *name_of(const cg_tuning_shape_t *shape, uint32_t i) {
   return shape->names && shape->names[i] ? shape->names[i] : "";
 }
@@ -260,8 +301,10 @@ cg_status_t cg_tuning_file_read(FILE *f, const char *path, const cg_tuning_shape
              r->eof ? "the end of the file" : r->text);
   if (st == CG_SUCCESS && u != shape->n_comms)
     st = bad(r, "%u communicators in the file, the graph uses %u", u, shape->n_comms);
+  int have_line = 0; /* r->text holds a line not yet taken (what came after a comm line) */
   for (k = 0; st == CG_SUCCESS && k < shape->n_comms; k++) {
-    st = next_line(r);
+    if (!have_line) st = next_line(r);
+    have_line = 0;
     p = r->text;
     uint32_t index = 0, size = 0, rank = 0;
     double alpha = 0, bw = 0, overlap = 0;
@@ -286,9 +329,16 @@ cg_status_t cg_tuning_file_read(FILE *f, const char *path, const cg_tuning_shape
     else if (st == CG_SUCCESS && (!isfinite(overlap) || overlap < 0))
       st = bad(r, "communicator %u: overlap_us %g is not a finite number >= 0", k, overlap);
     if (st == CG_SUCCESS) v->alpha_us[k] = alpha, v->bytes_per_us[k] = bw, v->overlap_us[k] = overlap;
+    if (st == CG_SUCCESS) v->paths[k] = (cg_cost_path_t){0};
+    if (st == CG_SUCCESS) st = next_line(r);
+    p = r->text;
+    if (st == CG_SUCCESS && word(&p, "comm_path"))
+      st = read_path(r, p, k, &v->paths[k]);
+    else
+      have_line = 1;
   }
   /* the winner, and the end */
-  if (st == CG_SUCCESS) st = next_line(r);
+  if (st == CG_SUCCESS && !have_line) st = next_line(r);
   p = r->text;
   int tuned = 0, dflt = 0;
   if (st == CG_SUCCESS && (!word(&p, "boundaries") || (!(tuned = word(&p, "tuned")) && !(dflt = word(&p, "default"))) ||
@@ -381,7 +431,8 @@ cg_status_t cg_plan_save_tuning(const cg_plan_t *plan, const char *path) {
   double *alpha = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *alpha);
   double *bw = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *bw);
   double *overlap = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *overlap);
-  if (!alpha || !bw || !overlap) st = cg_fail(CG_ERR_NO_MEMORY, "%s: describing the tuning", where);
+  cg_cost_path_t *paths = calloc(plan->n_comms ? plan->n_comms : 1, sizeof *paths);
+  if (!alpha || !bw || !overlap || !paths) st = cg_fail(CG_ERR_NO_MEMORY, "%s: describing the tuning", where);
   if (st == CG_SUCCESS) cg_plan_comms_by_id(s.by_id, plan);
   for (uint32_t v = 0; st == CG_SUCCESS && v < plan->n_names; v++) s.communicates[v] = plan->nodes[v].comm != NULL;
   for (uint32_t k = 0; st == CG_SUCCESS && k < plan->n_comms; k++) {
@@ -392,11 +443,11 @@ cg_status_t cg_plan_save_tuning(const cg_plan_t *plan, const char *path) {
       break;
     }
     s.sizes[k] = c->size, s.ranks[k] = c->rank, alpha[k] = cost->alpha_us, bw[k] = cost->bytes_per_us;
-    overlap[k] = cost->overlap_us;
+    overlap[k] = cost->overlap_us, paths[k] = cost->path;
   }
   cg_tuning_shape_t shape = {plan->n_names, (const char *const *)plan->node_names, s.communicates, plan->n_comms,
                              s.sizes, s.ranks};
-  cg_tuning_values_t values = {t->ready_us, alpha, bw, overlap, cg_plan_default_won(plan)};
+  cg_tuning_values_t values = {t->ready_us, alpha, bw, overlap, paths, cg_plan_default_won(plan)};
   int rank = plan->n_comms ? plan->comms[0].comm->rank : 0;
   char full[4096], tmp[4200];
   FILE *f = NULL;
@@ -413,6 +464,7 @@ cg_status_t cg_plan_save_tuning(const cg_plan_t *plan, const char *path) {
   free(alpha);
   free(bw);
   free(overlap);
+  free(paths);
   shape_storage_free(&s);
   return st;
 }
@@ -427,9 +479,10 @@ cg_status_t cg_tuning_load(cg_tuning_t *out, int *default_won, const cg_graph_t 
   const char **names = calloc(n ? n : 1, sizeof *names);
   double *alpha = calloc(n_comms ? n_comms : 1, sizeof *alpha), *bw = calloc(n_comms ? n_comms : 1, sizeof *bw);
   double *overlap = calloc(n_comms ? n_comms : 1, sizeof *overlap);
+  cg_cost_path_t *paths = calloc(n_comms ? n_comms : 1, sizeof *paths);
   *out = (cg_tuning_t){calloc(n ? n : 1, sizeof(double)), n, calloc(n_comms ? n_comms : 1, sizeof(cg_comm_cost_t)),
                        n_comms, 0};
-  if (!names || !alpha || !bw || !overlap || !out->ready_us || !out->costs)
+  if (!names || !alpha || !bw || !overlap || !paths || !out->ready_us || !out->costs)
     st = cg_fail(CG_ERR_NO_MEMORY, "%s: loading a tuning of %u nodes", where, n);
   for (uint32_t v = 0; st == CG_SUCCESS && v < n; v++) {
     const cg_node_rec_t *node = cg_graph_node(g, v);
@@ -447,7 +500,7 @@ cg_status_t cg_tuning_load(cg_tuning_t *out, int *default_won, const cg_graph_t 
     s.sizes[k] = c->size, s.ranks[k] = c->rank;
   }
   cg_tuning_shape_t shape = {n, names, s.communicates, n_comms, s.sizes, s.ranks};
-  cg_tuning_values_t values = {out->ready_us, alpha, bw, overlap, 0};
+  cg_tuning_values_t values = {out->ready_us, alpha, bw, overlap, paths, 0};
   char full[4096];
   FILE *f = NULL;
   int rank = n_comms ? order->sequences[0].comm->rank : 0;
@@ -458,7 +511,7 @@ cg_status_t cg_tuning_load(cg_tuning_t *out, int *default_won, const cg_graph_t 
   if (st == CG_SUCCESS) st = cg_tuning_file_read(f, full, &shape, &values, where);
   if (f) fclose(f);
   for (uint32_t k = 0; st == CG_SUCCESS && k < n_comms; k++)
-    out->costs[k] = (cg_comm_cost_t){order->sequences[s.by_id[k]].comm, alpha[k], bw[k], overlap[k]};
+    out->costs[k] = (cg_comm_cost_t){order->sequences[s.by_id[k]].comm, alpha[k], bw[k], overlap[k], paths[k]};
   if (st == CG_SUCCESS)
     *default_won = values.default_won;
   else
@@ -467,6 +520,7 @@ cg_status_t cg_tuning_load(cg_tuning_t *out, int *default_won, const cg_graph_t 
   free(alpha);
   free(bw);
   free(overlap);
+  free(paths);
   shape_storage_free(&s);
   return st;
 }

@@ -14,6 +14,10 @@
  *   comm <k> size <ranks> rank <rank> alpha_us <a> bytes_per_us <b> [overlap_us <o>]
  *                                             k: by agreed id, 0, 1, ...;
  *                                             overlap_us only where not 0
+ *   [comm_path <k> dtypes <bits> ops <bits> path_us <14 times> library_us <14 times>]
+ *                                             after its comm line, where the
+ *                                             backend has a path of its own
+ *                                             (cg_cost_path_t, plan_measure.h)
  *   boundaries tuned | default                which won cg_plan_tune's timing
  *   end
  *
@@ -47,6 +51,7 @@ typedef struct cg_tuning_values {
   double *ready_us;                /* n_nodes; only communicating nodes' are written and read */
   double *alpha_us, *bytes_per_us; /* n_comms */
   double *overlap_us;              /* n_comms: 0 where the file has none */
+  cg_cost_path_t *paths;           /* n_comms: zeros where the file has none */
   int default_won;                 /* the default boundaries won the timing (boundaries default) */
 } cg_tuning_values_t;
 

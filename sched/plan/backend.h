@@ -15,7 +15,7 @@
 #include "plan_internal.h"
 #include "wait.h"
 
-#define CG_BACKEND_INTERFACE_VERSION 9u
+#define CG_BACKEND_INTERFACE_VERSION 10u
 
 /* Where a backend's steps may read and write. */
 #define CG_BACKEND_HOST_MEMORY 1u
@@ -109,6 +109,17 @@ struct cg_backend {
   /* The bucket size this communicator's transport prefers (fusion), from its
    * topology; the same on every rank of the communicator. 0: no preference. */
   size_t (*bucket_bytes)(void *comm_impl);
+
+  /* A collective the backend runs by a path of its own rather than its
+   * library's (the NCCL backend's one-shot and two-shot allreduce kernels):
+   * 1 with *path_us, the path's time for a collective of this kind, dtype and
+   * op of `bytes` per rank, and *library_us, the library's, both measured
+   * alone on this communicator (the same on every rank); 0 where the library
+   * runs it or nothing was measured. cg_plan_tune's cost model
+   * (sched/compile/cost_model.h) fits a line to a profile's collectives,
+   * mostly the library's, and takes the difference off. NULL: always 0. */
+  int (*collective_path_us)(double *path_us, double *library_us, void *comm_impl, cg_node_kind_t kind,
+                            cg_dtype_t dtype, cg_redop_t op, size_t bytes);
 
   /* cg_plan_rebind moved the step's buffers (same counts, same in-place
    * form): update whatever host_step_prepare derived from them in `state`,

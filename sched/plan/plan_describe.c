@@ -108,7 +108,13 @@ int cg_plan_model_text(char *buf, size_t size, const cg_plan_t *plan, uint32_t c
   int n = snprintf(buf, size, "alpha %.1f " MICRO ", %.*f GB/s", cost->alpha_us, gbs >= 100 ? 0 : gbs >= 10 ? 1 : 2,
                    gbs);
   if (cost->overlap_us > 0 && n > 0 && (size_t)n < size)
-    snprintf(buf + n, size - (size_t)n, ", overlap %.1f " MICRO, cost->overlap_us);
+    n += snprintf(buf + n, size - (size_t)n, ", overlap %.1f " MICRO, cost->overlap_us);
+  /* the largest size the backend's own path saves time at (cost_model.h) */
+  uint32_t top = CG_COST_PATH_SIZES;
+  for (uint32_t k = 0; cost->path.dtypes && k < CG_COST_PATH_SIZES; k++)
+    if (cost->path.path_us[k] > 0 && cost->path.library_us[k] > cost->path.path_us[k]) top = k;
+  if (top < CG_COST_PATH_SIZES && n > 0 && (size_t)n < size)
+    snprintf(buf + n, size - (size_t)n, ", own path up to %zu KB", (size_t)1 << top);
   return 1;
 }
 

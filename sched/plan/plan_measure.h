@@ -48,9 +48,25 @@ void cg_profile_free(cg_profile_t *profile);
  * and cg_cost_model_overlap leaves their communicators without one. */
 #define CG_OVERLAP_MAX_COLLECTIVES 1024u
 
+/* Allreduces the communicator's backend runs by a path of its own rather
+ * than its library's (backend.h's collective_path_us: the NCCL backend's
+ * one-shot and two-shot kernels), as the cost model saw them when it was
+ * made: those of a dtype in `dtypes` and an op in `ops` (bits 1u << dtype,
+ * 1u << op) of up to 1 KB << k bytes per rank take path_us[k] alone where
+ * the library took library_us[k] (the smallest k that holds them; 0 and 0:
+ * the library's path at that size). Kept with the tuning, so that a tuning
+ * loaded in another run prices its buckets as it was measured. */
+#define CG_COST_PATH_SIZES 14u
+
+typedef struct cg_cost_path {
+  uint32_t dtypes, ops;
+  double path_us[CG_COST_PATH_SIZES], library_us[CG_COST_PATH_SIZES];
+} cg_cost_path_t;
+
 typedef struct cg_comm_cost {
   const cg_comm_t *comm;
   double alpha_us, bytes_per_us, overlap_us;
+  cg_cost_path_t path;
 } cg_comm_cost_t;
 
 typedef struct cg_tuning {

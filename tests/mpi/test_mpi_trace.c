@@ -170,15 +170,18 @@ START_TEST(trace__buckets_and_ranks) {
     for (uint32_t v = 0; v < plan->n_names; v++) tuning->ready_us[v] = 10.0 * v;
     tuning->n_costs = 1;
     tuning->costs = calloc(1, sizeof *tuning->costs);
-    tuning->costs[0] = (cg_comm_cost_t){world, 6.5, 301000.0, 0};
+    tuning->costs[0] = (cg_comm_cost_t){world, 6.5, 301000.0, 0, {0}};
+    tuning->costs[0].path.dtypes = 1u << CG_FLOAT32, tuning->costs[0].path.ops = 1u << CG_SUM;
+    for (int k = 0; k < 4; k++) tuning->costs[0].path.path_us[k] = 4, tuning->costs[0].path.library_us[k] = 10;
+    tuning->costs[0].path.path_us[5] = 12, tuning->costs[0].path.library_us[5] = 11; /* slower: no saving there */
     plan->tuning = tuning;
     char *dump2 = cg_test_plan_text(plan, 0), *dot2 = cg_test_plan_text(plan, 1);
     uint32_t world_index = plan->comms[0].comm == world ? 0 : 1;
     char model[96];
-    snprintf(model, sizeof model, "comm %u model: alpha 6.5 \xc2\xb5s, 301 GB/s", world_index);
+    snprintf(model, sizeof model, "comm %u model: alpha 6.5 \xc2\xb5s, 301 GB/s, own path up to 8 KB", world_index);
     uint32_t collectives = 0;
     for (uint32_t i = 0; i < plan->n_steps; i++) collectives += plan->steps[i].kind == CG_STEP_COLLECTIVE;
-    int modelled = strstr(dump2, model) && strstr(dot2, "model: alpha 6.5 \xc2\xb5s, 301 GB/s") &&
+    int modelled = strstr(dump2, model) && strstr(dot2, "model: alpha 6.5 \xc2\xb5s, 301 GB/s, own path up to 8 KB") &&
                    count_of(dump2, "; ready at ") == collectives && count_of(dot2, "\\nready at ") == collectives;
     /* a bucket is ready when its last member is */
     double ready = 0;

@@ -15,6 +15,7 @@
 #include "mpi_test.h"
 #include "fuse_why.h"
 #include "plan_internal.h"
+#include "tuning.h"
 
 /* 1 MiB gradients and 5 ms layers: sizes that keep the sanitizer builds'
  * runs of this suite short (the 4 MiB and 20 ms this suite had took 200 s
@@ -234,6 +235,51 @@ START_TEST(tune__refuses_another_graph) {
 }
 END_TEST
 
+/* Tunings whose backend's own path differs between the ranks (a file edited
+ * on one rank; the backend's own measurements are agreed already) end the
+ * same on every rank: the dtypes and ops every rank has, at each size the
+ * slowest path and the fastest library. Random per rank; poisoned plan. */
+START_TEST(tune__ranks_agree_on_the_backends_path) {
+  int rank = cg_mpi_rank();
+  cg_comm_t *c = NULL;
+  ck_assert_cg_ok(cg_comm_create(&c, MPI_COMM_WORLD, NULL));
+  layer_t layers[N];
+  int32_t *grads = calloc((size_t)N * G, sizeof *grads), chain[N + 1] = {0};
+  for (int k = 0; k < N; k++) layers[k] = (layer_t){NULL, k, 0, rank};
+  cg_graph_t *g = record(c, layers, grads, chain);
+  uint32_t n = cg_graph_node_count(g);
+  cg_test_reseed(0x9a7du + 7919u * (uint64_t)rank); /* the one seed, differing per rank */
+  cg_comm_cost_t cost = {c, 5, 1e4, 0, {0}};
+  cost.path.dtypes = (uint32_t)cg_test_rand() | 1u << CG_INT32, cost.path.ops = (uint32_t)cg_test_rand();
+  for (uint32_t k = 0; k < CG_COST_PATH_SIZES; k++) {
+    cost.path.path_us[k] = (double)cg_test_below(100);
+    cost.path.library_us[k] = (double)cg_test_below(100);
+  }
+  /* what every rank must end with */
+  cg_cost_path_t want = cost.path;
+  MPI_Allreduce(MPI_IN_PLACE, &want.dtypes, 1, MPI_UINT32_T, MPI_BAND, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &want.ops, 1, MPI_UINT32_T, MPI_BAND, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, want.path_us, CG_COST_PATH_SIZES, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, want.library_us, CG_COST_PATH_SIZES, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1, 0};
+  for (uint32_t v = 0; v < n; v++) t.ready_us[v] = 10.0 * v;
+  cg_plan_t *plan = (cg_plan_t *)&plan; /* poisoned */
+  cg_compile_opts_t o = CG_COMPILE_OPTS_INIT;
+  ck_assert_cg_ok(cg_compile_tuned(&plan, g, &o, &t, CG_SUCCESS));
+  const cg_comm_cost_t *agreed = cg_tuning_cost(plan->tuning, c);
+  int same = agreed && agreed->path.dtypes == want.dtypes && agreed->path.ops == want.ops &&
+             !memcmp(agreed->path.path_us, want.path_us, sizeof want.path_us) &&
+             !memcmp(agreed->path.library_us, want.library_us, sizeof want.library_us);
+  ck_assert_all_ranks(same, "every rank holds the agreed path: common bits, slowest path, fastest library");
+  ck_assert_all_ranks(same_buckets_everywhere(plan), "the buckets agree");
+  free(t.ready_us);
+  cg_plan_destroy(plan);
+  cg_graph_destroy(g);
+  cg_comm_destroy(c);
+  free(grads);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("mpi_tune");
   TCase *tc = cg_mpi_tcase("tune");
@@ -241,6 +287,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, tune__instant_backward);
   tcase_add_test(tc, tune__communicators_over_different_ranks);
   tcase_add_test(tc, tune__refuses_another_graph);
+  tcase_add_test(tc, tune__ranks_agree_on_the_backends_path);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -336,7 +336,7 @@ START_TEST(fusion__tuned_boundaries_follow_the_cost_model) {
   uint32_t n = cg_graph_node_count(g);
   for (int variant = 0; variant < 5; variant++) {
     int big_alpha = variant == 2 || variant == 4, all_ready = variant == 1 || variant == 3;
-    cg_comm_cost_t cost = {comm, big_alpha ? 5000.0 : 10.0, big_alpha ? 1e12 : 1e5, 0};
+    cg_comm_cost_t cost = {comm, big_alpha ? 5000.0 : 10.0, big_alpha ? 1e12 : 1e5, 0, {0}};
     cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1, 0};
     for (uint32_t v = 0; v < n; v++) /* node 2j + 1 is gradient N-1-j's allreduce */
       t.ready_us[v] = all_ready ? 0 : 1000.0 * (double)(v / 2 + 1);
@@ -412,7 +412,7 @@ START_TEST(fusion__tuned_boundaries_with_overlap_finish_first) {
       at += count[j];
     }
     cg_comm_cost_t cost = {comm, (double)cg_test_below(100), 100.0 + (double)cg_test_below(2000),
-                           (double)(1 + cg_test_below(60))};
+                           (double)(1 + cg_test_below(60)), {0}};
     uint32_t nodes = cg_graph_node_count(g);
     cg_tuning_t t = {calloc(nodes, sizeof(double)), nodes, &cost, 1, 0};
     for (int j = 0; j < n; j++) t.ready_us[j] = ready[j];

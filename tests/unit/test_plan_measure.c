@@ -173,15 +173,16 @@ START_TEST(plan_measure__copies_are_equal_and_separate) {
   cg_tuning_t t = {malloc(n * sizeof(double)), n, malloc(2 * sizeof(cg_comm_cost_t)), 2, 0}, u;
   ck_assert(p.start_us && p.end_us && t.ready_us && t.costs);
   for (uint32_t i = 0; i < n; i++) p.start_us[i] = rand() % 1000, p.end_us[i] = rand() % 1000, t.ready_us[i] = i;
-  t.costs[0] = (cg_comm_cost_t){NULL, 6.5, 3e5, 0};
-  t.costs[1] = (cg_comm_cost_t){(const cg_comm_t *)&t, 20, 1e4, 2.5};
+  t.costs[0] = (cg_comm_cost_t){NULL, 6.5, 3e5, 0, {0}};
+  t.costs[1] = (cg_comm_cost_t){(const cg_comm_t *)&t, 20, 1e4, 2.5, {0}};
+  t.costs[1].path.dtypes = 1u, t.costs[1].path.path_us[3] = 4.25, t.costs[1].path.library_us[3] = 9.5;
   ck_assert_int_eq(cg_profile_copy(&q, &p, "test"), CG_SUCCESS);
   ck_assert_int_eq(cg_tuning_copy(&u, &t, "test"), CG_SUCCESS);
   ck_assert(q.n_steps == n && !memcmp(q.start_us, p.start_us, n * sizeof(double)) &&
             !memcmp(q.end_us, p.end_us, n * sizeof(double)) && q.start_us != p.start_us);
   ck_assert(u.n_nodes == n && !memcmp(u.ready_us, t.ready_us, n * sizeof(double)) && u.n_costs == 2);
   ck_assert(cg_tuning_cost(&u, (const cg_comm_t *)&t) == &u.costs[1] && u.costs[1].alpha_us == 20 &&
-            u.costs[1].overlap_us == 2.5);
+            u.costs[1].overlap_us == 2.5 && !memcmp(&u.costs[1].path, &t.costs[1].path, sizeof t.costs[1].path));
   ck_assert(cg_tuning_cost(&u, (const cg_comm_t *)&u) == NULL);
   cg_profile_free(&p), cg_profile_free(&q), cg_tuning_free(&t), cg_tuning_free(&u);
   ck_assert(!q.start_us && !u.costs);

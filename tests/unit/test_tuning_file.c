@@ -27,6 +27,7 @@ typedef struct case_data {
   uint8_t communicates[MAX_NODES];
   int sizes[MAX_COMMS], ranks[MAX_COMMS];
   double ready[MAX_NODES], alpha[MAX_COMMS], bw[MAX_COMMS], overlap[MAX_COMMS];
+  cg_cost_path_t paths[MAX_COMMS];
   cg_tuning_values_t values;
 } case_t;
 
@@ -70,12 +71,18 @@ static void random_case(case_t *c) {
     c->alpha[k] = random_double(0);
     c->bw[k] = random_double(1);
     c->overlap[k] = cg_test_below(2) ? random_double(0) : 0; /* 0 is left out of the file */
+    if (cg_test_below(2)) { /* a backend's own path; none is left out of the file */
+      c->paths[k].dtypes = 1u + (uint32_t)cg_test_below(UINT32_MAX);
+      c->paths[k].ops = (uint32_t)cg_test_below((uint64_t)UINT32_MAX + 1);
+      for (uint32_t i = 0; i < CG_COST_PATH_SIZES; i++)
+        if (cg_test_below(3)) c->paths[k].path_us[i] = random_double(0), c->paths[k].library_us[i] = random_double(0);
+    }
   }
   c->shape.names = cg_test_below(5) ? c->names : NULL;
   c->shape.communicates = c->communicates;
   c->shape.sizes = c->sizes;
   c->shape.ranks = c->ranks;
-  c->values = (cg_tuning_values_t){c->ready, c->alpha, c->bw, c->overlap, (int)cg_test_below(2)};
+  c->values = (cg_tuning_values_t){c->ready, c->alpha, c->bw, c->overlap, c->paths, (int)cg_test_below(2)};
 }
 
 /* The file's text (malloc'ed). */
@@ -99,8 +106,11 @@ static cg_status_t read_text(const char *text, const case_t *c, case_t *into) {
   fputs(text, f);
   rewind(f);
   memset(into, 0, sizeof *into);
-  for (int k = 0; k < MAX_COMMS; k++) into->overlap[k] = -1; /* poisoned: every read sets it */
-  into->values = (cg_tuning_values_t){into->ready, into->alpha, into->bw, into->overlap, -1};
+  for (int k = 0; k < MAX_COMMS; k++) { /* poisoned: every read sets them */
+    into->overlap[k] = -1;
+    memset(&into->paths[k], 0xa5, sizeof into->paths[k]);
+  }
+  into->values = (cg_tuning_values_t){into->ready, into->alpha, into->bw, into->overlap, into->paths, -1};
   cg_status_t st = cg_tuning_file_read(f, "t.txt", &c->shape, &into->values, "test");
   fclose(f);
   return st;
@@ -117,6 +127,12 @@ START_TEST(tuning_file__random_tunings_round_trip_exactly) {
   ck_assert(!memcmp(back.alpha, c.alpha, c.shape.n_comms * sizeof(double)));
   ck_assert(!memcmp(back.bw, c.bw, c.shape.n_comms * sizeof(double)));
   ck_assert(!memcmp(back.overlap, c.overlap, c.shape.n_comms * sizeof(double)));
+  for (uint32_t k = 0; k < c.shape.n_comms; k++) {
+    const cg_cost_path_t *a = &c.paths[k], *b = &back.paths[k];
+    ck_assert_msg(a->dtypes == b->dtypes && a->ops == b->ops && !memcmp(a->path_us, b->path_us, sizeof a->path_us) &&
+                      !memcmp(a->library_us, b->library_us, sizeof a->library_us),
+                  "communicator %u's path", k);
+  }
   ck_assert_int_eq(back.values.default_won, c.values.default_won);
   /* another rank's file: only the ranks differ, and they are not compared */
   for (uint32_t k = 0; k < c.shape.n_comms; k++) c.ranks[k] = (c.ranks[k] + 1) % c.sizes[k];
@@ -174,7 +190,17 @@ static void fixed_case(case_t *c) {
   c->communicates[1] = c->communicates[3] = 1;
   c->sizes[0] = 4, c->sizes[1] = 2, c->ranks[0] = 3, c->ranks[1] = 1;
   c->ready[1] = 1.5, c->ready[3] = 2500.25, c->alpha[0] = 12, c->alpha[1] = 0.5, c->bw[0] = 3e4, c->bw[1] = 1e5;
-  c->values = (cg_tuning_values_t){c->ready, c->alpha, c->bw, c->overlap, 0};
+  c->paths[0].dtypes = 1u << CG_FLOAT32, c->paths[0].ops = 1u << CG_SUM;
+  c->paths[0].path_us[0] = 4.5, c->paths[0].library_us[0] = 11.25;
+  c->values = (cg_tuning_values_t){c->ready, c->alpha, c->bw, c->overlap, c->paths, 0};
+}
+
+/* A comm_path line for communicator k: `times` for path_us, 1 for the rest. */
+static char *path_line(unsigned k, const char *times) {
+  char *line = malloc(1024);
+  int n = snprintf(line, 1024, "comm_path %u dtypes 2 ops 1 path_us %s library_us", k, times);
+  for (unsigned i = 0; i < CG_COST_PATH_SIZES; i++) n += snprintf(line + n, 1024 - (size_t)n, " 1");
+  return line;
 }
 
 START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
@@ -183,8 +209,10 @@ START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
   char *text = written(&c);
   unsigned nodes = line_of(text, "nodes "), n1 = line_of(text, "node 1 "), n3 = line_of(text, "node 3 ");
   unsigned comms = line_of(text, "comms "), c0 = line_of(text, "comm 0 "), c1 = line_of(text, "comm 1 ");
-  unsigned bounds = line_of(text, "boundaries "), end = line_of(text, "end");
-  ck_assert(nodes && n1 && n3 && comms && c0 && c1 && bounds && end);
+  unsigned bounds = line_of(text, "boundaries "), end = line_of(text, "end"), cp = line_of(text, "comm_path 0 ");
+  ck_assert(nodes && n1 && n3 && comms && c0 && c1 && bounds && end && cp == c0 + 1 && !line_of(text, "comm_path 1"));
+  char *path_1 = path_line(1, "1 1 1 1 1 1 1 1 1 1 1 1 1 1"), *short_path = path_line(0, "1 1");
+  char *negative = path_line(0, "1 1 1 1 1 1 -1 1 1 1 1 1 1 1"), *infinite = path_line(0, "1 1 1 1 1 1 1 inf 1 1 1 1 1 1");
   struct {
     unsigned line;
     const char *with, *reason;
@@ -217,6 +245,12 @@ START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
       {c1, "comm 1 size 2 rank 1 alpha_us 1 bytes_per_us 5 overlap_us -2", "overlap_us -2 is not a finite", 0},
       {c1, "comm 1 size 2 rank 1 alpha_us 1 bytes_per_us 5 overlap_us", "expected 'comm 1 size <ranks>", 0},
       {c1, "comm 1 size 2 rank 1 alpha_us 1 bytes_per_us 5 lag_us 3", "expected 'comm 1 size <ranks>", 0},
+      {cp, path_1, "comm_path 1 after the line of communicator 0", 0},
+      {cp, short_path, "expected 'comm_path 0 dtypes <bits> ops <bits> path_us <14 times >= 0>", 0},
+      {cp, negative, "expected 'comm_path 0 dtypes", 0},
+      {cp, infinite, "expected 'comm_path 0 dtypes", 0},
+      {c1, path_1, "expected 'comm 1 size <ranks>", 0},
+      {bounds, path_1, "expected 'boundaries tuned' or 'boundaries default', found 'end'", end},
       {bounds, "boundaries best", "expected 'boundaries tuned' or 'boundaries default'", 0},
       {end, NULL, "expected 'end', found 'the end of the file (cut short?)'", 0},
       {end, "end\nmore", "text after 'end': 'more'", end + 1},
@@ -232,7 +266,13 @@ START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
   case_t back;
   ck_assert_msg(read_text(commented, &c, &back) == CG_SUCCESS, "%s", cg_error_last());
   ck_assert(back.alpha[0] == 12 && back.bw[1] == 1e5 && back.ready[3] == 2500.25 && back.values.default_won == 0);
+  ck_assert(back.paths[0].dtypes == 1u << CG_FLOAT32 && back.paths[0].path_us[0] == 4.5 &&
+            back.paths[0].library_us[0] == 11.25 && back.paths[0].path_us[1] == 0 && back.paths[1].dtypes == 0);
   free(commented);
+  free(path_1);
+  free(short_path);
+  free(negative);
+  free(infinite);
   /* an empty file */
   expect_refused("", &c, 1, "not a commgraph tuning file");
   free(text);
@@ -292,7 +332,15 @@ START_TEST(tuning_file__a_saved_tuning_compiles_to_the_same_buckets) {
   uint32_t n = cg_graph_node_count(g);
   /* random ready times, rising with the backward, and a random cost */
   cg_comm_cost_t cost = {comm, 1.0 + (double)cg_test_below(2000), 1e3 * (double)(1 + cg_test_below(1000)),
-                         cg_test_below(2) ? (double)cg_test_below(50) : 0};
+                         cg_test_below(2) ? (double)cg_test_below(50) : 0, {0}};
+  if (cg_test_below(2)) { /* a backend's own path, cheaper than the line at some sizes: it moves boundaries */
+    cost.path.dtypes = 1u << CG_FLOAT32, cost.path.ops = 1u << CG_SUM;
+    for (uint32_t k = 0; k < CG_COST_PATH_SIZES; k++)
+      if (cg_test_below(3)) {
+        cost.path.path_us[k] = 1.0 + (double)cg_test_below(20);
+        cost.path.library_us[k] = cost.path.path_us[k] + (double)cg_test_below(400);
+      }
+  }
   cg_tuning_t t = {calloc(n, sizeof(double)), n, &cost, 1, 0};
   double at = 0;
   for (uint32_t v = 0; v < n; v++) t.ready_us[v] = at += (double)cg_test_below(3000) / 7.0;
