@@ -41,6 +41,12 @@ typedef struct cg_executor {
    * NULL: the plan's own). Collective like any replay. NULL: this executor
    * cannot profile. */
   cg_status_t (*profile)(cg_profile_t *out, cg_plan_t *plan, int replays, void *stream, const char *where);
+  /* cg_plan_tune's timing of its candidates: one replay as cg_plan_start
+   * and cg_plan_wait run it, and *seconds, how long it ran by the device's
+   * clock (CUDA: events around its graph launch), without the host's
+   * wake-up after the wait. NULL: tune times start and wait by the host's
+   * clock. */
+  cg_status_t (*timed_replay)(double *seconds, cg_plan_t *plan);
 } cg_executor_t;
 
 /* The executor for plans on `device` (CG_DEVICE_HOST or a CUDA ordinal);

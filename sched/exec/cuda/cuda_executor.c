@@ -16,6 +16,7 @@ static const cg_executor_t cuda_executor = {
     .quiesce = cg_cuda_quiesce,
     .rebuild = cg_cuda_rebuild,
     .profile = cg_cuda_profile,
+    .timed_replay = cg_cuda_timed_replay,
 };
 
 const cg_executor_t *cg_device_executor(void) { return &cuda_executor; }

@@ -56,6 +56,8 @@ void cg_cuda_release(cg_plan_t *p) {
   free(c->seq_base);
   if (c->run_done) cudaEventDestroy(c->run_done);
   if (c->legacy_done) cudaEventDestroy(c->legacy_done);
+  if (c->timed_begin) cudaEventDestroy(c->timed_begin);
+  if (c->timed_end) cudaEventDestroy(c->timed_end);
   cg_device_prints_free(c->prints);
   for (uint32_t l = 0; c->mark_lanes && l < c->n_lanes; l++)
     if (c->mark_lanes[l]) cudaStreamDestroy(c->mark_lanes[l]);
@@ -388,7 +390,9 @@ cg_status_t cg_cuda_start(cg_plan_t *p) {
    * (test_nccl_oneshot once saw its last-filled input arrive late). */
   cudaError_t err = cudaEventRecord(c->legacy_done, cudaStreamLegacy);
   if (err == cudaSuccess) err = cudaStreamWaitEvent(c->lanes[0], c->legacy_done, 0);
+  if (err == cudaSuccess && c->time_next) err = cudaEventRecord(c->timed_begin, c->lanes[0]);
   if (err == cudaSuccess) err = cudaGraphLaunch(exec, c->lanes[0]);
+  if (err == cudaSuccess && c->time_next) err = cudaEventRecord(c->timed_end, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   if (err != cudaSuccess) {
     atomic_store(&c->running, 0);
@@ -474,6 +478,38 @@ cg_status_t cg_cuda_wait(cg_plan_t *p) {
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
   }
+}
+
+/* cg_plan_tune times its candidates by the device's clock: the host's,
+ * around cg_plan_start and cg_plan_wait, also counts the wake-up after the
+ * wait (a plan with a timeout polls, napping 20 us at a time), which moves
+ * more from replay to replay than candidates differ by. */
+cg_status_t cg_cuda_timed_replay(double *seconds, cg_plan_t *p) {
+  struct cg_cuda_plan *c = p->cuda;
+  cudaError_t err = cudaSuccess;
+  *seconds = 0;
+  if (!c->timed_begin) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    err = cudaSetDevice(p->device);
+    if (err == cudaSuccess) err = cudaEventCreate(&c->timed_begin);
+    if (err == cudaSuccess) err = cudaEventCreate(&c->timed_end);
+    cudaSetDevice(previous);
+    if (err != cudaSuccess) {
+      if (c->timed_begin) cudaEventDestroy(c->timed_begin);
+      c->timed_begin = NULL;
+      return cg_fail_cuda(err, "cudaEventCreate", "cg_plan_tune: timing a replay");
+    }
+  }
+  c->time_next = 1;
+  cg_status_t st = cg_cuda_start(p);
+  c->time_next = 0;
+  if (st == CG_SUCCESS) st = cg_cuda_wait(p);
+  float ms = 0;
+  if (st == CG_SUCCESS && (err = cudaEventElapsedTime(&ms, c->timed_begin, c->timed_end)) != cudaSuccess)
+    st = cg_fail_cuda(err, "cudaEventElapsedTime", "cg_plan_tune: timing a replay");
+  *seconds = (double)ms * 1e-3;
+  return st;
 }
 
 /* ---- rebinding (rebind.c decides; this captures again) */
