@@ -120,5 +120,8 @@ cg_status_t cg_nccl_print_setup(void *comm_impl, const cg_wait_t *wait);
 cg_status_t cg_nccl_allgather_enqueue(void *comm_impl, const void *mine, void *all, size_t bytes, void *stream,
                                       const cg_wait_t *wait);
 const char *cg_nccl_step_call(const cg_step_t *step);
+/* Whether commgraph's one-shot or two-shot kernel runs the step (the
+ * backend's step_on_own_path). */
+int cg_nccl_step_on_own_kernel(const cg_step_t *step);
 
 #endif

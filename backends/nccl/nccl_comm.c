@@ -103,6 +103,11 @@ static void control_abandon(void *impl, void *request, const char *why) {
   if (m) cg_mpi_control_abandon(m, request, why);
 }
 
+/* The cost model's table (cost_model.c) and the kernels' measured sizes
+ * count alike: 1 KB << k, the same number of sizes. */
+_Static_assert(CG_COST_PATH_SIZES == CG_NCCL_MEASURED_SIZES && CG_NCCL_MEASURED_MIN_BYTES == 1024,
+               "the cost model's path table and the measured sizes differ");
+
 static int collective_path_us(double *path_us, double *library_us, void *impl, cg_node_kind_t kind, cg_dtype_t dtype,
                               cg_redop_t op, size_t bytes) {
   return cg_nccl_oneshot_path_us(path_us, library_us, impl, kind, dtype, op, bytes);
@@ -213,6 +218,7 @@ const cg_backend_t cg_nccl_backend = {
     .step_call = cg_nccl_step_call,
     .bucket_bytes = bucket_bytes,
     .collective_path_us = collective_path_us,
+    .step_on_own_path = cg_nccl_step_on_own_kernel,
     .abort = abort_comm,
 };
 

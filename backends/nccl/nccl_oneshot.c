@@ -79,9 +79,13 @@ int cg_nccl_oneshot_path_us(double *kernel_us, double *nccl_us, const cg_nccl_co
   size_t size = cg_dtype_size(dtype);
   cg_step_t s = {0};
   s.op_kind = kind, s.dtype = dtype, s.op = op, s.count = size ? bytes / size : 0;
-  if (!cg_nccl_oneshot_takes(n, &s, 0, 0) && !cg_nccl_twoshot_takes(n, &s, 0, 0)) return 0;
+  int oneshot = cg_nccl_oneshot_takes(n, &s, 0, 0);
+  if (!oneshot && !cg_nccl_twoshot_takes(n, &s, 0, 0)) return 0;
   int k = cg_nccl_measured_index(s.count * size);
-  if (k < 0 || k >= CG_NCCL_MEASURED_SIZES || !(n->oneshot.kernel_us[k] > 0) || !(n->oneshot.nccl_us[k] > 0)) return 0;
+  /* a one-shot size given between two measured ones: the next size up was
+   * the two-shot's to measure, not the kernel that takes these */
+  if (oneshot && (CG_NCCL_MEASURED_MIN_BYTES << k) > n->oneshot.max_bytes) return 0;
+  if (!(n->oneshot.kernel_us[k] > 0) || !(n->oneshot.nccl_us[k] > 0)) return 0;
   *kernel_us = n->oneshot.kernel_us[k];
   *nccl_us = n->oneshot.nccl_us[k];
   return 1;

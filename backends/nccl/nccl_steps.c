@@ -79,6 +79,12 @@ static own_kernel_t own_kernel(const cg_step_t *s, cg_nccl_path_t path) {
   return cg_nccl_twoshot_takes(n, s, in_window, ratio) ? TWOSHOT_KERNEL : NCCL_KERNELS;
 }
 
+int cg_nccl_step_on_own_kernel(const cg_step_t *s) {
+  const void *send = NULL;
+  void *recv = NULL;
+  return own_kernel(s, route(&send, &recv, s)) != NCCL_KERNELS;
+}
+
 const char *cg_nccl_step_call(const cg_step_t *s) {
   if (is_one_rank_copy(s))
     return "cudaMemcpyAsync (one rank)";

@@ -71,7 +71,15 @@ double cg_cost_model_collective_us(const cg_comm_cost_t *cost, cg_node_kind_t ki
   return saving > 0 ? fmax(line - saving, path_us) : line;
 }
 
+/* Whether the profiled step ran on the backend's own path, where the backend
+ * can tell (backend.h's step_on_own_path); else the table says. */
+static int ran_on_path(const cg_step_t *s) {
+  const cg_backend_t *b = s->comm && s->comm->ops ? s->comm->ops->backend : NULL;
+  return !b || !b->step_on_own_path || b->step_on_own_path(s);
+}
+
 static double step_cost_us(const cg_comm_cost_t *cost, const cg_step_t *s) {
+  if (!ran_on_path(s)) return cost->alpha_us + (double)step_bytes(s) / cost->bytes_per_us;
   return cg_cost_model_collective_us(cost, s->op_kind, s->dtype, s->op, step_bytes(s));
 }
 
@@ -99,7 +107,8 @@ static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, con
     if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER) continue;
     double x = (double)step_bytes(s), y = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]], path_us = 0;
     if (y < 0.1) y = 0.1;
-    y += path_saving_us(&path_us, path, s->op_kind, s->dtype, s->op, step_bytes(s)); /* the library's time */
+    if (ran_on_path(s)) /* the library's time */
+      y += path_saving_us(&path_us, path, s->op_kind, s->dtype, s->op, step_bytes(s));
     n++, sx += x, sy += y, sxx += x * x, sxy += x * y;
     if (y < fastest) fastest = y;
     if (step_bytes(s) > largest) largest = step_bytes(s);
@@ -116,7 +125,8 @@ static void fit_cost(cg_comm_cost_t *out, const cg_plan_t *plan, uint32_t c, con
   for (uint32_t k = 0; k < pc->n_steps; k++) {
     const cg_step_t *s = &plan->steps[pc->steps[k]];
     if (s->kind != CG_STEP_COLLECTIVE || s->op_kind == CG_NODE_BARRIER || step_bytes(s) != largest) continue;
-    double path_us = 0, saving = path_saving_us(&path_us, path, s->op_kind, s->dtype, s->op, largest);
+    double path_us = 0, saving = ran_on_path(s) ? path_saving_us(&path_us, path, s->op_kind, s->dtype, s->op, largest)
+                                                : 0;
     double beyond = prof->end_us[pc->steps[k]] - prof->start_us[pc->steps[k]] + saving - out->alpha_us;
     if (beyond > 0 && (double)largest / beyond > best) best = (double)largest / beyond;
   }

@@ -228,6 +228,7 @@ static cg_status_t read_path(const reader_t *r, const char *p, uint32_t k, cg_co
     return bad(r, "expected 'comm_path %u dtypes <bits> ops <bits> path_us <%u times >= 0> library_us <%u times "
                ">= 0>', found '%.80s'", k, CG_COST_PATH_SIZES, CG_COST_PATH_SIZES, r->text);
   if (index != k) return bad(r, "comm_path %u after the line of communicator %u", index, k);
+  if (!path.dtypes) return bad(r, "comm_path %u: dtypes 0 (a path takes some dtype; none is no line)", k);
   *out = path;
   return CG_SUCCESS;
 }

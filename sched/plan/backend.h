@@ -120,6 +120,12 @@ struct cg_backend {
    * mostly the library's, and takes the difference off. NULL: always 0. */
   int (*collective_path_us)(double *path_us, double *library_us, void *comm_impl, cg_node_kind_t kind,
                             cg_dtype_t dtype, cg_redop_t op, size_t bytes);
+  /* Whether the plan's collective step runs on that path (1) or the
+   * library's (0): it depends on more than the kind, dtype, op and size
+   * (NCCL: buffers in a symmetric window keep NCCL's symmetric kernels where
+   * they measured faster), and the cost model must not take a saving back
+   * from a step that had none. NULL: as collective_path_us says. */
+  int (*step_on_own_path)(const cg_step_t *step);
 
   /* cg_plan_rebind moved the step's buffers (same counts, same in-place
    * form): update whatever host_step_prepare derived from them in `state`,

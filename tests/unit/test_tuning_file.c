@@ -213,6 +213,8 @@ START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
   ck_assert(nodes && n1 && n3 && comms && c0 && c1 && bounds && end && cp == c0 + 1 && !line_of(text, "comm_path 1"));
   char *path_1 = path_line(1, "1 1 1 1 1 1 1 1 1 1 1 1 1 1"), *short_path = path_line(0, "1 1");
   char *negative = path_line(0, "1 1 1 1 1 1 -1 1 1 1 1 1 1 1"), *infinite = path_line(0, "1 1 1 1 1 1 1 inf 1 1 1 1 1 1");
+  char *zero_dtypes = path_line(0, "1 1 1 1 1 1 1 1 1 1 1 1 1 1");
+  memcpy(strstr(zero_dtypes, "dtypes 2"), "dtypes 0", 8);
   struct {
     unsigned line;
     const char *with, *reason;
@@ -248,6 +250,7 @@ START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
       {cp, path_1, "comm_path 1 after the line of communicator 0", 0},
       {cp, short_path, "expected 'comm_path 0 dtypes <bits> ops <bits> path_us <14 times >= 0>", 0},
       {cp, negative, "expected 'comm_path 0 dtypes", 0},
+      {cp, zero_dtypes, "comm_path 0: dtypes 0", 0},
       {cp, infinite, "expected 'comm_path 0 dtypes", 0},
       {c1, path_1, "expected 'comm 1 size <ranks>", 0},
       {bounds, path_1, "expected 'boundaries tuned' or 'boundaries default', found 'end'", end},
@@ -273,6 +276,7 @@ START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
   free(short_path);
   free(negative);
   free(infinite);
+  free(zero_dtypes);
   /* an empty file */
   expect_refused("", &c, 1, "not a commgraph tuning file");
   free(text);
