@@ -181,16 +181,54 @@ static cg_status_t add_scaled(cg_plan_t **candidates, uint32_t *n, cg_graph_t *g
   return st;
 }
 
+/* What the kept plan's dump says of the timing (plan_internal.h's
+ * tune_log): one line per round, each candidate as "<what> <us> us (<n>
+ * collectives)", the kept one marked, in the order add_scaled made them.
+ * The times are the device's where the executor has its clock (replay). */
+typedef struct tune_log {
+  char text[4096];
+  size_t used;
+} tune_log_t;
+
+static void log_round(tune_log_t *log, int round, const char *first, cg_plan_t **candidates, uint32_t n,
+                      const double *seconds, uint32_t best) {
+  size_t room = sizeof log->text - log->used;
+  int w = snprintf(log->text + log->used, room, "tune round %d:", round);
+  for (uint32_t k = 0; k < n && w > 0 && (size_t)w < room; k++) {
+    char what[32];
+    if (k == 0)
+      snprintf(what, sizeof what, "%s", first);
+    else if (k - 1 < N_SCALES)
+      snprintf(what, sizeof what, "alpha x%g", alpha_scales[k - 1]);
+    else
+      snprintf(what, sizeof what, "overlap x%g", overlap_scales[k - 1 - N_SCALES]);
+    uint32_t collectives = 0;
+    for (uint32_t i = 0; i < candidates[k]->n_steps; i++)
+      collectives += candidates[k]->steps[i].kind == CG_STEP_COLLECTIVE;
+    w += snprintf(log->text + log->used + w, room - (size_t)w, "%s %s %.1f us (%u collective%s)%s", k ? "," : "",
+                  what, seconds[k] * 1e6, collectives, collectives == 1 ? "" : "s", k == best ? " kept" : "");
+  }
+  if (w > 0 && (size_t)w + 1 < room) {
+    log->text[log->used + (size_t)w] = '\n';
+    log->used += (size_t)w + 1;
+    log->text[log->used] = '\0';
+  } else {
+    log->text[log->used] = '\0'; /* a round that does not fit is left out */
+  }
+}
+
 /* Times candidates[0..n) (the slowest rank's median replay) and keeps the
  * fastest, candidates[0] unless another is strictly faster; the others are
- * destroyed (all of them after a failure). */
-static cg_status_t keep_fastest(cg_plan_t **kept, cg_plan_t **candidates, uint32_t n, cg_status_t st, int replays) {
+ * destroyed (all of them after a failure). The round goes into `log`. */
+static cg_status_t keep_fastest(cg_plan_t **kept, cg_plan_t **candidates, uint32_t n, cg_status_t st, int replays,
+                                tune_log_t *log, int round, const char *first) {
   double seconds[MAX_CANDIDATES] = {0};
   uint32_t best = 0;
   *kept = NULL;
   if (st == CG_SUCCESS && n > 1) st = time_all(seconds, candidates, n, replays);
   for (uint32_t k = 1; st == CG_SUCCESS && k < n; k++)
     if (seconds[k] < seconds[best]) best = k;
+  if (st == CG_SUCCESS && n > 1) log_round(log, round, first, candidates, n, seconds, best);
   for (uint32_t k = 0; k < n; k++)
     if (st != CG_SUCCESS || k != best) cg_plan_destroy(candidates[k]);
   if (st == CG_SUCCESS) *kept = candidates[best];
@@ -235,7 +273,8 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
   cg_tuning_free(&tuning);
   /* the model can be wrong: the candidate that runs fastest on the slowest
    * rank is kept; the default unless another is strictly faster */
-  st = keep_fastest(&kept, candidates, n, st, opts->replays);
+  tune_log_t log = {"", 0};
+  st = keep_fastest(&kept, candidates, n, st, opts->replays, &log, 1, "default");
   /* Where the model's boundaries won, it is refined once around them: the
    * default plan's profile has the default's collectives, few and large,
    * competing with the compute, and says little about the cost of the
@@ -249,7 +288,12 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
     mine = measure(&tuning, kept, graph, opts);
     st = add_scaled(candidates, &n, graph, &copts, &tuning, kept, mine);
     cg_tuning_free(&tuning);
-    st = keep_fastest(&kept, candidates, n, st, opts->replays);
+    st = keep_fastest(&kept, candidates, n, st, opts->replays, &log, 2, "round 1's");
+  }
+  if (st == CG_SUCCESS && log.used) {
+    free(kept->tune_log);
+    kept->tune_log = malloc(log.used + 1);
+    if (kept->tune_log) memcpy(kept->tune_log, log.text, log.used + 1); /* a dump without it otherwise */
   }
   if (st == CG_SUCCESS) *out = kept;
   return st;

@@ -75,6 +75,7 @@ void cg_plan_free(cg_plan_t *p) {
   if (p->measured) cg_profile_free(p->measured);
   free(p->tuning);
   free(p->measured);
+  free(p->tune_log);
   free(p->comm_step_storage);
   free(p->comms);
   free(p->node_names);

@@ -225,6 +225,7 @@ cg_status_t cg_plan_dump(const cg_plan_t *plan, FILE *f) {
     if (cg_plan_model_text(model, sizeof model, plan, c)) fprintf(f, "; comm %u model: %s", c, model);
   }
   fputc('\n', f);
+  if (plan->tune_log) fputs(plan->tune_log, f); /* lines of their own, "tune round ..." */
   for (uint32_t i = 0; i < plan->n_steps; i++) {
     const cg_step_t *s = &plan->steps[i];
     fprintf(f, "step %u lane %u ", i, s->lane);

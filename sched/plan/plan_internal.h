@@ -164,6 +164,10 @@ struct cg_plan {
   struct cg_cuda_plan *cuda; /* device plans: the CUDA graph and its streams */
   cg_tuning_t *tuning;    /* the agreed tuning it was compiled with (cg_plan_tune); NULL: none */
   cg_profile_t *measured; /* its own latest profiling replays (cg_plan_tune, cg_plan_trace); NULL: none */
+  /* what cg_plan_tune timed before it kept this plan: per round, each
+   * candidate and its slowest rank's median replay (cg_plan_dump shows it,
+   * so a run can tell why it got these buckets); NULL: none */
+  char *tune_log;
 };
 
 /* The plan's communicators by agreed id, the same order on every rank. */

@@ -258,7 +258,8 @@ START_TEST(cost_model__a_collective_costs_the_line_less_the_paths_saving) {
     cg_comm_cost_t c = {NULL, (double)cg_test_below(50), 1.0 + (double)cg_test_below(500000), 0, {0}};
     c.path.dtypes = (uint32_t)cg_test_rand(), c.path.ops = (uint32_t)cg_test_rand();
     for (uint32_t k = 0; k < CG_COST_PATH_SIZES; k++)
-      if (cg_test_below(4)) c.path.path_us[k] = (double)cg_test_below(30), c.path.library_us[k] = (double)cg_test_below(60);
+      if (cg_test_below(4))
+        c.path.path_us[k] = (double)cg_test_below(30), c.path.library_us[k] = (double)cg_test_below(60);
     cg_node_kind_t kind = cg_test_below(2) ? CG_NODE_ALLREDUCE : (cg_node_kind_t)cg_test_below(CG_NODE_KIND_COUNT);
     cg_dtype_t dtype = (cg_dtype_t)cg_test_below(CG_DTYPE_COUNT);
     cg_redop_t op = (cg_redop_t)cg_test_below(CG_REDOP_COUNT);

@@ -212,7 +212,8 @@ START_TEST(tuning_file__mismatches_and_malformed_files_are_named) {
   unsigned bounds = line_of(text, "boundaries "), end = line_of(text, "end"), cp = line_of(text, "comm_path 0 ");
   ck_assert(nodes && n1 && n3 && comms && c0 && c1 && bounds && end && cp == c0 + 1 && !line_of(text, "comm_path 1"));
   char *path_1 = path_line(1, "1 1 1 1 1 1 1 1 1 1 1 1 1 1"), *short_path = path_line(0, "1 1");
-  char *negative = path_line(0, "1 1 1 1 1 1 -1 1 1 1 1 1 1 1"), *infinite = path_line(0, "1 1 1 1 1 1 1 inf 1 1 1 1 1 1");
+  char *negative = path_line(0, "1 1 1 1 1 1 -1 1 1 1 1 1 1 1");
+  char *infinite = path_line(0, "1 1 1 1 1 1 1 inf 1 1 1 1 1 1");
   char *zero_dtypes = path_line(0, "1 1 1 1 1 1 1 1 1 1 1 1 1 1");
   memcpy(strstr(zero_dtypes, "dtypes 2"), "dtypes 0", 8);
   struct {
