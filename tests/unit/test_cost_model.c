@@ -322,12 +322,12 @@ START_TEST(cost_model__collectives_on_the_own_path_fit_the_librarys_line) {
   int floored = 0;
   for (uint32_t i = 0; i < plan->n_steps; i++) {
     const cg_step_t *s = &plan->steps[i];
-    double line = alpha + (double)collective_bytes(s) / bw;
-    if (s->kind == CG_STEP_COLLECTIVE && runs_on(&o, s) &&
-        cg_cost_model_collective_us(&truth, s->op_kind, s->dtype, s->op, collective_bytes(s)) !=
-            line - (o.library_us[size_index(collective_bytes(s))] - o.path_us[size_index(collective_bytes(s))]) &&
-        collective_bytes(s) <= o.max_bytes)
-      floored = 1;
+    size_t bytes = collective_bytes(s);
+    if (s->kind != CG_STEP_COLLECTIVE || !runs_on(&o, s) || !bytes || bytes > o.max_bytes) continue;
+    uint32_t k = size_index(bytes); /* within the table: max_bytes is at most 8 MB */
+    double line = alpha + (double)bytes / bw;
+    floored |= cg_cost_model_collective_us(&truth, s->op_kind, s->dtype, s->op, bytes) !=
+               line - (o.library_us[k] - o.path_us[k]);
   }
   if (!floored)
     ck_assert_msg(fabs(c->alpha_us - alpha) < 1e-3 && fabs(c->bytes_per_us / bw - 1) < 1e-6,
