@@ -64,9 +64,14 @@ void cg_cost_model_query_path(cg_cost_path_t *out, const cg_comm_t *comm) {
   }
 }
 
+/* The library's cost: alpha + bytes / bandwidth. */
+static double line_us(const cg_comm_cost_t *cost, size_t bytes) {
+  return cost->alpha_us + (double)bytes / cost->bytes_per_us;
+}
+
 double cg_cost_model_collective_us(const cg_comm_cost_t *cost, cg_node_kind_t kind, cg_dtype_t dtype, cg_redop_t op,
                                    size_t bytes) {
-  double line = cost->alpha_us + (double)bytes / cost->bytes_per_us, path_us = 0;
+  double line = line_us(cost, bytes), path_us = 0;
   double saving = path_saving_us(&path_us, &cost->path, kind, dtype, op, bytes);
   return saving > 0 ? fmax(line - saving, path_us) : line;
 }
@@ -79,7 +84,7 @@ static int ran_on_path(const cg_step_t *s) {
 }
 
 static double step_cost_us(const cg_comm_cost_t *cost, const cg_step_t *s) {
-  if (!ran_on_path(s)) return cost->alpha_us + (double)step_bytes(s) / cost->bytes_per_us;
+  if (!ran_on_path(s)) return line_us(cost, step_bytes(s));
   return cg_cost_model_collective_us(cost, s->op_kind, s->dtype, s->op, step_bytes(s));
 }
 

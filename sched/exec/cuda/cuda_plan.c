@@ -371,7 +371,9 @@ cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
   return cg_cuda_watch_embedded(plan, "cg_plan_cuda_graph");
 }
 
-cg_status_t cg_cuda_start(cg_plan_t *p) {
+/* cg_plan_start's replay; `begin` and `end` (NULL: none) recorded around its
+ * graph launch for cg_cuda_timed_replay. */
+static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end) {
   struct cg_cuda_plan *c = p->cuda;
   int done = 1;
   cg_status_t st = cg_cuda_check_runnable(p, "cg_plan_start");
@@ -390,9 +392,9 @@ cg_status_t cg_cuda_start(cg_plan_t *p) {
    * (test_nccl_oneshot once saw its last-filled input arrive late). */
   cudaError_t err = cudaEventRecord(c->legacy_done, cudaStreamLegacy);
   if (err == cudaSuccess) err = cudaStreamWaitEvent(c->lanes[0], c->legacy_done, 0);
-  if (err == cudaSuccess && c->time_next) err = cudaEventRecord(c->timed_begin, c->lanes[0]);
+  if (err == cudaSuccess && begin) err = cudaEventRecord(begin, c->lanes[0]);
   if (err == cudaSuccess) err = cudaGraphLaunch(exec, c->lanes[0]);
-  if (err == cudaSuccess && c->time_next) err = cudaEventRecord(c->timed_end, c->lanes[0]);
+  if (err == cudaSuccess && end) err = cudaEventRecord(end, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   if (err != cudaSuccess) {
     atomic_store(&c->running, 0);
@@ -401,6 +403,8 @@ cg_status_t cg_cuda_start(cg_plan_t *p) {
   note_launch(p);
   return CG_SUCCESS;
 }
+
+cg_status_t cg_cuda_start(cg_plan_t *p) { return start_replay(p, NULL, NULL); }
 
 /* cg_plan_start's replay has ended (err: how the event says it did). The
  * ranks' fingerprints may have differed even so (the same shapes in another
@@ -501,9 +505,7 @@ cg_status_t cg_cuda_timed_replay(double *seconds, cg_plan_t *p) {
       return cg_fail_cuda(err, "cudaEventCreate", "cg_plan_tune: timing a replay");
     }
   }
-  c->time_next = 1;
-  cg_status_t st = cg_cuda_start(p);
-  c->time_next = 0;
+  cg_status_t st = start_replay(p, c->timed_begin, c->timed_end);
   if (st == CG_SUCCESS) st = cg_cuda_wait(p);
   float ms = 0;
   if (st == CG_SUCCESS && (err = cudaEventElapsedTime(&ms, c->timed_begin, c->timed_end)) != cudaSuccess)

@@ -26,10 +26,9 @@ struct cg_cuda_plan {
   int embedded;          /* handed out or captured: replays take the lock from now on */
   cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
   cudaEvent_t legacy_done; /* the legacy default stream's work before cg_plan_start: its replay waits for it */
-  /* cg_cuda_timed_replay's: around the graph launch of the replay it starts
-   * (time_next), made on its first use */
+  /* cg_cuda_timed_replay's: around the graph launch of the replay it starts,
+   * made on its first use */
   cudaEvent_t timed_begin, timed_end;
-  int time_next;
   atomic_int running;   /* that replay is the waiter's (cg_plan_wait, _test, _run); the monitor leaves it */
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
   /* the watchdog (plans with a timeout): per step, a count the graph adds 1
