@@ -44,7 +44,8 @@
  *   5t. commgraph, tuned: mode 5's plan given to cg_plan_tune (5 profiling
  *      replays on the same stream) and compiled again with bucket boundaries
  *      from the measured ready times and collective costs (the fastest of
- *      the default and the model's boundaries at a few alpha scales);
+ *      the default and the model's boundaries at a few alpha scales); rank 0
+ *      prints its "tune round" lines (each candidate's measured replay);
  *   5f. commgraph, tuned, from its tuning file: mode 5t's buckets compiled
  *      again from the tuning file it saves, with no timeout: what 5w and 5m
  *      are compared with (the same compile, the watchdog aside);
@@ -231,6 +232,23 @@ static void write_trace(const char *dir, const char *workload, double backward_m
   }
   CG_CHECK(cg_plan_dump(plan, f));
   fclose(f);
+}
+
+/* Rank 0 prints the tuned plan's "tune round" lines (its dump's): what each
+ * candidate measured in cg_plan_tune and which one was kept, beside the
+ * table's figures for the kept one. */
+static void print_tune_log(const cg_plan_t *plan, double backward_ms) {
+  if (rank != 0) return;
+  FILE *f = tmpfile();
+  if (!f) return;
+  char line[4096];
+  if (cg_plan_dump(plan, f) == CG_SUCCESS) {
+    rewind(f);
+    while (fgets(line, sizeof line, f))
+      if (!strncmp(line, "tune round", strlen("tune round"))) printf("  B = %g ms, %s", backward_ms, line);
+  }
+  fclose(f);
+  fflush(stdout);
 }
 
 static void print_header(int argc, char **argv, const args_t *a, int device, int nodes, const char *name,
@@ -492,6 +510,7 @@ int main(int argc, char **argv) {
     CG_CHECK(cg_plan_tune(&m[4].plan, m[3].plan, graph, &tune));
     CG_CHECK(cg_plan_stats(&m[4].stats, m[4].plan));
     snprintf(m[4].label, sizeof m[4].label, "5t. commgraph, tuned (cg_plan_tune, %d replays)", tune.replays);
+    print_tune_log(m[4].plan, a.backward_ms[bi]);
     if (a.trace_dir) {
       write_trace(a.trace_dir, name, a.backward_ms[bi], "default", m[3].plan, c.s);
       write_trace(a.trace_dir, name, a.backward_ms[bi], "tuned", m[4].plan, c.s);
