@@ -371,22 +371,9 @@ cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
   return cg_cuda_watch_embedded(plan, "cg_plan_cuda_graph");
 }
 
-/* A host function ahead of a timed replay's begin event: it holds the lane
- * until the host has launched the graph (or for a second at most, so that a
- * failed launch cannot keep CUDA's callback thread for good). */
-static void CUDART_CB hold_until_open(void *gate) {
-  uint64_t until = cg_clock_ns() + 1000000000ull;
-  while (!atomic_load((atomic_int *)gate) && cg_clock_ns() < until) {
-  }
-}
-
 /* cg_plan_start's replay; `begin` and `end` (NULL: none) recorded around its
- * graph launch for cg_cuda_timed_replay, with `gate` (closed; NULL: none)
- * holding the lane before `begin` until the launch has returned: the graph
- * is then all in the device's queue when `begin` fires, so the time between
- * the events leaves out the host's launch, which grows with the graph's
- * nodes and which a replay that follows another one back to back hides. */
-static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end, atomic_int *gate) {
+ * graph launch for cg_cuda_timed_replay. */
+static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end) {
   struct cg_cuda_plan *c = p->cuda;
   int done = 1;
   cg_status_t st = cg_cuda_check_runnable(p, "cg_plan_start");
@@ -405,12 +392,10 @@ static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end
    * (test_nccl_oneshot once saw its last-filled input arrive late). */
   cudaError_t err = cudaEventRecord(c->legacy_done, cudaStreamLegacy);
   if (err == cudaSuccess) err = cudaStreamWaitEvent(c->lanes[0], c->legacy_done, 0);
-  if (err == cudaSuccess && gate) err = cudaLaunchHostFunc(c->lanes[0], hold_until_open, gate);
   if (err == cudaSuccess && begin) err = cudaEventRecord(begin, c->lanes[0]);
   if (err == cudaSuccess) err = cudaGraphLaunch(exec, c->lanes[0]);
   if (err == cudaSuccess && end) err = cudaEventRecord(end, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
-  if (gate) atomic_store(gate, 1);
   if (err != cudaSuccess) {
     atomic_store(&c->running, 0);
     return cg_fail_cuda(err, "cudaGraphLaunch", "cg_plan_start");
@@ -419,7 +404,7 @@ static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end
   return CG_SUCCESS;
 }
 
-cg_status_t cg_cuda_start(cg_plan_t *p) { return start_replay(p, NULL, NULL, NULL); }
+cg_status_t cg_cuda_start(cg_plan_t *p) { return start_replay(p, NULL, NULL); }
 
 /* cg_plan_start's replay has ended (err: how the event says it did). The
  * ranks' fingerprints may have differed even so (the same shapes in another
@@ -502,10 +487,7 @@ cg_status_t cg_cuda_wait(cg_plan_t *p) {
 /* cg_plan_tune times its candidates by the device's clock: the host's,
  * around cg_plan_start and cg_plan_wait, also counts the wake-up after the
  * wait (a plan with a timeout polls, napping 20 us at a time), which moves
- * more from replay to replay than candidates differ by. And from the launch
- * on (start_replay's gate): on 2 H200 (ResNet-50, B = 1 and 5 ms), replays
- * of the kept candidates (20-40 buckets) timed from before the launch took
- * 13-40 us longer than the same plans back to back in bench_train. */
+ * more from replay to replay than candidates differ by. */
 cg_status_t cg_cuda_timed_replay(double *seconds, cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;
   cudaError_t err = cudaSuccess;
@@ -523,8 +505,7 @@ cg_status_t cg_cuda_timed_replay(double *seconds, cg_plan_t *p) {
       return cg_fail_cuda(err, "cudaEventCreate", "cg_plan_tune: timing a replay");
     }
   }
-  atomic_store(&c->timed_gate, 0);
-  cg_status_t st = start_replay(p, c->timed_begin, c->timed_end, &c->timed_gate);
+  cg_status_t st = start_replay(p, c->timed_begin, c->timed_end);
   if (st == CG_SUCCESS) st = cg_cuda_wait(p);
   float ms = 0;
   if (st == CG_SUCCESS && (err = cudaEventElapsedTime(&ms, c->timed_begin, c->timed_end)) != cudaSuccess)

@@ -29,8 +29,6 @@ struct cg_cuda_plan {
   /* cg_cuda_timed_replay's: around the graph launch of the replay it starts,
    * made on its first use */
   cudaEvent_t timed_begin, timed_end;
-  /* and the gate that holds its lane until the graph is launched (1: open) */
-  atomic_int timed_gate;
   atomic_int running;   /* that replay is the waiter's (cg_plan_wait, _test, _run); the monitor leaves it */
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
   /* the watchdog (plans with a timeout): per step, a count the graph adds 1
