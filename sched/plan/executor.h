@@ -41,11 +41,11 @@ typedef struct cg_executor {
    * NULL: the plan's own). Collective like any replay. NULL: this executor
    * cannot profile. */
   cg_status_t (*profile)(cg_profile_t *out, cg_plan_t *plan, int replays, void *stream, const char *where);
-  /* cg_plan_tune's timing of its candidates: one replay as cg_plan_start
-   * and cg_plan_wait run it, and *seconds, how long it ran by the device's
-   * clock (CUDA: events around its graph launch), without the host's
-   * wake-up after the wait. NULL: tune times start and wait by the host's
-   * clock. */
+  /* cg_plan_tune's timing of its candidates: a run as cg_plan_start and
+   * cg_plan_wait run it, and *seconds, how long one replay took by the
+   * device's clock, without the host's wake-up after the wait (CUDA: events
+   * around replays back to back after a first one). NULL: tune times start
+   * and wait by the host's clock. */
   cg_status_t (*timed_replay)(double *seconds, cg_plan_t *plan);
 } cg_executor_t;
 

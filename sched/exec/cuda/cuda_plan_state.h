@@ -26,8 +26,8 @@ struct cg_cuda_plan {
   int embedded;          /* handed out or captured: replays take the lock from now on */
   cudaEvent_t run_done; /* cg_plan_start's replay, on lanes[0] */
   cudaEvent_t legacy_done; /* the legacy default stream's work before cg_plan_start: its replay waits for it */
-  /* cg_cuda_timed_replay's: around the graph launch of the replay it starts,
-   * made on its first use */
+  /* cg_cuda_timed_replay's: around the replays it times, made on its first
+   * use */
   cudaEvent_t timed_begin, timed_end;
   atomic_int running;   /* that replay is the waiter's (cg_plan_wait, _test, _run); the monitor leaves it */
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
