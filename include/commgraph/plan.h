@@ -166,8 +166,9 @@ CG_API cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, siz
  * buckets whose inputs come late start without waiting for the rest, and
  * buckets that would only add fixed costs are merged. The model's boundaries
  * at five scales of its fixed cost and the default boundaries are compiled
- * and timed (`replays` replays each, interleaved), and the fastest on the
- * slowest rank is kept; where the model's won, that plan is profiled and
+ * and timed (`replays` runs each, interleaved; a device plan's run is three
+ * replays back to back, timed over the last two, under one timeout of
+ * opts->compile's), and the fastest on the slowest rank is kept; where the model's won, that plan is profiled and
  * modelled once more and the new boundaries are timed against it. The cross-rank check
  * does not run again (opts->compile.check_ranks is not used: the graph is
  * the plan's); the ranks' agreement on the measurements carries any rank's
