@@ -114,7 +114,7 @@ static cg_status_t time_all(double *seconds, cg_plan_t **plans, uint32_t n, int 
  * plan, which charges every delay of a few large collectives to the fixed
  * cost; on 4 H100s ResNet-50 at B = 10 ms ran 1 MiB buckets faster (22.6 us
  * exposed) than the best of the scales from 1 up (34.4 us). */
-static const double alpha_scales[] = {0.25, 0.5, 1, 2, 4, 8};
+static const double alpha_scales[] = {0.5, 1, 2, 4, 8};
 #define N_SCALES (sizeof alpha_scales / sizeof alpha_scales[0])
 /* And the model's alpha with each collective also delaying the compute
  * later ones wait for, by alpha times these (cg_cost_model_overlap): on 2

@@ -115,7 +115,7 @@ static void tune_case(long sleep_us) {
   for (uint32_t v = 0; v < tuned->n_names; v++) tuned_reason |= tuned->fuse_why[v] == CG_FUSE_TUNED;
   /* a kept tuned plan with buckets split says why */
   ck_assert_all_ranks(!(sleep_us && after > 1) || tuned_reason, "CG_FUSE_TUNED where the tuned plan split");
-  /* the dump says what was timed: round 1 the default and the model's 9
+  /* the dump says what was timed: round 1 the default and the model's 8
    * candidates, one of them kept, each with its collectives; a round 2 only
    * where the default lost, led by round 1's winner */
   char *dump = cg_test_plan_text(tuned, 0);
@@ -125,7 +125,7 @@ static void tune_case(long sleep_us) {
     entries += !strncmp(p, " us (", 5);
     kept += !strncmp(p, " kept", 5);
   }
-  lines_ok &= entries == 10 && kept == 1 && strstr(r1, "alpha x0.25 ") && strstr(r1, "overlap x0.125 ");
+  lines_ok &= entries == 9 && kept == 1 && strstr(r1, "alpha x0.5 ") && strstr(r1, "overlap x0.125 ");
   lines_ok &= cg_plan_default_won(tuned) ? r2 == NULL : r2 != NULL;
   if (!lines_ok) fprintf(stderr, "%s", dump);
   ck_assert_all_ranks(lines_ok, "the tuned plan's dump lists the timed candidates");
