@@ -492,7 +492,7 @@ cg_status_t cg_cuda_wait(cg_plan_t *p) {
  * the ranks' skew at the start (each rank waits for the others at its first
  * collective) and the host's launch; the next run as in a training loop. On
  * 2 H200 (ResNet-50, B = 1 and 5 ms), single replays timed from before
- * their launch took 15-35 us longer than the kept plans ran in bench_train,
+ * their launch took 13-40 us longer than the kept plans ran in bench_train,
  * with the candidates 10-20 us apart; holding the lane until the launch
  * returned (a host function) changed neither. */
 #define TIMED_BACK_TO_BACK 2
