@@ -178,8 +178,9 @@ CG_API cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, siz
  * cg_plan_save_tuning saves them with "boundaries default"). Collective over the plan's
  * communicators, like cg_compile. A device plan's profiling replays are its
  * steps captured once more with a GPU time stamp before and after each,
- * launched on opts->stream (NULL: the plan's own stream) and waited for; the
- * plan must not be running. */
+ * launched on opts->stream (NULL: the plan's own stream): the warm-up waited
+ * for, then one unrecorded replay and the profiled ones back to back, as a
+ * training loop runs them; the plan must not be running. */
 typedef struct cg_tune_opts {
   size_t size;               /* sizeof(cg_tune_opts_t) */
   int replays;               /* profiled replays, 1 to 1000 (default 5) */
@@ -217,7 +218,7 @@ CG_API cg_status_t cg_plan_save_tuning(const cg_plan_t *plan, const char *path);
  *
  * cg_plan_trace replays `plan` like cg_plan_tune does (one warm-up, then
  * `replays` profiled replays on the calling thread; a device plan's on
- * opts->stream, NULL: its own), keeps every step's median start and end in
+ * opts->stream, NULL: its own, back to back after one more), keeps every step's median start and end in
  * the plan (replacing what an earlier call measured; cg_plan_dump and
  * cg_plan_write_dot then show them) and, unless `path` is NULL, writes them
  * as a Chrome trace (JSON, {"traceEvents": [...]}; open it in

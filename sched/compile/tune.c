@@ -257,6 +257,14 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
     return cg_fail(CG_ERR_UNSUPPORTED, WHERE ": the %s executor cannot profile a plan", plan->exec->name);
   *out = NULL;
   cg_status_t mine = measure(&tuning, plan, graph, opts);
+  /* A profiling replay that ran past the plan's timeout was reported (the
+   * ranks that did not come named) and the communicators aborted: the
+   * compile below would wait as long again for those ranks. The others are
+   * in that replay too, or gone. */
+  if (mine == CG_ERR_TIMEOUT && atomic_load(&plan->timed_out)) {
+    cg_tuning_free(&tuning);
+    return mine;
+  }
   /* The graph is the plan's, checked when the plan was compiled: no second
    * cross-rank check. The ranks' agreement on the tuning carries a rank's
    * failure (its profile's, say) to the others instead. Candidates: the

@@ -38,7 +38,8 @@ typedef struct cg_executor {
   cg_status_t (*rebuild)(cg_plan_t *plan, const char *where);
   /* cg_plan_tune: one warm-up replay, then `replays` replays with every
    * step's start and end recorded (device plans on `stream`, a cudaStream_t;
-   * NULL: the plan's own). Collective like any replay. NULL: this executor
+   * NULL: the plan's own; back to back after one unrecorded replay).
+   * Collective like any replay. NULL: this executor
    * cannot profile. */
   cg_status_t (*profile)(cg_profile_t *out, cg_plan_t *plan, int replays, void *stream, const char *where);
   /* cg_plan_tune's timing of its candidates: a run as cg_plan_start and

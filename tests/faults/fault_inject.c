@@ -60,6 +60,10 @@
  *                     options), but the faulty rank never wraps it
  *   skip-wrapped-arena  (gpu mode: NCCL) skip-arena on such a wrapped
  *                     communicator: its arena waits at most CG_TIMEOUT
+ *   skip-tune         (host, gpu) never calls cg_plan_tune after the
+ *                     compile (sleeps three timeouts): the others wait in
+ *                     its profiling replays at most the timeout, naming the
+ *                     step and the rank (issue 23: "anywhere")
  *   stall-device      (gpu, gpu-staged) stalls inside cg_comm_create, after
  *                     the ranks' arrival, in the first CUDA call of its
  *                     device choice (three timeouts, then exits): the others
@@ -487,6 +491,7 @@ int main(int argc, char **argv) {
               "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|"
               "dtype-unchecked|"
               "skip-create|skip-compile|finalize|empty-graph|other-comm|skip-arena|skip-wrap|skip-wrapped-arena|"
+              "skip-tune|"
               "stall-device|stall-nccl-init "
               "SECONDS\n");
     MPI_Finalize();
@@ -656,6 +661,19 @@ int main(int argc, char **argv) {
       fault_line("FAULT-REFUSED rank %d after %.3f s\n", rank, wall_s() - began);
     cg_plan_destroy(again);
     st = st2;
+  }
+  if (st == CG_SUCCESS && strcmp(fault, "skip-tune") == 0) {
+    /* every rank but the faulty one tunes the plan: they wait in its
+     * profiling replays, at most the timeout */
+    plan_in_use = plan;
+    if (rank == 0) fault_line("FAULT-START %.6f\n", wall_s());
+    if (faulty) nap(3 * timeout_s), _exit(0);
+    cg_tune_opts_t to = CG_TUNE_OPTS_INIT;
+    to.compile = co;
+    cg_plan_t *tuned = NULL;
+    st = cg_plan_tune(&tuned, plan, g, &to);
+    cg_plan_destroy(tuned);
+    if (st == CG_SUCCESS) st = CG_ERR_INTERNAL; /* tuned without the faulty rank: cannot be */
   }
   cg_graph_destroy(g); /* before fail(): its communicator destroy is then the last reference */
   /* other-comm's second communicator is left to the job's end on failure:

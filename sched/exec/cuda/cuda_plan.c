@@ -401,9 +401,14 @@ static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end
   if (err == cudaSuccess && end) err = cudaEventRecord(end, c->lanes[0]);
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   for (int k = 0; k < launches; k++) note_launch(p);
+  c->start_launches = launches;
   if (err != cudaSuccess) {
+    /* replays already launched still run: the plan is idle once they end
+     * (the replay not launched is what peers will wait for, under their
+     * own watchdog) */
+    if (launches) cudaStreamSynchronize(c->lanes[0]);
     atomic_store(&c->running, 0);
-    return cg_fail_cuda(err, "cudaGraphLaunch", "cg_plan_start");
+    return cg_fail_cuda(err, "cudaGraphLaunch or cudaEventRecord", "cg_plan_start");
   }
   return CG_SUCCESS;
 }
@@ -430,7 +435,7 @@ static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *calle
   atomic_store(&c->running, 0);
   if (err != cudaSuccess) return cg_fail_cuda(err, "the replay", "%s", caller);
   if (st != CG_SUCCESS) return st;
-  cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays);
+  for (int k = c->start_launches - 1; k >= 0; k--) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays - (uint64_t)k);
   return CG_SUCCESS;
 }
 

@@ -13,6 +13,7 @@
 #include "plan_internal.h"
 #include "plan_lock.h"
 #include "plan_measure.h"
+#include "watchdog.h"
 
 struct cg_cuda_plan {
   cudaStream_t *lanes;
@@ -30,6 +31,7 @@ struct cg_cuda_plan {
    * use */
   cudaEvent_t timed_begin, timed_end;
   atomic_int running;   /* that replay is the waiter's (cg_plan_wait, _test, _run); the monitor leaves it */
+  int start_launches;   /* the graph launches of that start: 1, or 1 + the timed ones (cg_cuda_timed_replay) */
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
   /* the watchdog (plans with a timeout): per step, a count the graph adds 1
    * to once the step is done (mapped host memory), then the counts of
@@ -104,6 +106,14 @@ uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);
  * cg_watchdog_any_thread allows). The handler is the caller's to call
  * (cg_watchdog_notify*). */
 cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call);
+/* A profiling replay (cuda_profile.c: `hung` of `replays`, counted from 1)
+ * ran past the timeout: reported like cg_cuda_time_out, with the ranks not
+ * in it named, from `w` (what the replay's stamps show; w->extra is set
+ * here), as replay `replay` (the plan's replays so far + 1 on every rank);
+ * the communicators are aborted and the handler hears it (the caller waits:
+ * cg_watchdog_notify_waiter). */
+cg_status_t cg_cuda_profile_time_out(cg_plan_t *p, const char *caller, uint64_t replay, int hung, int replays,
+                                     cg_watchdog_where_t *w);
 /* A replay's fingerprints differed (mismatch: the sentence naming the
  * communicator and the ranks) while it ran: reported like a timeout, once,
  * with the communicators aborted; CG_ERR_MISMATCH. */

@@ -1,8 +1,10 @@
 /* Profiling a device plan for cg_plan_tune: its steps captured again with a
  * time stamp before and after each one (and one at the start), replayed,
  * read back, and the stamps' own cost taken out (cg_profile_remove_stamps). */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cuda_check.h"
 #include "cuda_plan_state.h"
@@ -58,29 +60,135 @@ static cg_status_t stamp_cost(double *us, cudaStream_t s, const char *where) {
   return st;
 }
 
+/* Every stamp of every kept replay was written: none is zero (the stamps
+ * are cleared before each replay, and each replay writes every slot). */
+static cg_status_t check_stamps(const uint64_t *all, size_t slots, int replays, const char *where) {
+  for (int k = 0; k < replays; k++) {
+    const uint64_t *row = all + (size_t)k * slots;
+    for (size_t i = 0; i < slots; i++)
+      if (!row[i])
+        return cg_fail(CG_ERR_INTERNAL, "%s: profiling replay %d: stamp %zu of %zu was never written", where, k + 1, i,
+                       slots);
+  }
+  return CG_SUCCESS;
+}
+
+/* `event` (or the stream `s`, where event is NULL) waited for at most
+ * `seconds`: cudaErrorNotReady if it has not completed by then. */
+static cudaError_t wait_within(cudaEvent_t event, cudaStream_t s, double seconds) {
+  uint64_t start = cg_clock_ns();
+  cudaError_t err;
+  while ((err = event ? cudaEventQuery(event) : cudaStreamQuery(s)) == cudaErrorNotReady &&
+         (double)(cg_clock_ns() - start) < seconds * 1e9) {
+    struct timespec nap = {0, 100000};
+    nanosleep(&nap, NULL);
+  }
+  return err;
+}
+
+/* Where a hung profiling replay is, from a copy of its stamps taken beside
+ * it (a stream of its own; the copy engine is not what hangs): the first
+ * step in issue order that started and did not end, else the first that did
+ * not start though everything it depends on ended. 0: the copy did not come
+ * back within a second (`snap` may still be written to then). */
+static int where_stamps(cg_watchdog_where_t *w, const cg_plan_t *p, const unsigned long long *dev, uint64_t *snap,
+                        size_t bytes) {
+  cudaStream_t peek = NULL;
+  cudaEvent_t copied = NULL;
+  *w = (cg_watchdog_where_t){CG_NO_STEP, CG_NO_STEP, 0, NULL};
+  int read = cudaStreamCreateWithFlags(&peek, cudaStreamNonBlocking) == cudaSuccess &&
+             cudaEventCreateWithFlags(&copied, cudaEventDisableTiming) == cudaSuccess &&
+             cudaMemcpyAsync(snap, dev, bytes, cudaMemcpyDeviceToHost, peek) == cudaSuccess &&
+             cudaEventRecord(copied, peek) == cudaSuccess && wait_within(copied, NULL, 1.0) == cudaSuccess;
+  if (copied) cudaEventDestroy(copied);
+  if (peek) cudaStreamDestroy(peek);
+  for (uint32_t k = 0; k < p->n_steps && read; k++) {
+    uint32_t i = p->issue_order[k];
+    if (snap[2 * (size_t)i + 1]) {
+      w->n_done++;
+      w->last_done = i;
+    } else if (snap[2 * (size_t)i] && w->waiting == CG_NO_STEP) {
+      w->waiting = i;
+    }
+  }
+  for (uint32_t k = 0; k < p->n_steps && read && w->waiting == CG_NO_STEP; k++) {
+    const cg_step_t *s = &p->steps[p->issue_order[k]];
+    int ready = !snap[2 * (size_t)p->issue_order[k]];
+    for (uint32_t e = 0; e < s->n_deps && ready; e++) ready = snap[2 * (size_t)s->deps[e] + 1] != 0;
+    if (ready) w->waiting = p->issue_order[k];
+  }
+  return read;
+}
+
+/* Replays launched back to back, each followed by an event in `ends` (n of
+ * them; the first of them is replay `first` of `replays`), waited for: at
+ * most the plan's timeout, if it has one (polled, answering the roll calls
+ * of other ranks as cg_plan_wait does), else for as long as they take. At
+ * the timeout the report names the step the hung replay waits in, the
+ * plan's communicators are aborted, and *drained says whether the stream
+ * ran dry within another timeout (if not, its memory must stay). */
+static cg_status_t await_replays(int *drained, cg_plan_t *p, const cudaEvent_t *ends, int n, int first,
+                                 int replays, const unsigned long long *dev, uint64_t *snap, size_t bytes,
+                                 const char *where) {
+  cudaError_t err;
+  *drained = 1;
+  if (p->timeout_s <= 0) {
+    err = cudaEventSynchronize(ends[n - 1]);
+    return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "the profiling replays", "%s", where);
+  }
+  uint64_t started = cg_clock_ns(), answered = 0;
+  while ((err = cudaEventQuery(ends[n - 1])) == cudaErrorNotReady && !cg_watchdog_expired(p, started)) {
+    cg_watchdog_answer(p, p->replays + 1, &answered);
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+  if (err != cudaErrorNotReady)
+    return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "the profiling replays", "%s", where);
+  int hung = 0;
+  while (hung < n - 1 && cudaEventQuery(ends[hung]) == cudaSuccess) hung++;
+  cg_watchdog_where_t w;
+  int read = where_stamps(&w, p, dev, snap, bytes);
+  cg_status_t st = cg_cuda_profile_time_out(p, where, p->replays + 1, first + hung, replays, &w);
+  *drained = read && wait_within(ends[n - 1], NULL, p->timeout_s) != cudaErrorNotReady;
+  return st;
+}
+
 cg_status_t cg_cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, void *stream, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
-  size_t slots = 2 * (size_t)p->n_steps + 1;
-  int done = 1, previous = 0;
+  size_t slots = 2 * (size_t)p->n_steps + 1, bytes = slots * sizeof(unsigned long long);
+  int done = 1, previous = 0, launched = 0, drained = 1;
   *out = (cg_profile_t){0};
   cg_status_t st = cg_cuda_check_runnable(p, where);
   if (st == CG_SUCCESS) st = cg_cuda_test(&done, p);
   if (st != CG_SUCCESS) return st;
   if (!done)
     return cg_fail(CG_ERR_IN_PROGRESS, "%s: the plan's cg_plan_start replay is running: wait for it first", where);
-  unsigned long long *dev = NULL, *kept = NULL;
-  uint64_t *all = calloc(slots * (size_t)replays, sizeof *all);
-  if (!all) st = cg_fail(CG_ERR_NO_MEMORY, "%s: allocating profiling stamps", where);
+  unsigned long long *dev = NULL;
+  /* pinned: every kept replay's stamps, copied there after it, and a look
+   * at a hung replay's */
+  uint64_t *all = NULL, *snap = NULL;
+  cudaEvent_t *ends = calloc((size_t)replays + 2, sizeof *ends);
+  if (!ends) return cg_fail(CG_ERR_NO_MEMORY, "%s: allocating profiling events", where);
   cudaGetDevice(&previous);
   cudaSetDevice(p->device);
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   cudaStream_t s = stream ? (cudaStream_t)stream : c->lanes[0];
-  cudaError_t err = cudaSuccess;
-  if (st == CG_SUCCESS && (err = cudaMalloc((void **)&dev, slots * sizeof *dev)) != cudaSuccess) {
+  cudaError_t err = cudaMalloc((void **)&dev, bytes);
+  if (err != cudaSuccess) {
     dev = NULL;
-    st = cg_fail_cuda(err, "cudaMalloc (profiling stamps)", "%s", where);
+    st = cg_fail_cuda(err, "cudaMalloc (the profiling stamps)", "%s", where);
   }
+  if (st == CG_SUCCESS && (err = cudaMallocHost((void **)&all, bytes * ((size_t)replays + 1))) != cudaSuccess) {
+    all = NULL;
+    st = cg_fail_cuda(err, "cudaMallocHost (every profiled replay's stamps)", "%s", where);
+  }
+  snap = all ? all + (size_t)replays * slots : NULL;
+  for (int k = 0; k < replays + 2 && st == CG_SUCCESS; k++)
+    if ((err = cudaEventCreateWithFlags(&ends[k], cudaEventDisableTiming)) != cudaSuccess) {
+      ends[k] = NULL;
+      st = cg_fail_cuda(err, "cudaEventCreateWithFlags (profiling)", "%s", where);
+    }
   if (st == CG_SUCCESS) {
     /* the watchdog's marks count the plan's own replays: not these
      * (marking() leaves them out while stamps are set) */
@@ -91,37 +199,47 @@ cg_status_t cg_cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, void *
   if (st == CG_SUCCESS) st = cg_cuda_instantiate(&exec, graph, s, where);
   /* One warm-up replay, waited for; then one more that absorbs the ranks'
    * skew at the start, and the profiled ones back to back, each one's stamps
-   * copied aside on the device: a replay launched alone waits at its first
-   * collective for the latest rank, and calibration would charge that wait
-   * to every collective's fixed cost. */
-  if (st == CG_SUCCESS && (err = cudaMalloc((void **)&kept, slots * (size_t)replays * sizeof *kept)) != cudaSuccess) {
-    kept = NULL;
-    st = cg_fail_cuda(err, "cudaMalloc (profiling stamps)", "%s", where);
-  }
-  if (st == CG_SUCCESS &&
-      ((err = cudaGraphLaunch(exec, s)) != cudaSuccess || (err = cudaStreamSynchronize(s)) != cudaSuccess))
-    st = cg_fail_cuda(err, "a profiling replay", "%s", where);
-  for (int k = -1; k < replays && st == CG_SUCCESS; k++) {
-    if ((err = cudaGraphLaunch(exec, s)) != cudaSuccess)
+   * cleared before it and copied to the host behind it: a replay launched
+   * alone waits at its first collective for the latest rank, and
+   * calibration would charge that wait to every collective's fixed cost. */
+  for (int k = -2; k < replays && st == CG_SUCCESS; k++) {
+    if ((err = cudaMemsetAsync(dev, 0, bytes, s)) != cudaSuccess ||
+        (err = cudaGraphLaunch(exec, s)) != cudaSuccess) {
       st = cg_fail_cuda(err, "a profiling replay", "%s", where);
-    else if (k >= 0 && (err = cudaMemcpyAsync(kept + (size_t)k * slots, dev, slots * sizeof *dev,
-                                              cudaMemcpyDeviceToDevice, s)) != cudaSuccess)
-      st = cg_fail_cuda(err, "cudaMemcpyAsync (profiling stamps)", "%s", where);
+      break;
+    }
+    launched = 1;
+    if (k >= 0 &&
+        (err = cudaMemcpyAsync(all + (size_t)k * slots, dev, bytes, cudaMemcpyDeviceToHost, s)) != cudaSuccess)
+      st = cg_fail_cuda(err, "cudaMemcpyAsync (the profiling stamps)", "%s", where);
+    if (st == CG_SUCCESS && (err = cudaEventRecord(ends[k + 2], s)) != cudaSuccess)
+      st = cg_fail_cuda(err, "cudaEventRecord (profiling)", "%s", where);
+    if (st == CG_SUCCESS && k == -2) /* the warm-up */
+      st = await_replays(&drained, p, ends, 1, 1, replays + 2, dev, snap, bytes, where);
   }
-  if (st == CG_SUCCESS && ((err = cudaStreamSynchronize(s)) != cudaSuccess ||
-                           (err = cudaMemcpy(all, kept, slots * (size_t)replays * sizeof *kept,
-                                             cudaMemcpyDeviceToHost)) != cudaSuccess))
-    st = cg_fail_cuda(err, "the profiling replays", "%s", where);
+  if (st == CG_SUCCESS)
+    st = await_replays(&drained, p, ends + 1, replays + 1, 2, replays + 2, dev, snap, bytes, where);
+  /* after another failure the replays launched before it may still run */
+  if (st != CG_SUCCESS && launched && drained) {
+    if (p->timeout_s <= 0) cudaStreamSynchronize(s);
+    else drained = wait_within(NULL, s, p->timeout_s) != cudaErrorNotReady;
+  }
+  if (st == CG_SUCCESS) st = check_stamps(all, slots, replays, where);
   if (st == CG_SUCCESS) st = cg_profile_from_stamps(out, all, p->n_steps, replays, where);
   /* without the stamps' cost the profile still holds, only longer */
   double stamp_us = 0;
   if (st == CG_SUCCESS && stamp_cost(&stamp_us, s, where) != CG_SUCCESS) stamp_us = 0;
   if (st == CG_SUCCESS) cg_profile_remove_stamps(out, p, stamp_us);
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  if (dev) cudaFree(dev);
-  if (kept) cudaFree(kept);
+  /* a replay that never ended may still write the stamps: they stay */
+  if (drained) {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (dev) cudaFree(dev);
+    if (all) cudaFreeHost(all);
+    for (int k = 0; k < replays + 2; k++)
+      if (ends[k]) cudaEventDestroy(ends[k]);
+  }
+  free(ends);
   cudaSetDevice(previous);
-  free(all);
   return st;
 }

@@ -81,8 +81,14 @@ static uint64_t marks_replay(const cg_plan_t *p) {
   return least != UINT32_MAX ? (uint64_t)least + 1 : p->replays;
 }
 
+/* The replay a report is about: the plan's last launch, unless its replays
+ * may be queued behind one another (embedded, or cg_plan_start's timed
+ * replays, launched before the first has begun): then the one the marks are
+ * in, so that the report names the step that replay waits in. */
 uint64_t cg_cuda_replay_number(const cg_plan_t *p) {
-  return p->cuda->embedded && p->cuda->marks ? marks_replay(p) : p->replays;
+  const struct cg_cuda_plan *c = p->cuda;
+  int queued = c->embedded || (atomic_load(&c->running) && c->start_launches > 1);
+  return queued && c->marks ? marks_replay(p) : p->replays;
 }
 
 static cg_comm_t *plan_comm_at(const void *plan, uint32_t i) { return ((const cg_plan_t *)plan)->comms[i].comm; }
@@ -189,6 +195,22 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
   /* the report first: aborting may take long, and the report is the point
    * (the abort runs on its own thread anyway) */
   return settle(p, cg_watchdog_report(p, caller, replay, &w));
+}
+
+cg_status_t cg_cuda_profile_time_out(cg_plan_t *p, const char *caller, uint64_t replay, int hung, int replays,
+                                     cg_watchdog_where_t *w) {
+  if (!claim(p)) return reported_elsewhere(p, caller);
+  char extra[1600];
+  const cg_comm_t *comm = w->waiting != CG_NO_STEP ? p->steps[w->waiting].comm : NULL;
+  int used = snprintf(extra, sizeof extra,
+                      "in profiling replay %d of %d (cg_plan_tune or cg_plan_trace: the plan's steps with time stamps, "
+                      "not counted among its replays)%s; the plan's communicators are being aborted", hung, replays,
+                      w->waiting == CG_NO_STEP ? "; its time stamps could not be read" : "");
+  if (comm && used > 0 && (size_t)used < sizeof extra)
+    snprintf(extra + used, sizeof extra - (size_t)used, "; communicator %016llx", (unsigned long long)comm->id);
+  cg_watchdog_roll_call(extra, sizeof extra, p, replay, comm ? comm : p->n_comms ? p->comms[0].comm : NULL);
+  w->extra = extra;
+  return cg_watchdog_notify_waiter(settle(p, cg_watchdog_report(p, caller, replay, w)));
 }
 
 cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint64_t replay, const char *mismatch) {
