@@ -77,6 +77,15 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
    * call sets the driver up): the others learn of it before they go on */
   cg_status_t choice = CG_SUCCESS;
   char why[512] = "";
+  /* the local rank is counted with MPI's blocking MPI_Comm_split_type: a
+   * rank whose arrival completed against the barrier that the others left
+   * posted when they gave up on it would wait there alone for ever; a
+   * bounded round first has it report instead */
+  int arrived = 0;
+  if (chosen.device == CG_DEVICE_LOCAL_RANK && timeout_s > 0 &&
+      (st = cg_mpi_setup_all_ok(&arrived, 1, mpi, timeout_s, "cg_comm_create",
+                                "the ranks' arrival, before counting the node's ranks")) != CG_SUCCESS)
+    return st;
   if (chosen.device == CG_DEVICE_LOCAL_RANK &&
       (choice = cg_topo_device_for_local_rank(&chosen.device, mpi)) != CG_SUCCESS)
     snprintf(why, sizeof why, "%s", cg_error_last());

@@ -274,6 +274,11 @@ static cg_status_t info_write(FILE *file, MPI_Comm comm, const char *where) {
   if ((err = MPI_Comm_rank(comm, &rank)) != MPI_SUCCESS) return cg_fail_mpi(err, "MPI_Comm_rank", "%s", where);
   if ((err = MPI_Comm_size(comm, &size)) != MPI_SUCCESS) return cg_fail_mpi(err, "MPI_Comm_size", "%s", where);
   MPI_Query_thread(&provided);
+  /* a rank that never comes leaves the others waiting at most CG_TIMEOUT,
+   * the ranks that did not arrive named, before the collective calls below */
+  double timeout_s = 0;
+  if ((st = cg_param_seconds(&timeout_s, NULL, CG_PARAM_TIMEOUT, where)) != CG_SUCCESS) return st;
+  if ((st = cg_mpi_arrive(comm, timeout_s, where)) != CG_SUCCESS) return st;
   gather_mine(&mine, comm);
   if (rank == 0) have_room = (all = malloc((size_t)size * sizeof *all)) != NULL;
   /* rank 0 tells whether it can receive, so no rank waits in a gather it skips */

@@ -370,6 +370,9 @@ out:
   return st;
 }
 
+/* A cg_deadline_t's answer: roll calls on the MPI communicator *ctx. */
+static void answer_on_mpi(void *ctx, const char *waiting_in) { cg_mpi_answer_roll_calls(*(MPI_Comm *)ctx, waiting_in); }
+
 cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
   cg_status_t st = CG_SUCCESS;
   cg_nccl_comm_t *n = NULL;
@@ -396,8 +399,22 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
   if (r == ncclSuccess) r = ncclCommCount(nccl, &nccl_size);
   if (r == ncclSuccess) r = ncclCommCuDevice(nccl, &device);
   if (r == ncclSuccess) r = ncclCommGetAsyncError(nccl, &async);
-  /* a non-blocking communicator may still be finishing the user's last call */
-  if (r == ncclSuccess && async == ncclInProgress) async = cg_nccl_settle(nccl, async);
+  /* a non-blocking communicator may still be finishing the user's last call
+   * (an init or split waiting for a rank that never comes): at most the
+   * timeout, answering the others' roll calls meanwhile */
+  if (r == ncclSuccess && async == ncclInProgress) {
+    cg_deadline_t deadline;
+    cg_deadline_start(&deadline, timeout_s, answer_on_mpi, &mpi,
+                      "cg_comm_from_nccl (the NCCL communicator's last call, still in progress)");
+    const cg_wait_t wait = {cg_deadline_go_on, &deadline};
+    if ((async = cg_nccl_settle_within(nccl, async, &wait)) == ncclInProgress) {
+      st = cg_fail(CG_ERR_TIMEOUT, "cg_comm_from_nccl: rank %d of %d: the NCCL communicator was still busy with the "
+                   "program's last call on it (ncclInProgress) after %g s (CG_TIMEOUT): the other ranks wait for "
+                   "this one in their check of it", rank, size, timeout_s);
+      fprintf(stderr, "commgraph: %s\n", cg_error_last());
+      return st;
+    }
+  }
   if (r != ncclSuccess || async != ncclSuccess) {
     /* a query failed, or the communicator holds an error of an earlier call */
     cg_fail_nccl(r != ncclSuccess ? r : async, nccl,

@@ -18,3 +18,11 @@ cudaError_t cg_cuda_stream_wait(int *gave_up, cudaStream_t stream, const cg_wait
     nanosleep(&nap, NULL);
   }
 }
+
+cudaError_t cg_cuda_stream_wait_for(cudaStream_t stream, double timeout_s) {
+  cg_deadline_t deadline;
+  cg_deadline_start(&deadline, timeout_s, NULL, NULL, "");
+  const cg_wait_t wait = {cg_deadline_go_on, &deadline};
+  int gave_up = 0;
+  return cg_cuda_stream_wait(&gave_up, stream, &wait);
+}

@@ -13,5 +13,8 @@
  * queued. Otherwise the stream's own result (cudaSuccess, or the error of
  * its work). With a NULL wait, cudaStreamSynchronize. */
 cudaError_t cg_cuda_stream_wait(int *gave_up, cudaStream_t stream, const cg_wait_t *wait);
+/* The same under a deadline `timeout_s` from now (0 or less: none), no roll
+ * calls answered: cudaErrorNotReady once it passed with work still queued. */
+cudaError_t cg_cuda_stream_wait_for(cudaStream_t stream, double timeout_s);
 
 #endif

@@ -126,7 +126,10 @@ CG_API cg_status_t cg_mpi_library_version(char *buf, size_t size);
  * ranks of `comm` with their local rank, GPU, NUMA node and host, the CG_*
  * environment variables and the machine's topology. Collective over `comm`:
  * every rank passes a file, rank 0 of `comm` writes to it and the others write
- * nothing. Fails with CG_ERR_INVALID_ARGUMENT for a NULL file, MPI_COMM_NULL,
+ * nothing. With CG_TIMEOUT set, the ranks first meet in a barrier that waits
+ * at most that long: a rank that never calls makes the others fail with
+ * CG_ERR_TIMEOUT naming it (the barrier stays posted: end the job). Fails
+ * with CG_ERR_INVALID_ARGUMENT for a NULL file, MPI_COMM_NULL,
  * an intercommunicator, or MPI not initialized (or finalized);
  * CG_ERR_NO_MEMORY on every rank when rank 0 cannot hold the ranks' lines;
  * CG_ERR_IO on rank 0 when writing fails; CG_ERR_BACKEND when MPI fails. */

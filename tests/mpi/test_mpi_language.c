@@ -3,7 +3,8 @@
  * mpi4py does: cg_mpi_init then starts nothing and cg_mpi_finalize ends
  * nothing; Fortran handles give the communicators their MPI_Comm would; the
  * library's MPI version line is MPI's own; cg_info_write is the cginfo report,
- * on rank 0 of its communicator only. The path where the library starts MPI
+ * on rank 0 of its communicator only, and waits at most CG_TIMEOUT for a rank
+ * that never calls. The path where the library starts MPI
  * itself is test_mpi_language_init.c (MPI starts once per process). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,6 +186,49 @@ START_TEST(language__info_write_refuses_before_any_collective) {
 }
 END_TEST
 
+/* Under CG_TIMEOUT the last rank never calls (on a duplicate of the world,
+ * where the others' barrier stays posted): the others fail on time naming
+ * it, write nothing, and the world still pairs collectives. */
+START_TEST(language__info_write_without_a_rank_times_out_naming_it) {
+  int rank = cg_mpi_rank(), size = cg_mpi_size(), late = size - 1;
+  const char *given = getenv("CG_TIMEOUT");
+  char *saved = given ? strdup(given) : NULL;
+  setenv("CG_TIMEOUT", "1", 1);
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  FILE *f = tmpfile();
+  ck_assert_ptr_nonnull(f);
+  if (rank != late) {
+    double began = MPI_Wtime();
+    cg_status_t st = cg_info_write(f, dup);
+    double waited = MPI_Wtime() - began;
+    char want[64];
+    snprintf(want, sizeof want, "%d of %d did not answer", late, size);
+    ck_assert_msg(st == CG_ERR_TIMEOUT && strstr(cg_error_last(), "cg_info_write") && strstr(cg_error_last(), want),
+                  "rank %d: %s: %s", rank, cg_status_string(st), cg_error_last());
+    ck_assert_msg(waited >= 1.0 && waited < 1.5, "rank %d gave up after %.3f s", rank, waited);
+    ck_assert_int_eq(ftell(f), 0);
+  }
+  if (saved)
+    setenv("CG_TIMEOUT", saved, 1);
+  else
+    unsetenv("CG_TIMEOUT");
+  free(saved);
+  fclose(f);
+  int one = 1, sum = 0;
+  MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  ck_assert_int_eq(sum, size);
+  /* the roll call's messages to the late rank, received so none is left */
+  for (int flag = 1; flag;) {
+    MPI_Message message;
+    char bytes[1024];
+    MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, dup, &flag, &message, MPI_STATUS_IGNORE);
+    if (flag) MPI_Mrecv(bytes, (int)sizeof bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("mpi_language");
   TCase *tc = cg_mpi_tcase("language");
@@ -195,6 +239,7 @@ int main(void) {
   tcase_add_test(tc, language__info_write_is_rank_0s_and_the_cginfo_report);
   tcase_add_test(tc, language__info_write_fortran_on_a_handle);
   tcase_add_test(tc, language__info_write_refuses_before_any_collective);
+  tcase_add_test(tc, language__info_write_without_a_rank_times_out_naming_it);
   suite_add_tcase(s, tc);
   return cg_mpi_test_main(s);
 }

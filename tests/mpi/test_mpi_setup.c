@@ -168,6 +168,35 @@ cudaError_t cudaGetDeviceCount(int *count) {
   return real ? real(count) : cudaErrorUnknown;
 }
 
+/* The same late rank on a communicator that chooses each rank's device by
+ * its local rank (MPI_Comm_split_type counts the node's ranks, a blocking
+ * collective the others never make): it must report at the round before. */
+START_TEST(setup__a_late_rank_choosing_its_device_by_local_rank_reports_instead_of_hanging) {
+  int me = cg_mpi_rank(), n = cg_mpi_size(), late = n - 1;
+  MPI_Comm world;
+  MPI_Comm_dup(MPI_COMM_WORLD, &world);
+  fake_devices = 1;
+  cg_comm_opts_t o = CG_COMM_OPTS_INIT;
+  o.timeout_s = 1.0;
+  o.backend = CG_BACKEND_MPI;
+  o.device = CG_DEVICE_LOCAL_RANK;
+  if (me == late) cg_test_nap(o.timeout_s + 0.5);
+  double began = cg_test_now_s();
+  cg_comm_t *comm = NULL;
+  cg_status_t st = cg_comm_create(&comm, world, &o);
+  double waited = cg_test_now_s() - began;
+  fake_devices = 0;
+  ck_assert_msg(st == CG_ERR_TIMEOUT && comm == NULL, "rank %d: %s: %s", me, cg_status_string(st), cg_error_last());
+  const char *stage = me == late ? "cg_comm_create (the ranks' arrival, before counting the node's ranks)"
+                                 : "cg_comm_create (the ranks' arrival)";
+  ck_assert_msg(strstr(cg_error_last(), stage), "rank %d: %s", me, cg_error_last());
+  ck_assert_msg(named_as_missing(cg_error_last(), me == late ? 0 : late, n), "rank %d: %s", me, cg_error_last());
+  ck_assert_msg(waited >= o.timeout_s && waited < o.timeout_s + 0.5, "rank %d gave up after %.3f s", me, waited);
+  MPI_Barrier(MPI_COMM_WORLD);
+  drain(world);
+}
+END_TEST
+
 /* Every rank asks for the device of its local rank (the choice is collective:
  * the node's ranks are counted) on device buffers over MPI, every process
  * seeing one device, and CG_DEVICE names no device on the last rank alone:
@@ -216,6 +245,7 @@ int main(void) {
   tcase_add_test(t, setup__a_rank_that_comes_after_the_others_gave_up_reports_instead_of_hanging);
 #if CG_HAVE_CUDA
   tcase_add_test(t, setup__a_rank_that_cannot_choose_its_device_fails_cg_comm_create_everywhere);
+  tcase_add_test(t, setup__a_late_rank_choosing_its_device_by_local_rank_reports_instead_of_hanging);
 #endif
   suite_add_tcase(s, t);
   return cg_mpi_test_main(s);

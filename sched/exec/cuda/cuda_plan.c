@@ -23,6 +23,7 @@
 #include "flight.h"
 #include "plan_internal.h"
 #include "plan_lock.h"
+#include "stream_wait.h"
 #include "watchdog.h"
 
 
@@ -371,6 +372,24 @@ cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
   return cg_cuda_watch_embedded(plan, "cg_plan_cuda_graph");
 }
 
+/* cg_plan_start failed (err) after launching `launches` replays: they still
+ * run, and the plan is idle once they end. Waited for under the plan's
+ * timeout, past which they are reported and the communicators aborted as a
+ * replay's would be (peers wait for the replay not launched under their
+ * own watchdog). */
+static cg_status_t start_failed(cg_plan_t *p, cudaError_t err, int launches) {
+  struct cg_cuda_plan *c = p->cuda;
+  cg_status_t st = cg_fail_cuda(err, "cudaGraphLaunch or cudaEventRecord", "cg_plan_start");
+  if (launches && cg_cuda_stream_wait_for(c->lanes[0], p->timeout_s) == cudaErrorNotReady) {
+    int first = 0;
+    st = cg_cuda_time_out(&first, p, "cg_plan_start", cg_cuda_replay_number(p), 1);
+    if (first) st = cg_watchdog_notify_waiter(st);
+    cg_cuda_stream_wait_for(c->lanes[0], p->timeout_s);
+  }
+  atomic_store(&c->running, 0);
+  return st;
+}
+
 /* cg_plan_start's replay; with `begin` and `end` (cg_cuda_timed_replay's;
  * NULL: none), one replay and then `timed` more back to back between them. */
 static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end, int timed) {
@@ -402,15 +421,7 @@ static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   for (int k = 0; k < launches; k++) note_launch(p);
   c->start_launches = launches;
-  if (err != cudaSuccess) {
-    /* replays already launched still run: the plan is idle once they end
-     * (the replay not launched is what peers will wait for, under their
-     * own watchdog) */
-    if (launches) cudaStreamSynchronize(c->lanes[0]);
-    atomic_store(&c->running, 0);
-    return cg_fail_cuda(err, "cudaGraphLaunch or cudaEventRecord", "cg_plan_start");
-  }
-  return CG_SUCCESS;
+  return err == cudaSuccess ? CG_SUCCESS : start_failed(p, err, launches);
 }
 
 cg_status_t cg_cuda_start(cg_plan_t *p) { return start_replay(p, NULL, NULL, 0); }

@@ -12,6 +12,7 @@
 #include "plan_internal.h"
 #include "plan_lock.h"
 #include "plan_measure.h"
+#include "stream_wait.h"
 
 /* What one profiling stamp adds to a chain of dependent work inside a
  * replayed graph: a captured chain of stamps, replayed, the median gap. */
@@ -73,34 +74,18 @@ static cg_status_t check_stamps(const uint64_t *all, size_t slots, int replays, 
   return CG_SUCCESS;
 }
 
-/* `event` (or the stream `s`, where event is NULL) waited for at most
- * `seconds`: cudaErrorNotReady if it has not completed by then. */
-static cudaError_t wait_within(cudaEvent_t event, cudaStream_t s, double seconds) {
-  uint64_t start = cg_clock_ns();
-  cudaError_t err;
-  while ((err = event ? cudaEventQuery(event) : cudaStreamQuery(s)) == cudaErrorNotReady &&
-         (double)(cg_clock_ns() - start) < seconds * 1e9) {
-    struct timespec nap = {0, 100000};
-    nanosleep(&nap, NULL);
-  }
-  return err;
-}
-
 /* Where a hung profiling replay is, from a copy of its stamps taken beside
- * it (a stream of its own; the copy engine is not what hangs): the first
+ * it (on a stream of its own: the copy engine is not what hangs): the first
  * step in issue order that started and did not end, else the first that did
  * not start though everything it depends on ended. 0: the copy did not come
  * back within a second (`snap` may still be written to then). */
 static int where_stamps(cg_watchdog_where_t *w, const cg_plan_t *p, const unsigned long long *dev, uint64_t *snap,
                         size_t bytes) {
   cudaStream_t peek = NULL;
-  cudaEvent_t copied = NULL;
   *w = (cg_watchdog_where_t){CG_NO_STEP, CG_NO_STEP, 0, NULL};
   int read = cudaStreamCreateWithFlags(&peek, cudaStreamNonBlocking) == cudaSuccess &&
-             cudaEventCreateWithFlags(&copied, cudaEventDisableTiming) == cudaSuccess &&
              cudaMemcpyAsync(snap, dev, bytes, cudaMemcpyDeviceToHost, peek) == cudaSuccess &&
-             cudaEventRecord(copied, peek) == cudaSuccess && wait_within(copied, NULL, 1.0) == cudaSuccess;
-  if (copied) cudaEventDestroy(copied);
+             cg_cuda_stream_wait_for(peek, 1.0) == cudaSuccess;
   if (peek) cudaStreamDestroy(peek);
   for (uint32_t k = 0; k < p->n_steps && read; k++) {
     uint32_t i = p->issue_order[k];
@@ -120,15 +105,15 @@ static int where_stamps(cg_watchdog_where_t *w, const cg_plan_t *p, const unsign
   return read;
 }
 
-/* Replays launched back to back, each followed by an event in `ends` (n of
- * them; the first of them is replay `first` of `replays`), waited for: at
+/* Replays launched back to back on `s`, each followed by an event in `ends`
+ * (n of them; the first of them is replay `first` of `replays`), waited for: at
  * most the plan's timeout, if it has one (polled, answering the roll calls
  * of other ranks as cg_plan_wait does), else for as long as they take. At
  * the timeout the report names the step the hung replay waits in, the
  * plan's communicators are aborted, and *drained says whether the stream
  * ran dry within another timeout (if not, its memory must stay). */
-static cg_status_t await_replays(int *drained, cg_plan_t *p, const cudaEvent_t *ends, int n, int first,
-                                 int replays, const unsigned long long *dev, uint64_t *snap, size_t bytes,
+static cg_status_t await_replays(int *drained, cg_plan_t *p, cudaStream_t s, const cudaEvent_t *ends, int n,
+                                 int first, int replays, const unsigned long long *dev, uint64_t *snap, size_t bytes,
                                  const char *where) {
   cudaError_t err;
   *drained = 1;
@@ -149,7 +134,7 @@ static cg_status_t await_replays(int *drained, cg_plan_t *p, const cudaEvent_t *
   cg_watchdog_where_t w;
   int read = where_stamps(&w, p, dev, snap, bytes);
   cg_status_t st = cg_cuda_profile_time_out(p, where, p->replays + 1, first + hung, replays, &w);
-  *drained = read && wait_within(ends[n - 1], NULL, p->timeout_s) != cudaErrorNotReady;
+  *drained = read && cg_cuda_stream_wait_for(s, p->timeout_s) != cudaErrorNotReady;
   return st;
 }
 
@@ -215,14 +200,13 @@ cg_status_t cg_cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, void *
     if (st == CG_SUCCESS && (err = cudaEventRecord(ends[k + 2], s)) != cudaSuccess)
       st = cg_fail_cuda(err, "cudaEventRecord (profiling)", "%s", where);
     if (st == CG_SUCCESS && k == -2) /* the warm-up */
-      st = await_replays(&drained, p, ends, 1, 1, replays + 2, dev, snap, bytes, where);
+      st = await_replays(&drained, p, s, ends, 1, 1, replays + 2, dev, snap, bytes, where);
   }
   if (st == CG_SUCCESS)
-    st = await_replays(&drained, p, ends + 1, replays + 1, 2, replays + 2, dev, snap, bytes, where);
+    st = await_replays(&drained, p, s, ends + 1, replays + 1, 2, replays + 2, dev, snap, bytes, where);
   /* after another failure the replays launched before it may still run */
   if (st != CG_SUCCESS && launched && drained) {
-    if (p->timeout_s <= 0) cudaStreamSynchronize(s);
-    else drained = wait_within(NULL, s, p->timeout_s) != cudaErrorNotReady;
+    drained = cg_cuda_stream_wait_for(s, p->timeout_s) != cudaErrorNotReady;
   }
   if (st == CG_SUCCESS) st = check_stamps(all, slots, replays, where);
   if (st == CG_SUCCESS) st = cg_profile_from_stamps(out, all, p->n_steps, replays, where);
