@@ -93,9 +93,12 @@ uint64_t cg_cuda_replay_number(const cg_plan_t *p);
 /* The steps the replay's end counts (c->end_unit's), into *list (n = 0 for
  * none: no timeout, profiling, or no end unit). */
 void cg_cuda_end_marks(cg_mark_list_t *list, const cg_plan_t *p);
-/* The communicator's sequence number of a collective step in the latest
- * launch. */
-uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s);
+/* The communicator's sequence number of a collective step in replay
+ * `replay`: the latest launch's, counted back by the plan's collectives on
+ * the communicator per launch for an earlier one (cg_plan_start's timed
+ * replays, launched together; exact unless another plan's launch on the
+ * communicator came between). */
+uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s, uint64_t replay);
 /* The replay `replay` ran past the timeout: reports it (naming the step
  * waited for and the last completed, from the progress marks), marks the
  * plan timed out and aborts its communicators; CG_ERR_TIMEOUT. Once per

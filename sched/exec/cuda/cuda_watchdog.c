@@ -29,9 +29,13 @@
 #include "watch_marks.h"
 #include "watchdog.h"
 
-uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s) {
-  for (uint32_t c = 0; c < p->n_comms; c++)
-    if (p->comms[c].comm == s->comm) return p->cuda->seq_base[c] + s->comm_position;
+uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s, uint64_t replay) {
+  for (uint32_t c = 0; c < p->n_comms; c++) {
+    if (p->comms[c].comm != s->comm) continue;
+    uint64_t back = replay < p->replays ? (p->replays - replay) * p->comms[c].n_steps : 0;
+    uint64_t base = p->cuda->seq_base[c];
+    return (back <= base ? base - back : 0) + s->comm_position;
+  }
   return 0;
 }
 
@@ -167,7 +171,7 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
       w.n_done++;
       w.last_done = i;
       if (s->kind == CG_STEP_COLLECTIVE)
-        cg_flight_step(p, CG_FLIGHT_STEP_DONE, replay, i, cg_cuda_step_seq(p, s));
+        cg_flight_step(p, CG_FLIGHT_STEP_DONE, replay, i, cg_cuda_step_seq(p, s, replay));
       continue;
     }
     int ready = 1;
