@@ -404,7 +404,7 @@ cg_status_t cg_comm_from_nccl(cg_comm_t **out, ncclComm_t nccl, MPI_Comm mpi) {
    * timeout, answering the others' roll calls meanwhile */
   if (r == ncclSuccess && async == ncclInProgress) {
     cg_deadline_t deadline;
-    cg_deadline_start(&deadline, timeout_s, answer_on_mpi, &mpi,
+    cg_deadline_start(&deadline, timeout_s, timeout_s > 0 ? answer_on_mpi : NULL, &mpi,
                       "cg_comm_from_nccl (the NCCL communicator's last call, still in progress)");
     const cg_wait_t wait = {cg_deadline_go_on, &deadline};
     if ((async = cg_nccl_settle_within(nccl, async, &wait)) == ncclInProgress) {

@@ -294,6 +294,11 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
     candidates[0] = kept;
     n = 1;
     mine = measure(&tuning, kept, graph, opts);
+    if (mine == CG_ERR_TIMEOUT && atomic_load(&kept->timed_out)) { /* as after round 1's profile */
+      cg_tuning_free(&tuning);
+      cg_plan_destroy(kept);
+      return mine;
+    }
     st = add_scaled(candidates, &n, graph, &copts, &tuning, kept, mine);
     cg_tuning_free(&tuning);
     st = keep_fastest(&kept, candidates, n, st, opts->replays, &log, 2, "round 1's");

@@ -138,7 +138,7 @@ START_TEST(setup__a_rank_that_comes_after_the_others_gave_up_reports_instead_of_
   MPI_Comm_dup(MPI_COMM_WORLD, &world);
   cg_comm_opts_t o = CG_COMM_OPTS_INIT;
   o.timeout_s = 1.0;
-  if (me == late) cg_test_nap(o.timeout_s + 0.5);
+  if (me == late) cg_test_nap(2 * o.timeout_s);
   double began = cg_test_now_s();
   cg_comm_t *comm = NULL;
   cg_status_t st = cg_comm_create(&comm, world, &o);
@@ -180,7 +180,7 @@ START_TEST(setup__a_late_rank_choosing_its_device_by_local_rank_reports_instead_
   o.timeout_s = 1.0;
   o.backend = CG_BACKEND_MPI;
   o.device = CG_DEVICE_LOCAL_RANK;
-  if (me == late) cg_test_nap(o.timeout_s + 0.5);
+  if (me == late) cg_test_nap(2 * o.timeout_s);
   double began = cg_test_now_s();
   cg_comm_t *comm = NULL;
   cg_status_t st = cg_comm_create(&comm, world, &o);

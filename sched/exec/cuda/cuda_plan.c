@@ -376,7 +376,8 @@ cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
  * run, and the plan is idle once they end. Waited for under the plan's
  * timeout, past which they are reported and the communicators aborted as a
  * replay's would be (peers wait for the replay not launched under their
- * own watchdog). */
+ * own watchdog); without a timeout, as long as they take, so that the plan
+ * is idle when this returns. */
 static cg_status_t start_failed(cg_plan_t *p, cudaError_t err, int launches) {
   struct cg_cuda_plan *c = p->cuda;
   cg_status_t st = cg_fail_cuda(err, "cudaGraphLaunch or cudaEventRecord", "cg_plan_start");

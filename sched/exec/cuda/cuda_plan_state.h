@@ -109,14 +109,14 @@ uint64_t cg_cuda_step_seq(const cg_plan_t *p, const cg_step_t *s, uint64_t repla
  * cg_watchdog_any_thread allows). The handler is the caller's to call
  * (cg_watchdog_notify*). */
 cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call);
-/* A profiling replay (cuda_profile.c: `hung` of `replays`, counted from 1)
- * ran past the timeout: reported like cg_cuda_time_out, with the ranks not
- * in it named, from `w` (what the replay's stamps show; w->extra is set
- * here), as replay `replay` (the plan's replays so far + 1 on every rank);
- * the communicators are aborted and the handler hears it (the caller waits:
- * cg_watchdog_notify_waiter). */
+/* A profiling replay (cuda_profile.c: `hung` of `replays`, counted from 1;
+ * 0: not known) ran past the timeout: reported like cg_cuda_time_out, with
+ * the ranks not in it named, from `w` (what the replay's stamps show, if
+ * stamps_read; w->extra is set here), as replay `replay` (the plan's replays
+ * so far + 1 on every rank); the communicators are aborted and the handler
+ * hears it (the caller waits: cg_watchdog_notify_waiter). */
 cg_status_t cg_cuda_profile_time_out(cg_plan_t *p, const char *caller, uint64_t replay, int hung, int replays,
-                                     cg_watchdog_where_t *w);
+                                     cg_watchdog_where_t *w, int stamps_read);
 /* A replay's fingerprints differed (mismatch: the sentence naming the
  * communicator and the ranks) while it ran: reported like a timeout, once,
  * with the communicators aborted; CG_ERR_MISMATCH. */

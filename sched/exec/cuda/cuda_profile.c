@@ -106,34 +106,36 @@ static int where_stamps(cg_watchdog_where_t *w, const cg_plan_t *p, const unsign
 }
 
 /* Replays launched back to back on `s`, each followed by an event in `ends`
- * (n of them; the first of them is replay `first` of `replays`), waited for: at
- * most the plan's timeout, if it has one (polled, answering the roll calls
- * of other ranks as cg_plan_wait does), else for as long as they take. At
- * the timeout the report names the step the hung replay waits in, the
- * plan's communicators are aborted, and *drained says whether the stream
- * ran dry within another timeout (if not, its memory must stay). */
+ * (n of them; the first of them is replay `first` of `replays`), waited for:
+ * each at most the plan's timeout after the one before it ended, if it has
+ * one (polled, answering the roll calls of other ranks as cg_plan_wait
+ * does), else for as long as they take. At a timeout the report names the
+ * step the hung replay waits in, the plan's communicators are aborted, and
+ * *drained says whether the stream ran dry within another timeout (if not,
+ * its memory must stay). */
 static cg_status_t await_replays(int *drained, cg_plan_t *p, cudaStream_t s, const cudaEvent_t *ends, int n,
                                  int first, int replays, const unsigned long long *dev, uint64_t *snap, size_t bytes,
                                  const char *where) {
-  cudaError_t err;
+  cudaError_t err = cudaSuccess;
   *drained = 1;
   if (p->timeout_s <= 0) {
     err = cudaEventSynchronize(ends[n - 1]);
     return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "the profiling replays", "%s", where);
   }
   uint64_t started = cg_clock_ns(), answered = 0;
-  while ((err = cudaEventQuery(ends[n - 1])) == cudaErrorNotReady && !cg_watchdog_expired(p, started)) {
+  int hung = 0; /* the first replay not yet ended */
+  for (;;) {
+    while (hung < n && (err = cudaEventQuery(ends[hung])) == cudaSuccess) hung++, started = cg_clock_ns();
+    if (hung == n) return CG_SUCCESS;
+    if (err != cudaErrorNotReady) return cg_fail_cuda(err, "the profiling replays", "%s", where);
+    if (cg_watchdog_expired(p, started)) break;
     cg_watchdog_answer(p, p->replays + 1, &answered);
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
   }
-  if (err != cudaErrorNotReady)
-    return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "the profiling replays", "%s", where);
-  int hung = 0;
-  while (hung < n - 1 && cudaEventQuery(ends[hung]) == cudaSuccess) hung++;
   cg_watchdog_where_t w;
   int read = where_stamps(&w, p, dev, snap, bytes);
-  cg_status_t st = cg_cuda_profile_time_out(p, where, p->replays + 1, first + hung, replays, &w);
+  cg_status_t st = cg_cuda_profile_time_out(p, where, p->replays + 1, first + hung, replays, &w, read);
   *drained = read && cg_cuda_stream_wait_for(s, p->timeout_s) != cudaErrorNotReady;
   return st;
 }
@@ -204,9 +206,13 @@ cg_status_t cg_cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, void *
   }
   if (st == CG_SUCCESS)
     st = await_replays(&drained, p, s, ends + 1, replays + 1, 2, replays + 2, dev, snap, bytes, where);
-  /* after another failure the replays launched before it may still run */
-  if (st != CG_SUCCESS && launched && drained) {
-    drained = cg_cuda_stream_wait_for(s, p->timeout_s) != cudaErrorNotReady;
+  /* after another failure the replays launched before it may still run;
+   * one that hangs is reported and aborted as at a timeout */
+  if (st != CG_SUCCESS && launched && drained && cg_cuda_stream_wait_for(s, p->timeout_s) == cudaErrorNotReady) {
+    cg_watchdog_where_t w;
+    int read = where_stamps(&w, p, dev, snap, bytes);
+    st = cg_cuda_profile_time_out(p, where, p->replays + 1, 0, replays + 2, &w, read);
+    drained = read && cg_cuda_stream_wait_for(s, p->timeout_s) != cudaErrorNotReady;
   }
   if (st == CG_SUCCESS) st = check_stamps(all, slots, replays, where);
   if (st == CG_SUCCESS) st = cg_profile_from_stamps(out, all, p->n_steps, replays, where);

@@ -202,14 +202,15 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
 }
 
 cg_status_t cg_cuda_profile_time_out(cg_plan_t *p, const char *caller, uint64_t replay, int hung, int replays,
-                                     cg_watchdog_where_t *w) {
+                                     cg_watchdog_where_t *w, int stamps_read) {
   if (!claim(p)) return reported_elsewhere(p, caller);
-  char extra[1600];
+  char extra[1600], which[48] = "a profiling replay";
   const cg_comm_t *comm = w->waiting != CG_NO_STEP ? p->steps[w->waiting].comm : NULL;
+  if (hung > 0) snprintf(which, sizeof which, "profiling replay %d of %d", hung, replays);
   int used = snprintf(extra, sizeof extra,
-                      "in profiling replay %d of %d (cg_plan_tune or cg_plan_trace: the plan's steps with time stamps, "
-                      "not counted among its replays)%s; the plan's communicators are being aborted", hung, replays,
-                      w->waiting == CG_NO_STEP ? "; its time stamps could not be read" : "");
+                      "in %s (cg_plan_tune or cg_plan_trace: the plan's steps with time stamps, not counted among its "
+                      "replays)%s; the plan's communicators are being aborted", which,
+                      stamps_read ? "" : "; its time stamps could not be read");
   if (comm && used > 0 && (size_t)used < sizeof extra)
     snprintf(extra + used, sizeof extra - (size_t)used, "; communicator %016llx", (unsigned long long)comm->id);
   cg_watchdog_roll_call(extra, sizeof extra, p, replay, comm ? comm : p->n_comms ? p->comms[0].comm : NULL);
