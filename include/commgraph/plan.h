@@ -180,7 +180,10 @@ CG_API cg_status_t cg_plan_rebind(cg_plan_t *plan, const cg_rebind_t *binds, siz
  * steps captured once more with a GPU time stamp before and after each,
  * launched on opts->stream (NULL: the plan's own stream): the warm-up waited
  * for, then one unrecorded replay and the profiled ones back to back, as a
- * training loop runs them; the plan must not be running. With a timeout
+ * training loop runs them; the plan must not be running (a cg_plan_start
+ * replay: CG_ERR_IN_PROGRESS; its replays launched on streams or embedded in
+ * graphs are waited for first, the device synchronized as cg_plan_rebind
+ * does, and graphs that embed it must not be replayed during the call). With a timeout
  * (the plan's), every wait for the other ranks is bounded by it, the
  * profiling replays' too: a rank that never comes makes the others return
  * CG_ERR_TIMEOUT naming the step and the ranks that did not answer

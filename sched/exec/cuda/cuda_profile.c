@@ -143,13 +143,14 @@ static cg_status_t await_replays(int *drained, cg_plan_t *p, cudaStream_t s, con
 cg_status_t cg_cuda_profile(cg_profile_t *out, cg_plan_t *p, int replays, void *stream, const char *where) {
   struct cg_cuda_plan *c = p->cuda;
   size_t slots = 2 * (size_t)p->n_steps + 1, bytes = slots * sizeof(unsigned long long);
-  int done = 1, previous = 0, launched = 0, drained = 1;
+  int previous = 0, launched = 0, drained = 1;
   *out = (cg_profile_t){0};
+  /* the plan's replays launched on users' streams or in their graphs may
+   * still run: the profiling replays' collectives must not meet theirs on
+   * the communicators (as for cg_plan_rebind) */
   cg_status_t st = cg_cuda_check_runnable(p, where);
-  if (st == CG_SUCCESS) st = cg_cuda_test(&done, p);
+  if (st == CG_SUCCESS) st = cg_cuda_quiesce(p, where);
   if (st != CG_SUCCESS) return st;
-  if (!done)
-    return cg_fail(CG_ERR_IN_PROGRESS, "%s: the plan's cg_plan_start replay is running: wait for it first", where);
   unsigned long long *dev = NULL;
   /* pinned: every kept replay's stamps, copied there after it, and a look
    * at a hung replay's */
