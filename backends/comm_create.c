@@ -81,10 +81,9 @@ cg_status_t cg_comm_create(cg_comm_t **out, MPI_Comm mpi, const cg_comm_opts_t *
    * rank whose arrival completed against the barrier that the others left
    * posted when they gave up on it would wait there alone for ever; a
    * bounded round first has it report instead */
-  int arrived = 0;
-  if (chosen.device == CG_DEVICE_LOCAL_RANK && timeout_s > 0 &&
-      (st = cg_mpi_setup_all_ok(&arrived, 1, mpi, timeout_s, "cg_comm_create",
-                                "the ranks' arrival, before counting the node's ranks")) != CG_SUCCESS)
+  if (chosen.device == CG_DEVICE_LOCAL_RANK &&
+      (st = cg_mpi_setup_barrier(mpi, timeout_s, "cg_comm_create",
+                                 "the ranks' arrival, before counting the node's ranks")) != CG_SUCCESS)
     return st;
   if (chosen.device == CG_DEVICE_LOCAL_RANK &&
       (choice = cg_topo_device_for_local_rank(&chosen.device, mpi)) != CG_SUCCESS)

@@ -124,8 +124,9 @@ void cg_mpi_roll_call(char *report, size_t size, MPI_Comm comm, const char *wait
  * stays posted (its buffers the library's, kept). Otherwise MPI's blocking
  * collective (the arrival: nothing).
  *
- * The arrival: a barrier. */
+ * The arrival: a barrier; cg_mpi_setup_barrier, one at another stage. */
 cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where);
+cg_status_t cg_mpi_setup_barrier(MPI_Comm comm, double timeout_s, const char *where, const char *stage);
 /* The element-wise minimum of `mine` (count of type) over the ranks. */
 cg_status_t cg_mpi_setup_min(void *least, const void *mine, int count, MPI_Datatype type, MPI_Comm comm,
                              double timeout_s, const char *where, const char *stage);

@@ -52,12 +52,16 @@ static cg_status_t wait_setup(MPI_Request *request, MPI_Comm comm, double timeou
   }
 }
 
-cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {
+cg_status_t cg_mpi_setup_barrier(MPI_Comm comm, double timeout_s, const char *where, const char *stage) {
   if (timeout_s <= 0) return CG_SUCCESS;
   MPI_Request request;
   int err = MPI_Ibarrier(comm, &request);
-  if (err != MPI_SUCCESS) return cg_fail_mpi(err, "MPI_Ibarrier", "%s: the ranks' arrival", where);
-  return wait_setup(&request, comm, timeout_s, where, "the ranks' arrival", "MPI_Ibarrier");
+  if (err != MPI_SUCCESS) return cg_fail_mpi(err, "MPI_Ibarrier", "%s: %s", where, stage);
+  return wait_setup(&request, comm, timeout_s, where, stage, "MPI_Ibarrier");
+}
+
+cg_status_t cg_mpi_arrive(MPI_Comm comm, double timeout_s, const char *where) {
+  return cg_mpi_setup_barrier(comm, timeout_s, where, "the ranks' arrival");
 }
 
 /* A request's buffers once wait_setup is done with it: freed if MPI let go

@@ -235,6 +235,14 @@ static cg_status_t keep_fastest(cg_plan_t **kept, cg_plan_t **candidates, uint32
   return st;
 }
 
+/* A profiling replay ran past the plan's timeout: it was reported (the
+ * ranks that did not come named) and the communicators aborted, and a
+ * compile now would wait as long again for those ranks (the others are in
+ * that replay too, or gone): cg_plan_tune returns at once. */
+static int profile_timed_out(const cg_plan_t *plan, cg_status_t measured) {
+  return measured == CG_ERR_TIMEOUT && atomic_load(&plan->timed_out);
+}
+
 cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, const cg_tune_opts_t *opts) {
   static const cg_tune_opts_t defaults = CG_TUNE_OPTS_INIT;
   cg_tuning_t tuning = {0};
@@ -257,11 +265,7 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
     return cg_fail(CG_ERR_UNSUPPORTED, WHERE ": the %s executor cannot profile a plan", plan->exec->name);
   *out = NULL;
   cg_status_t mine = measure(&tuning, plan, graph, opts);
-  /* A profiling replay that ran past the plan's timeout was reported (the
-   * ranks that did not come named) and the communicators aborted: the
-   * compile below would wait as long again for those ranks. The others are
-   * in that replay too, or gone. */
-  if (mine == CG_ERR_TIMEOUT && atomic_load(&plan->timed_out)) {
+  if (profile_timed_out(plan, mine)) {
     cg_tuning_free(&tuning);
     return mine;
   }
@@ -294,7 +298,7 @@ cg_status_t cg_plan_tune(cg_plan_t **out, cg_plan_t *plan, cg_graph_t *graph, co
     candidates[0] = kept;
     n = 1;
     mine = measure(&tuning, kept, graph, opts);
-    if (mine == CG_ERR_TIMEOUT && atomic_load(&kept->timed_out)) { /* as after round 1's profile */
+    if (profile_timed_out(kept, mine)) {
       cg_tuning_free(&tuning);
       cg_plan_destroy(kept);
       return mine;
