@@ -1,9 +1,24 @@
-/* The deadline wait of wait.h. */
+/* The deadline wait of wait.h, and the pause between polls. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "wait.h"
 
+#include <sched.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "clock.h"
+
+/* How long a wait spins (yielding) before it naps between polls. */
+#define SPIN_NS 5000000ull
+
+void cg_poll_pause(uint64_t began_ns) {
+  if (cg_clock_ns() - began_ns < SPIN_NS) {
+    sched_yield();
+    return;
+  }
+  struct timespec nap = {0, 20000};
+  nanosleep(&nap, NULL);
+}
 
 /* How often a rank that waits answers roll calls: a roll call's grace is at
  * least 5 ms (mpi_control.c). */

@@ -31,6 +31,14 @@ typedef struct cg_deadline {
   char waiting_in[512];
 } cg_deadline_t;
 
+/* Between two polls of a wait that began at began_ns (cg_clock_ns): for its
+ * first milliseconds the core is only yielded to whoever else is runnable,
+ * as the CUDA runtime's own synchronize does by default; then a nap of
+ * 20 us, which leaves a core to NCCL's proxy and MPI. (On Linux a nap that
+ * short takes some 60 us, its timer slack: napping from the start tripled
+ * a small replay's cg_plan_run; bench_nccl_plan part c.) */
+void cg_poll_pause(uint64_t began_ns);
+
 /* Starts now; timeout_s 0 or less: never gives up. */
 void cg_deadline_start(cg_deadline_t *d, double timeout_s, void (*answer)(void *, const char *), void *answer_ctx,
                        const char *waiting_in);

@@ -1,12 +1,11 @@
-#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "stream_wait.h"
 
-#include <time.h>
+#include "clock.h"
 
 cudaError_t cg_cuda_stream_wait(int *gave_up, cudaStream_t stream, const cg_wait_t *wait) {
   *gave_up = 0;
   if (!wait || !wait->go_on) return cudaStreamSynchronize(stream);
-  /* a short nap between polls leaves a core to NCCL's proxy and MPI */
+  uint64_t began = cg_clock_ns();
   for (;;) {
     cudaError_t err = cudaStreamQuery(stream);
     if (err != cudaErrorNotReady) return err;
@@ -14,8 +13,7 @@ cudaError_t cg_cuda_stream_wait(int *gave_up, cudaStream_t stream, const cg_wait
       *gave_up = 1;
       return cudaErrorNotReady;
     }
-    struct timespec nap = {0, 20000};
-    nanosleep(&nap, NULL);
+    cg_poll_pause(began);
   }
 }
 

@@ -109,7 +109,12 @@ CG_API void cg_plan_destroy(cg_plan_t *plan);
 
 /* Runs the plan once and returns when it is complete. */
 CG_API cg_status_t cg_plan_run(cg_plan_t *plan);
-/* Starts a run and returns; CG_ERR_IN_PROGRESS if a run has not finished. */
+/* Starts a run and returns; CG_ERR_IN_PROGRESS if a run has not finished.
+ * Under a timeout, a device plan's started replay that nobody polls (with
+ * test or wait) for a while is watched by the library's monitor thread,
+ * which reports it at the timeout and aborts its communicators: a thread
+ * that synchronizes the device before it waits is not held for ever
+ * (docs/watchdog.md). */
 CG_API cg_status_t cg_plan_start(cg_plan_t *plan);
 /* Progresses the run; *done = 1 once it is complete (and for a plan that is
  * not running). */

@@ -94,8 +94,13 @@
  * launches, the monitor follows the plan's marks, and the handler checks the
  * drain and destroys the graph, the plan and the communicator before it
  * ends the job; gpu-embed-staged and gpu-embed-hosttransfer are the same on
- * the mpi-staged and hosttransfer backends. gpu-direct and gpu-embed-direct
- * are gpu-staged and gpu-embed-staged with CG_STAGING_DIRECT on managed
+ * the mpi-staged and hosttransfer backends. gpu-start and gpu-start-staged
+ * (NCCL, mpi-staged) replay with cg_plan_start, then synchronize the device
+ * themselves (cudaDeviceSynchronize, as a program reading its results
+ * before it waits would) and only then call cg_plan_wait: a replay that
+ * never ends holds that synchronize, which only the watchdog's monitor can
+ * end (issue 23: "anywhere"); the handler drains and tears down as
+ * gpu-embed's does. gpu-direct and gpu-embed-direct are gpu-staged and gpu-embed-staged with CG_STAGING_DIRECT on managed
  * buffers (docs/staged.md#direct: MPI gets the buffers themselves, on an MPI
  * that is not CUDA-aware too), so the direct path's abort runs as well;
  * they sum without fusion (an average uses the library's own MPI op, and a
@@ -103,7 +108,7 @@
  * healthy run must show "direct MPI_Iallreduce" in the plan's DOT.
  *
  * In gpu, gpu-staged and gpu-direct (and, from the handler, the gpu-embed
- * modes), a rank that reports also checks that the watchdog's
+ * and gpu-start modes), a rank that reports also checks that the watchdog's
  * abort let its GPU go: cudaDeviceSynchronize must return cudaSuccess within
  * the 5% of the timeout it waits anyway ("FAULT-DRAINED rank R after S s", or
  * "FAULT-STUCK rank R"). A drained rank then destroys its plan and
@@ -111,8 +116,8 @@
  * after S s"): the destroy waits for the communicator's abort to end.
  *
  * Usage: fault_inject MODE FAULT TIMEOUT_SECONDS, MODE one of host, gpu,
- * gpu-staged, gpu-direct, gpu-launch, gpu-embed, gpu-embed-staged,
- * gpu-embed-hosttransfer, gpu-embed-direct */
+ * gpu-staged, gpu-direct, gpu-launch, gpu-start, gpu-start-staged, gpu-embed,
+ * gpu-embed-staged, gpu-embed-hosttransfer, gpu-embed-direct */
 #define _GNU_SOURCE /* RTLD_NEXT */
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -186,6 +191,8 @@ static void nap(double seconds) {
 static int gpu_run; /* gpu, gpu-staged or gpu-direct: replays with cg_plan_run on a GPU */
 static int managed; /* gpu-direct, gpu-embed-direct: buffers MPI reaches without CUDA-awareness */
 static int embedded; /* gpu-embed*: replays of the program's graph that embeds the plan */
+static int started; /* gpu-start*: cg_plan_start, the program's own device synchronize, then cg_plan_wait */
+static int replaying; /* in the replays: a started replay's failure is the handler's to tear down */
 
 /* stall-device and stall-nccl-init: the faulty rank stalls inside
  * cg_comm_create where the library calls the CUDA runtime or NCCL. This
@@ -296,16 +303,20 @@ static atomic_int handler_called;
 static void fail(cg_status_t st, double timeout_s) {
   double began = wall_s();
   fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), cg_error_last());
-  /* gpu-embed: once the watchdog's handler runs it drains, tears down and
-   * ends the job; a failure the main thread meets meanwhile (the second
-   * plan of swapped-plans on the aborted communicator) leaves that to it */
-  if (embedded && atomic_load(&handler_called)) park();
+  /* gpu-start: the monitor's report comes with its handler, which may be a
+   * moment behind the abort that ended the synchronize */
+  while (started && replaying && !atomic_load(&handler_called) && wall_s() - began < 0.02 * timeout_s) nap(1e-3);
+  /* gpu-embed, gpu-start: once the watchdog's handler runs it drains, tears
+   * down and ends the job; a failure the main thread meets meanwhile (the
+   * second plan of swapped-plans on the aborted communicator) leaves that
+   * to it */
+  if ((embedded || started) && atomic_load(&handler_called)) park();
   /* after a compile's or creation's timeout nothing ran on the GPU and the
    * job is to end: an ordinary NCCL teardown (about 0.25 s per communicator)
    * would only delay the abort */
   int before_replays = !plan_in_use && st == CG_ERR_TIMEOUT;
   /* without a communicator nothing ran on the GPU: nothing to drain */
-  if ((gpu_run || embedded) && comm_in_use && wait_drained(0.05 * timeout_s) && !before_replays)
+  if ((gpu_run || embedded || started) && comm_in_use && wait_drained(0.05 * timeout_s) && !before_replays)
     destroy_after_drain();
   nap(0.05 * timeout_s - (wall_s() - began));
   /* the cross-rank check fails on every rank alike, so all of them are here
@@ -316,10 +327,10 @@ static void fail(cg_status_t st, double timeout_s) {
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
-/* gpu-launch and gpu-embed: the watchdog's handler, on a thread of its own.
- * gpu-embed then checks that the abort drained the GPU and destroys what a
- * job that carries on would; the main thread has stopped replaying
- * (handler_called). */
+/* gpu-launch, gpu-start and gpu-embed: the watchdog's handler, on a thread
+ * of its own (or the waiter's). gpu-embed and gpu-start then check that the
+ * abort drained the GPU and destroy what a job that carries on would; the
+ * main thread has stopped replaying (handler_called). */
 static double handler_timeout_s;
 /* gpu-embed: the main thread launches the program's graph only while no
  * timeout was heard (under replay_lock), so once the handler set
@@ -338,7 +349,7 @@ static void on_timeout(cg_status_t st, const char *report, void *arg) {
   atomic_store(&handler_called, 1);
   pthread_mutex_unlock(&replay_lock);
   fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), report);
-  if (embedded && wait_drained(0.05 * handler_timeout_s - (wall_s() - began)))
+  if ((embedded || started) && wait_drained(0.05 * handler_timeout_s - (wall_s() - began)))
     destroy_after_drain();
   nap(0.05 * handler_timeout_s - (wall_s() - began));
   MPI_Abort(MPI_COMM_WORLD, 3);
@@ -381,6 +392,22 @@ static cg_status_t launch_and_wait(cg_plan_t *plan) {
   cudaError_t err;
   while ((err = cudaStreamQuery(stream)) == cudaErrorNotReady) nap(1e-4);
   return err == cudaSuccess ? CG_SUCCESS : CG_ERR_BACKEND;
+#else
+  (void)plan;
+  return CG_ERR_UNSUPPORTED;
+#endif
+}
+
+/* gpu-start: see `started`; after a report the handler has the plan, and
+ * this thread parks. */
+static cg_status_t start_synchronize_wait(cg_plan_t *plan) {
+#if CG_HAVE_CUDA
+  cg_status_t st = cg_plan_start(plan);
+  if (st != CG_SUCCESS) return st;
+  cudaError_t err = cudaDeviceSynchronize();
+  if (atomic_load(&handler_called)) park();
+  st = cg_plan_wait(plan);
+  return st == CG_SUCCESS && err != cudaSuccess ? CG_ERR_BACKEND : st;
 #else
   (void)plan;
   return CG_ERR_UNSUPPORTED;
@@ -480,13 +507,15 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  static const char *const modes[] = {"host",      "gpu",       "gpu-staged", "gpu-direct", "gpu-launch", "gpu-embed",
+  static const char *const modes[] = {"host",           "gpu",       "gpu-staged",       "gpu-direct",
+                                      "gpu-launch",     "gpu-start", "gpu-start-staged", "gpu-embed",
                                       "gpu-embed-staged", "gpu-embed-hosttransfer", "gpu-embed-direct"};
   int known = 0;
   for (size_t m = 0; argc == 4 && m < sizeof modes / sizeof *modes; m++) known |= strcmp(argv[1], modes[m]) == 0;
   if (!known) {
     if (rank == 0)
-      fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-direct|gpu-launch|gpu-embed|gpu-embed-staged|"
+      fprintf(stderr, "usage: fault_inject host|gpu|gpu-staged|gpu-direct|gpu-launch|gpu-start|gpu-start-staged|"
+              "gpu-embed|gpu-embed-staged|"
               "gpu-embed-hosttransfer|gpu-embed-direct "
               "none|sleep|exit|differ|differ-unchecked|differ-fingerprint|swapped-plans|count-unchecked|"
               "dtype-unchecked|"
@@ -500,8 +529,10 @@ int main(int argc, char **argv) {
   const char *mode = argv[1];
   embedded = strncmp(mode, "gpu-embed", 9) == 0;
   int launch = strcmp(mode, "gpu-launch") == 0;
+  started = strncmp(mode, "gpu-start", 9) == 0;
   managed = strcmp(mode, "gpu-direct") == 0 || strcmp(mode, "gpu-embed-direct") == 0;
-  int staged = managed || strcmp(mode, "gpu-staged") == 0 || strcmp(mode, "gpu-embed-staged") == 0;
+  int staged = managed || strcmp(mode, "gpu-staged") == 0 || strcmp(mode, "gpu-embed-staged") == 0 ||
+               strcmp(mode, "gpu-start-staged") == 0;
   int hosttransfer = strcmp(mode, "gpu-embed-hosttransfer") == 0;
   gpu_run = strcmp(mode, "gpu") == 0 || strcmp(mode, "gpu-staged") == 0 || strcmp(mode, "gpu-direct") == 0;
   int gpu = strcmp(mode, "host") != 0;
@@ -510,7 +541,7 @@ int main(int argc, char **argv) {
   const char *fault = argv[2];
   double timeout_s = atof(argv[3]);
   handler_timeout_s = timeout_s;
-  if (launch || embedded) {
+  if (launch || embedded || started) {
     /* the handler runs on a thread of the watchdog's and calls MPI */
     if (provided < MPI_THREAD_MULTIPLE) {
       if (rank == 0) fprintf(stderr, "fault_inject: %s needs MPI_THREAD_MULTIPLE\n", mode);
@@ -700,6 +731,7 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
   if (embedded && (st = embed_plan(plan)) != CG_SUCCESS) fail(st, timeout_s);
+  replaying = 1;
 
   for (int replay = 1; replay <= REPLAYS; replay++) {
     MPI_Barrier(MPI_COMM_WORLD); /* every replay starts together: the timeout measures the fault alone */
@@ -716,6 +748,8 @@ int main(int argc, char **argv) {
       if ((st = replay_embedding()) != CG_SUCCESS) fail(st, timeout_s);
     } else if (launch) {
       if ((st = launch_and_wait(plan)) != CG_SUCCESS) fail(st, timeout_s);
+    } else if (started) {
+      if ((st = start_synchronize_wait(plan)) != CG_SUCCESS) fail(st, timeout_s);
     } else if ((st = cg_plan_run(plan)) != CG_SUCCESS) {
       fail(st, timeout_s);
     }

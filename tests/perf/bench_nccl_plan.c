@@ -29,7 +29,10 @@
  *    embedded in a CUDA graph of the benchmark's (captured around
  *    cg_plan_launch, replayed with cudaGraphLaunch: the plan's lock, and with
  *    the timeout the lock's counts the monitor reads); per-replay time of
- *    each and watched/unwatched (the bound: 1.00, no cost).
+ *    each and watched/unwatched (the bound: 1.00, no cost). Then the same
+ *    three plans replayed with cg_plan_run, one replay waited for at a time
+ *    (timed on the host's clock, the slowest rank's): the watched plans'
+ *    waits poll, and their replays are listed with the monitor thread.
  * d) Symmetric memory (issue 25): k = 1, 8, 128 allreduces of 1 KB and one
  *    each of 16, 64 and 256 KB, out of place: captured in one graph of the benchmark's on
  *    separate buffers and on a symmetric window of the program's
@@ -395,6 +398,32 @@ static cudaGraphExec_t embedding_of(cg_plan_t *plan, cudaStream_t stream) {
   return cg_bench_end_capture(stream);
 }
 
+/* c) cg_plan_run of plans[0..2] (unwatched, marks, watched), their results
+ * checked, then `rounds` batches of `iters` runs each, interleaved: med[p]
+ * is the median seconds per run, the slowest rank's. */
+static void time_runs(cg_plan_t *const *plans, const work_t *w, int iters, int rounds, double *med) {
+  float host[SMALL_COUNT];
+  double t[3][MAX_ROUNDS];
+  for (int p = 0; p < 3; p++) {
+    for (int k = 0; k < w->ops; k++) CUDA_CHECK(cudaMemset(w->recv[k], 0xff, w->count * sizeof(float)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CG_CHECK(cg_plan_run(plans[p]));
+    for (int k = 0; k < w->ops; k++) expect_sum(w->recv[k], w->count, (size_t)k, host, "watchdog allreduces, run");
+    all_checked("watchdog allreduces run with cg_plan_run", p ? PLAN_MARKS + p - 1 : PLAN, "before timing");
+    CG_CHECK(cg_plan_run(plans[p])); /* warm */
+  }
+  for (int r = 0; r < rounds; r++)
+    for (int p = 0; p < 3; p++) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double began = MPI_Wtime();
+      for (int i = 0; i < iters; i++) CG_CHECK(cg_plan_run(plans[p]));
+      double mine = (MPI_Wtime() - began) / iters, slowest = 0;
+      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      t[p][r] = slowest;
+    }
+  for (int p = 0; p < 3; p++) med[p] = cg_bench_median(t[p], rounds);
+}
+
 static void bench_watchdog(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStream_t stream, cudaEvent_t start,
                            cudaEvent_t stop) {
   const double timeout_s = 60;
@@ -445,6 +474,16 @@ static void bench_watchdog(cg_comm_t *comm, ncclComm_t nccl, int rounds, cudaStr
              w.count * sizeof(float), w.ops, med[0] * 1e6, med[1] * 1e6, med[1] / med[0], med[2] * 1e6,
              med[2] / med[0], med[3] * 1e6, med[4] * 1e6, med[4] / med[3], med[5] * 1e6, med[5] / med[3],
              med[6] * 1e6);
+      fflush(stdout);
+    }
+    cg_plan_t *run[3] = {w.plan, w.watched[0], w.watched[1]};
+    double run_med[3];
+    time_runs(run, &w, smoke_iters ? smoke_iters : 500 / w.ops + 50, rounds, run_med);
+    if (rank == 0) {
+      printf("%6s %3s %10s %10s %6s %10s %6s   (cg_plan_run, one replay waited for at a time)\n", "", "",
+             "run", "+ marks", "ratio", "+ fprint", "ratio");
+      printf("%6zu %3d %7.2f us %7.2f us %6.3f %7.2f us %6.3f\n", w.count * sizeof(float), w.ops, run_med[0] * 1e6,
+             run_med[1] * 1e6, run_med[1] / run_med[0], run_med[2] * 1e6, run_med[2] / run_med[0]);
       fflush(stdout);
     }
     for (int e = 0; e < 3; e++) CUDA_CHECK(cudaGraphExecDestroy(w.embedding[e])); /* before the plans they hold */
@@ -663,7 +702,8 @@ static void bench_mid(cg_comm_t *comm, ncclComm_t nccl, int device, int rounds, 
 static void usage(const char *argv0) {
   if (rank == 0)
     fprintf(stderr,
-            "usage: mpiexec -n N %s [--max-mb MB] [--rounds 1..%d] [--smoke]\n"
+            "usage: mpiexec -n N %s [--max-mb MB] [--rounds 1..%d] [--parts LETTERS] [--smoke]\n"
+            "  --parts: which parts to run, for instance c (default abcde)\n"
             "  --smoke: short: 4 MB (unless --max-mb), 1 round (unless --rounds) of 2 iterations per batch;\n"
             "           exits 77 without a GPU per rank (a test)\n",
             argv0, MAX_ROUNDS);
@@ -678,6 +718,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   size_t max_mb = 0; /* 0: not given */
   int rounds = 0, smoke = 0;
+  const char *parts = "abcde";
   for (int i = 1; i < argc; i++) {
     char *end = NULL;
     if (!strcmp(argv[i], "--max-mb") && i + 1 < argc) {
@@ -686,6 +727,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
       rounds = (int)strtol(argv[++i], &end, 10);
       if (*end || rounds < 1 || rounds > MAX_ROUNDS) usage(argv[0]);
+    } else if (!strcmp(argv[i], "--parts") && i + 1 < argc) {
+      parts = argv[++i];
+      if (!parts[0] || strspn(parts, "abcde") != strlen(parts)) usage(argv[0]);
     } else if (!strcmp(argv[i], "--smoke")) {
       smoke = 1;
     } else {
@@ -720,11 +764,11 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
 
-  bench_large(comm, nccl, max_mb, rounds, stream, start, stop);
-  bench_small(comm, nccl, rounds, stream, start, stop);
-  bench_watchdog(comm, nccl, rounds, stream, start, stop);
-  bench_symmetric(comm, nccl, rounds, stream, start, stop);
-  bench_mid(comm, nccl, device, rounds, stream, start, stop);
+  if (strchr(parts, 'a')) bench_large(comm, nccl, max_mb, rounds, stream, start, stop);
+  if (strchr(parts, 'b')) bench_small(comm, nccl, rounds, stream, start, stop);
+  if (strchr(parts, 'c')) bench_watchdog(comm, nccl, rounds, stream, start, stop);
+  if (strchr(parts, 'd')) bench_symmetric(comm, nccl, rounds, stream, start, stop);
+  if (strchr(parts, 'e')) bench_mid(comm, nccl, device, rounds, stream, start, stop);
 
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));

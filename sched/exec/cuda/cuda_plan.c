@@ -5,12 +5,10 @@
  * graph is instantiated once. This file holds the plan's device state, its
  * building across ranks, the graph users embed (the lock around the plan's
  * graph), launching, start / test / wait and rebuilding after a rebind. */
-#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "agreement.h"
 #include "backend.h"
@@ -403,9 +401,12 @@ static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end
   if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: the plan's previous run has not finished");
   cudaGraphExec_t exec = NULL;
   if ((st = launch_exec(&exec, p, "cg_plan_start")) != CG_SUCCESS) return st;
-  /* the waiter's from the start: the monitor leaves it alone */
-  atomic_store(&c->running, 1);
+  /* the waiter's from the start; listed before it runs, so that the monitor
+   * takes it over if the program's thread goes elsewhere instead */
+  if ((st = cg_cuda_watch_start(p)) != CG_SUCCESS) return st;
   c->started_ns = cg_clock_ns();
+  atomic_store(&c->waiter_seen_ns, c->started_ns);
+  atomic_store(&c->running, 1);
   /* The plan's streams are non-blocking, and a cudaMemcpy from pageable
    * memory (or a cudaMemset) returns before it has landed: the replay waits
    * for the legacy default stream, so it reads what the program wrote there
@@ -432,10 +433,16 @@ cg_status_t cg_cuda_start(cg_plan_t *p) { return start_replay(p, NULL, NULL, 0);
  * order): the data may be mixed, and the caller hears it. */
 static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *caller) {
   struct cg_cuda_plan *c = p->cuda;
+  if (atomic_load(&c->fired)) {
+    /* the monitor reported it while nobody waited, and aborted the
+     * communicators, which let it end */
+    atomic_store(&c->running, 0);
+    return cg_cuda_reported_elsewhere(p, caller);
+  }
   char mismatch[900];
-  /* read while the replay is still the waiter's: the monitor leaves it */
-  int differ = err == cudaSuccess && !atomic_load(&c->fired) &&
-               cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch);
+  /* read while the replay is still the waiter's: the monitor leaves an
+   * ended one */
+  int differ = err == cudaSuccess && cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch);
   cg_status_t st = CG_SUCCESS;
   if (differ) {
     /* as while it ran: every rank's plan ends alike (another rank may have
@@ -457,6 +464,7 @@ static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *calle
  * until then, the roll calls of ranks whose replay timed out are answered. */
 static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
   struct cg_cuda_plan *c = p->cuda;
+  atomic_store_explicit(&c->waiter_seen_ns, cg_clock_ns(), memory_order_relaxed);
   uint64_t replay = cg_cuda_replay_number(p);
   char mismatch[900];
   int first = 0;
@@ -494,14 +502,13 @@ cg_status_t cg_cuda_wait(cg_plan_t *p) {
   cg_status_t st = CG_SUCCESS;
   if (!atomic_load(&c->running)) return CG_SUCCESS;
   if (p->timeout_s <= 0) return replay_ended(p, cudaEventSynchronize(c->run_done), "cg_plan_wait");
-  /* polled, so the wait can end: a short sleep keeps a core free for the
-   * progress thread and MPI */
+  /* polled, so the wait can end */
+  uint64_t began = cg_clock_ns();
   for (;;) {
     cudaError_t err = cudaEventQuery(c->run_done);
     if (err != cudaErrorNotReady) return replay_ended(p, err, "cg_plan_wait");
     if (replay_expired(p, &st, "cg_plan_wait")) return st;
-    struct timespec nap = {0, 20000};
-    nanosleep(&nap, NULL);
+    cg_poll_pause(began);
   }
 }
 
@@ -516,7 +523,7 @@ cg_status_t cg_cuda_wait(cg_plan_t *p) {
 
 /* cg_plan_tune times its candidates by the device's clock: the host's,
  * around cg_plan_start and cg_plan_wait, also counts the wake-up after the
- * wait (a plan with a timeout polls, napping 20 us at a time), which moves
+ * wait (a plan with a timeout polls, napping after its first milliseconds), which moves
  * more from replay to replay than candidates differ by. */
 cg_status_t cg_cuda_timed_replay(double *seconds, cg_plan_t *p) {
   struct cg_cuda_plan *c = p->cuda;

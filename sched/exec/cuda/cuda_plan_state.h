@@ -30,7 +30,7 @@ struct cg_cuda_plan {
   /* cg_cuda_timed_replay's: around the replays it times, made on its first
    * use */
   cudaEvent_t timed_begin, timed_end;
-  atomic_int running;   /* that replay is the waiter's (cg_plan_wait, _test, _run); the monitor leaves it */
+  atomic_int running;   /* that replay is the waiter's (cg_plan_wait, _test, _run) while it polls */
   int start_launches;   /* the graph launches of that start: 1, or 1 + the timed ones (cg_cuda_timed_replay) */
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
   /* the watchdog (plans with a timeout): per step, a count the graph adds 1
@@ -51,6 +51,8 @@ struct cg_cuda_plan {
    * has its own kernel) */
   uint32_t end_unit;
   uint64_t started_ns;
+  _Atomic uint64_t waiter_seen_ns; /* when a thread last polled that replay (cg_plan_wait, _test): the monitor
+                                      takes it over once nobody has for a while (cuda_watchdog.c) */
   uint64_t *seq_base; /* per plan communicator: its sequence number at the latest launch */
   /* cg_plan_launch's replays under the watchdog (cuda_watchdog.c): recorded
    * on the user's stream after each launch; the monitor thread's state */
@@ -136,6 +138,12 @@ cg_status_t cg_cuda_watch_launch(cg_plan_t *p);
  * was launched, and reports one in flight whose marks do not move for the
  * timeout. */
 cg_status_t cg_cuda_watch_embedded(cg_plan_t *p, const char *caller);
+/* cg_plan_start under a timeout: the monitor lists the plan and takes its
+ * replay over once nobody polls it (check_started in cuda_watchdog.c). */
+cg_status_t cg_cuda_watch_start(cg_plan_t *p);
+/* The status and report of a failed replay another thread claimed
+ * (cg_cuda_time_out's *first == 0 case), for `caller`. */
+cg_status_t cg_cuda_reported_elsewhere(cg_plan_t *p, const char *caller);
 void cg_cuda_watch_forget(cg_plan_t *p);
 
 /* ---- the realizer (cuda_plan.c, its capture in cuda_capture.c): the device

@@ -1,10 +1,8 @@
 /* Profiling a device plan for cg_plan_tune: its steps captured again with a
  * time stamp before and after each one (and one at the start), replayed,
  * read back, and the stamps' own cost taken out (cg_profile_remove_stamps). */
-#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "cuda_check.h"
 #include "cuda_plan_state.h"
@@ -122,7 +120,7 @@ static cg_status_t await_replays(int *drained, cg_plan_t *p, cudaStream_t s, con
     err = cudaEventSynchronize(ends[n - 1]);
     return err == cudaSuccess ? CG_SUCCESS : cg_fail_cuda(err, "the profiling replays", "%s", where);
   }
-  uint64_t started = cg_clock_ns(), answered = 0;
+  uint64_t began = cg_clock_ns(), started = began, answered = 0;
   int hung = 0; /* the first replay not yet ended */
   for (;;) {
     while (hung < n && (err = cudaEventQuery(ends[hung])) == cudaSuccess) hung++, started = cg_clock_ns();
@@ -130,8 +128,7 @@ static cg_status_t await_replays(int *drained, cg_plan_t *p, cudaStream_t s, con
     if (err != cudaErrorNotReady) return cg_fail_cuda(err, "the profiling replays", "%s", where);
     if (cg_watchdog_expired(p, started)) break;
     cg_watchdog_answer(p, p->replays + 1, &answered);
-    struct timespec nap = {0, 20000};
-    nanosleep(&nap, NULL);
+    cg_poll_pause(began);
   }
   cg_watchdog_where_t w;
   int read = where_stamps(&w, p, dev, snap, bytes);

@@ -4,6 +4,10 @@
  * the replays nobody waits for inside commgraph: those launched on users'
  * streams (cg_plan_launch) and those of users' graphs that embed the plan.
  *
+ * It also takes over a cg_plan_start replay whose thread stopped polling it
+ * (check_started): that thread may be inside a call that synchronizes the
+ * device, behind the replay.
+ *
  * The monitor cannot know when such a replay starts (it may queue behind
  * the user's work), so it bounds progress instead: while a launched replay
  * is outstanding, or an embedded plan's lock is held (its lock kernels
@@ -130,7 +134,7 @@ static cg_status_t fired_status(const cg_plan_t *p) {
   return p->cuda->fired_status ? p->cuda->fired_status : CG_ERR_TIMEOUT;
 }
 
-static cg_status_t reported_elsewhere(cg_plan_t *p, const char *caller) {
+cg_status_t cg_cuda_reported_elsewhere(cg_plan_t *p, const char *caller) {
   await_report(p);
   char *report = cg_cuda_timeout_report(p);
   cg_status_t st = cg_fail(fired_status(p), "%s: %s", caller,
@@ -160,7 +164,7 @@ static cg_status_t settle(cg_plan_t *p, cg_status_t st) {
  * flight recorder learns which collectives completed. */
 cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call) {
   struct cg_cuda_plan *c = p->cuda;
-  if (!(*first = claim(p))) return reported_elsewhere(p, caller);
+  if (!(*first = claim(p))) return cg_cuda_reported_elsewhere(p, caller);
   cg_watchdog_where_t w = {CG_NO_STEP, CG_NO_STEP, 0, NULL};
   char extra[1600] = "";
   uint64_t in = c->marks ? marks_replay(p) : 0;
@@ -203,7 +207,7 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
 
 cg_status_t cg_cuda_profile_time_out(cg_plan_t *p, const char *caller, uint64_t replay, int hung, int replays,
                                      cg_watchdog_where_t *w, int stamps_read) {
-  if (!claim(p)) return reported_elsewhere(p, caller);
+  if (!claim(p)) return cg_cuda_reported_elsewhere(p, caller);
   char extra[1600], which[48] = "a profiling replay";
   const cg_comm_t *comm = w->waiting != CG_NO_STEP ? p->steps[w->waiting].comm : NULL;
   if (hung > 0) snprintf(which, sizeof which, "profiling replay %d of %d", hung, replays);
@@ -219,7 +223,7 @@ cg_status_t cg_cuda_profile_time_out(cg_plan_t *p, const char *caller, uint64_t 
 }
 
 cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint64_t replay, const char *mismatch) {
-  if (!(*first = claim(p))) return reported_elsewhere(p, caller);
+  if (!(*first = claim(p))) return cg_cuda_reported_elsewhere(p, caller);
   p->cuda->fired_status = CG_ERR_MISMATCH; /* read only once REPORTED is stored */
   const cg_comm_t *first_comm = p->n_comms ? p->comms[0].comm : NULL;
   cg_status_t st = cg_fail(CG_ERR_MISMATCH, "%s: %s%s%s on rank %d of %d, replay %llu: %s; the plan's communicators "
@@ -249,27 +253,12 @@ typedef struct fired {
   char *report; /* malloc'd; NULL: nothing to tell */
 } fired_t;
 
-/* The replay the monitor names: an embedded plan's from its marks, a
- * launched one's as cg_plan_launch left it under monitor_lock. */
+/* The replay the monitor names: a cg_plan_start replay's and an embedded
+ * plan's as cg_cuda_replay_number says, a launched one's as cg_plan_launch
+ * left it under monitor_lock. */
 static uint64_t monitor_replay(const cg_plan_t *p) {
+  if (atomic_load(&p->cuda->running)) return cg_cuda_replay_number(p);
   return p->cuda->embedded && p->cuda->marks ? marks_replay(p) : p->cuda->launched_replay;
-}
-
-/* The monitor's verdict on a plan whose replay made no progress for the
- * timeout, or whose ranks' fingerprints differed: 1 (it leaves the list),
- * with the report in *fired for the handler unless the waiter reported it
- * first. */
-static int fire(cg_plan_t *p, const char *caller, fired_t *fired) {
-  int first = 0;
-  char mismatch[900];
-  /* the roll call too where MPI allows calls from this thread: it holds
-   * monitor_lock meanwhile (at most 0.25 s), and it answers the others'
-   * roll calls while it waits for theirs */
-  cg_status_t st = cg_device_prints_mismatch(p->cuda->prints, mismatch, sizeof mismatch)
-                       ? cg_cuda_mismatch(&first, p, caller, monitor_replay(p), mismatch)
-                       : cg_cuda_time_out(&first, p, caller, monitor_replay(p), cg_watchdog_any_thread(p));
-  if (first) *fired = (fired_t){st, cg_copy_text(cg_error_last(), 4096)};
-  return 1;
 }
 
 /* A replay in flight that nobody waits for in commgraph: the roll calls of
@@ -279,11 +268,64 @@ static void answer_for(cg_plan_t *p) {
   if (cg_watchdog_any_thread(p)) cg_watchdog_answer(p, monitor_replay(p), &p->cuda->monitor_answered_ns);
 }
 
+/* The monitor reports a replay: ranks on different sequences (mismatch:
+ * the sentence, already taken from the fingerprints) or, with mismatch
+ * NULL, a timeout. 1 (the plan leaves the list), with the report in *fired
+ * for the handler unless the waiter reported it first. */
+static int report_replay(cg_plan_t *p, const char *caller, const char *mismatch, fired_t *fired) {
+  int first = 0;
+  /* the roll call too where MPI allows calls from this thread: it holds
+   * monitor_lock meanwhile (at most 0.25 s), and it answers the others'
+   * roll calls while it waits for theirs */
+  cg_status_t st = mismatch ? cg_cuda_mismatch(&first, p, caller, monitor_replay(p), mismatch)
+                            : cg_cuda_time_out(&first, p, caller, monitor_replay(p), cg_watchdog_any_thread(p));
+  if (first) *fired = (fired_t){st, cg_copy_text(cg_error_last(), 4096)};
+  return 1;
+}
+
+/* The monitor's verdict on a plan whose replay made no progress for the
+ * timeout, or whose ranks' fingerprints differed. */
+static int fire(cg_plan_t *p, const char *caller, fired_t *fired) {
+  char mismatch[900];
+  int differ = cg_device_prints_mismatch(p->cuda->prints, mismatch, sizeof mismatch);
+  return report_replay(p, caller, differ ? mismatch : NULL, fired);
+}
+
+/* How long a cg_plan_start replay's waiter may go without polling it and
+ * still count as waiting: 2% of the timeout, at least 10 ms. */
+static uint64_t waiter_grace_ns(const cg_plan_t *p) {
+  double grace = p->timeout_s * 0.02e9;
+  return grace > 1e7 ? (uint64_t)grace : 10000000u;
+}
+
+/* A cg_plan_start replay is its waiter's while the program's thread polls
+ * it (cg_plan_wait, cg_plan_test): that thread reports it, with a roll
+ * call. A thread that went elsewhere first, into a call that synchronizes
+ * the device (a destroy, a rebind, its own cudaDeviceSynchronize), would
+ * wait there for ever behind a replay that never ends: once nobody has
+ * polled for a grace, the monitor answers roll calls for the replay and
+ * reports it at the timeout (or once the fingerprints differ), which
+ * aborts the communicators and lets that call return. 1 once reported. */
+static int check_started(cg_plan_t *p, fired_t *fired) {
+  struct cg_cuda_plan *c = p->cuda;
+  uint64_t now = cg_clock_ns();
+  if (now - atomic_load(&c->waiter_seen_ns) < waiter_grace_ns(p)) return 0;
+  cudaSetDevice(p->device);
+  if (cudaEventQuery(c->run_done) != cudaErrorNotReady) return 0; /* ended: the waiter collects it */
+  char mismatch[900];
+  if (cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch))
+    return report_replay(p, "cg_plan_start (watchdog: the replay's thread was not waiting for it)", mismatch, fired);
+  if (!cg_watchdog_expired(p, c->started_ns)) {
+    answer_for(p);
+    return 0;
+  }
+  return report_replay(p, "cg_plan_start (watchdog: the replay's thread was not waiting for it)", NULL, fired);
+}
+
 /* An embedded plan: a replay is in flight while the lock's holder counted
  * it in and not yet out, or while a launch from before the embedding
- * (which takes no lock) is outstanding. A cg_plan_start replay is the
- * waiter's to report (the handler could destroy the plan under it): the
- * monitor waits meanwhile. */
+ * (which takes no lock) is outstanding. A cg_plan_start replay is
+ * check_started's: the marks' clock starts again once it has ended. */
 static int check_embedded(cg_plan_t *p, fired_t *fired) {
   struct cg_cuda_plan *c = p->cuda;
   volatile unsigned *m = c->marks;
@@ -313,6 +355,9 @@ static int check_embedded(cg_plan_t *p, fired_t *fired) {
 static int check_plan(cg_plan_t *p, fired_t *fired) {
   struct cg_cuda_plan *c = p->cuda;
   if (atomic_load(&c->fired)) return 1; /* the waiter reported it */
+  if (atomic_load(&c->running) && check_started(p, fired)) return 1;
+  /* the plan stays listed while its started replay is the waiter's */
+  if (atomic_load(&c->running) && !c->watch_embedded) return 0;
   if (c->watch_embedded) return check_embedded(p, fired);
   if (!atomic_load(&c->running) && cg_device_prints_pending(c->prints))
     return fire(p, "cg_plan_launch (watchdog)", fired);
@@ -408,6 +453,14 @@ cg_status_t cg_cuda_watch_launch(cg_plan_t *p) {
   pthread_mutex_lock(&monitor_lock);
   p->cuda->launched_replay = p->replays;
   cg_status_t st = watch(p, "cg_plan_launch");
+  pthread_mutex_unlock(&monitor_lock);
+  return st;
+}
+
+cg_status_t cg_cuda_watch_start(cg_plan_t *p) {
+  if (!p->cuda->marks) return CG_SUCCESS; /* no timeout, nothing to watch */
+  pthread_mutex_lock(&monitor_lock);
+  cg_status_t st = watch(p, "cg_plan_start");
   pthread_mutex_unlock(&monitor_lock);
   return st;
 }
