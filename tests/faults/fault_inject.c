@@ -100,9 +100,10 @@
  * before it waits would) and only then call cg_plan_wait: a replay that
  * never ends holds that synchronize, which only the watchdog's monitor can
  * end (issue 23: "anywhere"); the handler drains and tears down as
- * gpu-embed's does. gpu-direct and gpu-embed-direct are gpu-staged and gpu-embed-staged with CG_STAGING_DIRECT on managed
- * buffers (docs/staged.md#direct: MPI gets the buffers themselves, on an MPI
- * that is not CUDA-aware too), so the direct path's abort runs as well;
+ * gpu-embed's does. gpu-direct and gpu-embed-direct are gpu-staged and
+ * gpu-embed-staged with CG_STAGING_DIRECT on managed buffers
+ * (docs/staged.md#direct: MPI gets the buffers themselves, on an MPI that
+ * is not CUDA-aware too), so the direct path's abort runs as well;
  * they sum without fusion (an average uses the library's own MPI op, and a
  * bucket's fused buffer is device memory: either keeps a step staged), and a
  * healthy run must show "direct MPI_Iallreduce" in the plan's DOT.
