@@ -340,15 +340,23 @@ static double handler_timeout_s;
  * replay's poll (it parks), in the replays' barrier (it stays there), or in
  * the second plan's run of swapped-plans (which fails). */
 static pthread_mutex_t replay_lock = PTHREAD_MUTEX_INITIALIZER;
+/* gpu-start: the main thread's cg_plan_wait and the handler's teardown
+ * exclude each other, unless the handler runs inside that wait (on the
+ * waiting thread, which reported it) */
+static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int in_wait;
 static void on_timeout(cg_status_t st, const char *report, void *arg) {
   (void)arg;
   double began = wall_s();
 #if CG_HAVE_CUDA
   cudaSetDevice(rank_device); /* a thread of the watchdog's starts on GPU 0 */
 #endif
+  int exclude_wait = started && !in_wait;
+  if (exclude_wait) pthread_mutex_lock(&wait_lock);
   pthread_mutex_lock(&replay_lock);
   atomic_store(&handler_called, 1);
   pthread_mutex_unlock(&replay_lock);
+  if (exclude_wait) pthread_mutex_unlock(&wait_lock);
   fault_line("FAULT-REPORT rank %d: %s: %s\n", rank, cg_status_string(st), report);
   if ((embedded || started) && wait_drained(0.05 * handler_timeout_s - (wall_s() - began)))
     destroy_after_drain();
@@ -406,8 +414,15 @@ static cg_status_t start_synchronize_wait(cg_plan_t *plan) {
   cg_status_t st = cg_plan_start(plan);
   if (st != CG_SUCCESS) return st;
   cudaError_t err = cudaDeviceSynchronize();
-  if (atomic_load(&handler_called)) park();
+  pthread_mutex_lock(&wait_lock);
+  if (atomic_load(&handler_called)) {
+    pthread_mutex_unlock(&wait_lock);
+    park();
+  }
+  in_wait = 1;
   st = cg_plan_wait(plan);
+  in_wait = 0;
+  pthread_mutex_unlock(&wait_lock);
   return st == CG_SUCCESS && err != cudaSuccess ? CG_ERR_BACKEND : st;
 #else
   (void)plan;

@@ -379,14 +379,14 @@ cg_status_t cg_plan_cuda_graph(cudaGraph_t *out, cg_plan_t *plan) {
 static cg_status_t start_failed(cg_plan_t *p, cudaError_t err, int launches) {
   struct cg_cuda_plan *c = p->cuda;
   cg_status_t st = cg_fail_cuda(err, "cudaGraphLaunch or cudaEventRecord", "cg_plan_start");
+  int first = 0;
   if (launches && cg_cuda_stream_wait_for(c->lanes[0], p->timeout_s) == cudaErrorNotReady) {
-    int first = 0;
     st = cg_cuda_time_out(&first, p, "cg_plan_start", cg_cuda_replay_number(p), 1);
-    if (first) st = cg_watchdog_notify_waiter(st);
     cg_cuda_stream_wait_for(c->lanes[0], p->timeout_s);
   }
+  /* idle before the handler hears it: it may destroy the plan */
   atomic_store(&c->running, 0);
-  return st;
+  return first ? cg_watchdog_notify_waiter(st) : st;
 }
 
 /* cg_plan_start's replay; with `begin` and `end` (cg_cuda_timed_replay's;
@@ -401,12 +401,16 @@ static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end
   if (!done) return cg_fail(CG_ERR_IN_PROGRESS, "cg_plan_start: the plan's previous run has not finished");
   cudaGraphExec_t exec = NULL;
   if ((st = launch_exec(&exec, p, "cg_plan_start")) != CG_SUCCESS) return st;
-  /* the waiter's from the start; listed before it runs, so that the monitor
+  /* the waiter's from the start; listed (once running, or a pass of the
+   * monitor could drop it as idle) before it runs, so that the monitor
    * takes it over if the program's thread goes elsewhere instead */
-  if ((st = cg_cuda_watch_start(p)) != CG_SUCCESS) return st;
   c->started_ns = cg_clock_ns();
   atomic_store(&c->waiter_seen_ns, c->started_ns);
   atomic_store(&c->running, 1);
+  if ((st = cg_cuda_watch_start(p)) != CG_SUCCESS) {
+    atomic_store(&c->running, 0);
+    return st;
+  }
   /* The plan's streams are non-blocking, and a cudaMemcpy from pageable
    * memory (or a cudaMemset) returns before it has landed: the replay waits
    * for the legacy default stream, so it reads what the program wrote there
@@ -423,6 +427,9 @@ static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end
   if (err == cudaSuccess) err = cudaEventRecord(c->run_done, c->lanes[0]);
   for (int k = 0; k < launches; k++) note_launch(p);
   c->start_launches = launches;
+  /* what the monitor may read once nobody polls (the replay's number) is
+   * written by now */
+  atomic_store(&c->waiter_seen_ns, cg_clock_ns());
   return err == cudaSuccess ? CG_SUCCESS : start_failed(p, err, launches);
 }
 
@@ -433,29 +440,28 @@ cg_status_t cg_cuda_start(cg_plan_t *p) { return start_replay(p, NULL, NULL, 0);
  * order): the data may be mixed, and the caller hears it. */
 static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *caller) {
   struct cg_cuda_plan *c = p->cuda;
-  if (atomic_load(&c->fired)) {
-    /* the monitor reported it while nobody waited, and aborted the
-     * communicators, which let it end */
+  char mismatch[900];
+  int differ = err == cudaSuccess && cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch);
+  if (!differ && atomic_load(&c->fired)) {
+    /* the monitor reported it while nobody polled (it claims before it
+     * reads the fingerprints), and aborted the communicators */
     atomic_store(&c->running, 0);
     return cg_cuda_reported_elsewhere(p, caller);
   }
-  char mismatch[900];
-  /* read while the replay is still the waiter's: the monitor leaves an
-   * ended one */
-  int differ = err == cudaSuccess && cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch);
   cg_status_t st = CG_SUCCESS;
+  int first = 0;
   if (differ) {
     /* as while it ran: every rank's plan ends alike (another rank may have
      * seen it mid-replay and aborted the communicators) */
-    int first = 0;
     st = cg_cuda_mismatch(&first, p, caller, cg_cuda_replay_number(p), mismatch);
-    if (first) st = cg_watchdog_notify_waiter(st);
   }
+  if (err == cudaSuccess && st == CG_SUCCESS)
+    for (int k = c->start_launches - 1; k >= 0; k--) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays - (uint64_t)k);
+  /* idle before the handler hears it: it may destroy the plan */
   atomic_store(&c->running, 0);
+  if (first) st = cg_watchdog_notify_waiter(st);
   if (err != cudaSuccess) return cg_fail_cuda(err, "the replay", "%s", caller);
-  if (st != CG_SUCCESS) return st;
-  for (int k = c->start_launches - 1; k >= 0; k--) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays - (uint64_t)k);
-  return CG_SUCCESS;
+  return st;
 }
 
 /* cg_plan_start's replay is still running: a timeout once it ran too long

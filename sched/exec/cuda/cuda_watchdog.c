@@ -162,9 +162,8 @@ static cg_status_t settle(cg_plan_t *p, cg_status_t st) {
 /* The replay ran past the timeout: the step waited for is the first in
  * capture order that is not done while everything it depends on is; the
  * flight recorder learns which collectives completed. */
-cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call) {
+static cg_status_t time_out_claimed(cg_plan_t *p, const char *caller, uint64_t replay, int roll_call) {
   struct cg_cuda_plan *c = p->cuda;
-  if (!(*first = claim(p))) return cg_cuda_reported_elsewhere(p, caller);
   cg_watchdog_where_t w = {CG_NO_STEP, CG_NO_STEP, 0, NULL};
   char extra[1600] = "";
   uint64_t in = c->marks ? marks_replay(p) : 0;
@@ -205,6 +204,11 @@ cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint6
   return settle(p, cg_watchdog_report(p, caller, replay, &w));
 }
 
+cg_status_t cg_cuda_time_out(int *first, cg_plan_t *p, const char *caller, uint64_t replay, int roll_call) {
+  if (!(*first = claim(p))) return cg_cuda_reported_elsewhere(p, caller);
+  return time_out_claimed(p, caller, replay, roll_call);
+}
+
 cg_status_t cg_cuda_profile_time_out(cg_plan_t *p, const char *caller, uint64_t replay, int hung, int replays,
                                      cg_watchdog_where_t *w, int stamps_read) {
   if (!claim(p)) return cg_cuda_reported_elsewhere(p, caller);
@@ -222,8 +226,7 @@ cg_status_t cg_cuda_profile_time_out(cg_plan_t *p, const char *caller, uint64_t 
   return cg_watchdog_notify_waiter(settle(p, cg_watchdog_report(p, caller, replay, w)));
 }
 
-cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint64_t replay, const char *mismatch) {
-  if (!(*first = claim(p))) return cg_cuda_reported_elsewhere(p, caller);
+static cg_status_t mismatch_claimed(cg_plan_t *p, const char *caller, uint64_t replay, const char *mismatch) {
   p->cuda->fired_status = CG_ERR_MISMATCH; /* read only once REPORTED is stored */
   const cg_comm_t *first_comm = p->n_comms ? p->comms[0].comm : NULL;
   cg_status_t st = cg_fail(CG_ERR_MISMATCH, "%s: %s%s%s on rank %d of %d, replay %llu: %s; the plan's communicators "
@@ -234,6 +237,11 @@ cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint6
   fflush(stderr);
   p->timed_out = 1;
   return settle(p, st);
+}
+
+cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint64_t replay, const char *mismatch) {
+  if (!(*first = claim(p))) return cg_cuda_reported_elsewhere(p, caller);
+  return mismatch_claimed(p, caller, replay, mismatch);
 }
 
 /* ---- the monitor of launched and embedded replays */
@@ -308,18 +316,33 @@ static uint64_t waiter_grace_ns(const cg_plan_t *p) {
  * aborts the communicators and lets that call return. 1 once reported. */
 static int check_started(cg_plan_t *p, fired_t *fired) {
   struct cg_cuda_plan *c = p->cuda;
-  uint64_t now = cg_clock_ns();
-  if (now - atomic_load(&c->waiter_seen_ns) < waiter_grace_ns(p)) return 0;
+  /* the stamp before the clock: a poll between the two would otherwise
+   * look like none for ever */
+  uint64_t seen = atomic_load(&c->waiter_seen_ns), now = cg_clock_ns();
+  if (now < seen || now - seen < waiter_grace_ns(p)) return 0;
   cudaSetDevice(p->device);
   if (cudaEventQuery(c->run_done) != cudaErrorNotReady) return 0; /* ended: the waiter collects it */
-  char mismatch[900];
-  if (cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch))
-    return report_replay(p, "cg_plan_start (watchdog: the replay's thread was not waiting for it)", mismatch, fired);
-  if (!cg_watchdog_expired(p, c->started_ns)) {
+  int differ = cg_device_prints_pending(c->prints);
+  if (!differ && !cg_watchdog_expired(p, c->started_ns)) {
     answer_for(p);
     return 0;
   }
-  return report_replay(p, "cg_plan_start (watchdog: the replay's thread was not waiting for it)", NULL, fired);
+  /* claimed before the fingerprints are read (reading clears them): a
+   * waiter that comes back finds either the mismatch or the claim */
+  if (!claim(p)) return 1; /* the waiter reports it */
+  const char *caller = "cg_plan_start (watchdog: the replay's thread was not waiting for it)";
+  char mismatch[900];
+  cg_status_t st;
+  if (differ) {
+    if (!cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch))
+      snprintf(mismatch, sizeof mismatch, "the ranks ran different sequences on a communicator (its fingerprints "
+               "differ; the waiting thread read which ones)");
+    st = mismatch_claimed(p, caller, monitor_replay(p), mismatch);
+  } else {
+    st = time_out_claimed(p, caller, monitor_replay(p), cg_watchdog_any_thread(p));
+  }
+  *fired = (fired_t){st, cg_copy_text(cg_error_last(), 4096)};
+  return 1;
 }
 
 /* An embedded plan: a replay is in flight while the lock's holder counted
@@ -355,20 +378,20 @@ static int check_embedded(cg_plan_t *p, fired_t *fired) {
 static int check_plan(cg_plan_t *p, fired_t *fired) {
   struct cg_cuda_plan *c = p->cuda;
   if (atomic_load(&c->fired)) return 1; /* the waiter reported it */
-  if (atomic_load(&c->running) && check_started(p, fired)) return 1;
-  /* the plan stays listed while its started replay is the waiter's */
-  if (atomic_load(&c->running) && !c->watch_embedded) return 0;
+  int started = atomic_load(&c->running);
+  if (started && check_started(p, fired)) return 1;
   if (c->watch_embedded) return check_embedded(p, fired);
-  if (!atomic_load(&c->running) && cg_device_prints_pending(c->prints))
+  if (!started && cg_device_prints_pending(c->prints))
     return fire(p, "cg_plan_launch (watchdog)", fired);
   cudaSetDevice(p->device);
   cudaError_t err = cudaEventQuery(c->launch_done);
   if (err != cudaErrorNotReady) {
     /* done (or failed: the user's stream says so); its fingerprints may
-     * have differed since the look above */
-    if (!atomic_load(&c->running) && cg_device_prints_pending(c->prints))
+     * have differed since the look above. The plan stays listed while a
+     * started replay runs. */
+    if (!started && cg_device_prints_pending(c->prints))
       return fire(p, "cg_plan_launch (watchdog)", fired);
-    return 1;
+    return !started;
   }
   answer_for(p);
   uint64_t now = cg_clock_ns(), sum = marks_sum(p);
