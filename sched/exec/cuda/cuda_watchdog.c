@@ -276,27 +276,31 @@ static void answer_for(cg_plan_t *p) {
   if (cg_watchdog_any_thread(p)) cg_watchdog_answer(p, monitor_replay(p), &p->cuda->monitor_answered_ns);
 }
 
-/* The monitor reports a replay: ranks on different sequences (mismatch:
- * the sentence, already taken from the fingerprints) or, with mismatch
- * NULL, a timeout. 1 (the plan leaves the list), with the report in *fired
- * for the handler unless the waiter reported it first. */
-static int report_replay(cg_plan_t *p, const char *caller, const char *mismatch, fired_t *fired) {
-  int first = 0;
-  /* the roll call too where MPI allows calls from this thread: it holds
-   * monitor_lock meanwhile (at most 0.25 s), and it answers the others'
-   * roll calls while it waits for theirs */
-  cg_status_t st = mismatch ? cg_cuda_mismatch(&first, p, caller, monitor_replay(p), mismatch)
-                            : cg_cuda_time_out(&first, p, caller, monitor_replay(p), cg_watchdog_any_thread(p));
-  if (first) *fired = (fired_t){st, cg_copy_text(cg_error_last(), 4096)};
-  return 1;
-}
-
 /* The monitor's verdict on a plan whose replay made no progress for the
- * timeout, or whose ranks' fingerprints differed. */
+ * timeout, or whose ranks' fingerprints differed: 1 (the plan leaves the
+ * list), with the report in *fired for the handler unless a waiting thread
+ * claimed it first (then it reports; the monitor does not wait for that
+ * under monitor_lock). The claim comes before the fingerprints are read
+ * (reading clears them): a waiter that looks at the same time finds either
+ * the mismatch or the claim. */
 static int fire(cg_plan_t *p, const char *caller, fired_t *fired) {
+  int differ = cg_device_prints_pending(p->cuda->prints);
+  if (!claim(p)) return 1;
   char mismatch[900];
-  int differ = cg_device_prints_mismatch(p->cuda->prints, mismatch, sizeof mismatch);
-  return report_replay(p, caller, differ ? mismatch : NULL, fired);
+  cg_status_t st;
+  if (differ) {
+    if (!cg_device_prints_mismatch(p->cuda->prints, mismatch, sizeof mismatch))
+      snprintf(mismatch, sizeof mismatch, "the ranks ran different sequences on a communicator (its fingerprints "
+               "differ; the waiting thread read which ones)");
+    st = mismatch_claimed(p, caller, monitor_replay(p), mismatch);
+  } else {
+    /* the roll call too where MPI allows calls from this thread: it holds
+     * monitor_lock meanwhile (at most 0.25 s), and it answers the others'
+     * roll calls while it waits for theirs */
+    st = time_out_claimed(p, caller, monitor_replay(p), cg_watchdog_any_thread(p));
+  }
+  *fired = (fired_t){st, cg_copy_text(cg_error_last(), 4096)};
+  return 1;
 }
 
 /* How long a cg_plan_start replay's waiter may go without polling it and
@@ -322,27 +326,11 @@ static int check_started(cg_plan_t *p, fired_t *fired) {
   if (now < seen || now - seen < waiter_grace_ns(p)) return 0;
   cudaSetDevice(p->device);
   if (cudaEventQuery(c->run_done) != cudaErrorNotReady) return 0; /* ended: the waiter collects it */
-  int differ = cg_device_prints_pending(c->prints);
-  if (!differ && !cg_watchdog_expired(p, c->started_ns)) {
+  if (!cg_device_prints_pending(c->prints) && !cg_watchdog_expired(p, c->started_ns)) {
     answer_for(p);
     return 0;
   }
-  /* claimed before the fingerprints are read (reading clears them): a
-   * waiter that comes back finds either the mismatch or the claim */
-  if (!claim(p)) return 1; /* the waiter reports it */
-  const char *caller = "cg_plan_start (watchdog: the replay's thread was not waiting for it)";
-  char mismatch[900];
-  cg_status_t st;
-  if (differ) {
-    if (!cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch))
-      snprintf(mismatch, sizeof mismatch, "the ranks ran different sequences on a communicator (its fingerprints "
-               "differ; the waiting thread read which ones)");
-    st = mismatch_claimed(p, caller, monitor_replay(p), mismatch);
-  } else {
-    st = time_out_claimed(p, caller, monitor_replay(p), cg_watchdog_any_thread(p));
-  }
-  *fired = (fired_t){st, cg_copy_text(cg_error_last(), 4096)};
-  return 1;
+  return fire(p, "cg_plan_start (watchdog: the replay's thread was not waiting for it)", fired);
 }
 
 /* An embedded plan: a replay is in flight while the lock's holder counted
