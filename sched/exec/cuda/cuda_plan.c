@@ -380,12 +380,16 @@ static cg_status_t start_failed(cg_plan_t *p, cudaError_t err, int launches) {
   struct cg_cuda_plan *c = p->cuda;
   cg_status_t st = cg_fail_cuda(err, "cudaGraphLaunch or cudaEventRecord", "cg_plan_start");
   int first = 0;
+  /* this call waits and reports: not the monitor's to take over, and idle
+   * before the handler hears it (it may destroy the plan) */
+  atomic_store(&c->running, CG_RUN_IDLE);
   if (launches && cg_cuda_stream_wait_for(c->lanes[0], p->timeout_s) == cudaErrorNotReady) {
     st = cg_cuda_time_out(&first, p, "cg_plan_start", cg_cuda_replay_number(p), 1);
     cg_cuda_stream_wait_for(c->lanes[0], p->timeout_s);
   }
-  /* idle before the handler hears it: it may destroy the plan */
-  atomic_store(&c->running, 0);
+  char mismatch[900]; /* read, so that the monitor does not take it for a launched replay's */
+  if (cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch) && !first)
+    st = cg_cuda_mismatch(&first, p, "cg_plan_start", cg_cuda_replay_number(p), mismatch);
   return first ? cg_watchdog_notify_waiter(st) : st;
 }
 
@@ -406,9 +410,9 @@ static cg_status_t start_replay(cg_plan_t *p, cudaEvent_t begin, cudaEvent_t end
    * takes it over if the program's thread goes elsewhere instead */
   c->started_ns = cg_clock_ns();
   atomic_store(&c->waiter_seen_ns, c->started_ns);
-  atomic_store(&c->running, 1);
+  atomic_store(&c->running, CG_RUN_STARTED);
   if ((st = cg_cuda_watch_start(p)) != CG_SUCCESS) {
-    atomic_store(&c->running, 0);
+    atomic_store(&c->running, CG_RUN_IDLE);
     return st;
   }
   /* The plan's streams are non-blocking, and a cudaMemcpy from pageable
@@ -441,25 +445,27 @@ cg_status_t cg_cuda_start(cg_plan_t *p) { return start_replay(p, NULL, NULL, 0);
 static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *caller) {
   struct cg_cuda_plan *c = p->cuda;
   char mismatch[900];
-  int differ = err == cudaSuccess && cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch);
-  if (!differ && atomic_load(&c->fired)) {
-    /* the monitor reported it while nobody polled (it claims before it
-     * reads the fingerprints), and aborted the communicators */
-    atomic_store(&c->running, 0);
-    return cg_cuda_reported_elsewhere(p, caller);
-  }
+  int differ = cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch);
+  uint64_t replay = cg_cuda_replay_number(p); /* while it counts as running */
+  /* the end is this thread's unless the monitor took the replay over
+   * first (and reports it, having aborted the communicators); the replay
+   * is idle from here either way, before the handler hears anything (it
+   * may destroy the plan) */
+  int owner = CG_RUN_STARTED;
+  int taken = !atomic_compare_exchange_strong(&c->running, &owner, CG_RUN_IDLE);
+  atomic_store(&c->running, CG_RUN_IDLE);
+  if (taken && !differ) return cg_cuda_reported_elsewhere(p, caller);
   cg_status_t st = CG_SUCCESS;
   int first = 0;
   if (differ) {
     /* as while it ran: every rank's plan ends alike (another rank may have
      * seen it mid-replay and aborted the communicators) */
-    st = cg_cuda_mismatch(&first, p, caller, cg_cuda_replay_number(p), mismatch);
+    st = cg_cuda_mismatch(&first, p, caller, replay, mismatch);
   }
   if (err == cudaSuccess && st == CG_SUCCESS)
     for (int k = c->start_launches - 1; k >= 0; k--) cg_flight_plan(p, CG_FLIGHT_REPLAY_DONE, p->replays - (uint64_t)k);
-  /* idle before the handler hears it: it may destroy the plan */
-  atomic_store(&c->running, 0);
   if (first) st = cg_watchdog_notify_waiter(st);
+  if (st != CG_SUCCESS) return st;
   if (err != cudaSuccess) return cg_fail_cuda(err, "the replay", "%s", caller);
   return st;
 }
@@ -478,7 +484,7 @@ static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
    * the replay ends here, with the communicators aborted */
   if (!atomic_load(&c->fired) && cg_device_prints_mismatch(c->prints, mismatch, sizeof mismatch)) {
     cg_status_t differ = cg_cuda_mismatch(&first, p, caller, replay, mismatch);
-    atomic_store(&c->running, 0);
+    atomic_store(&c->running, CG_RUN_IDLE);
     *st = first ? cg_watchdog_notify_waiter(differ) : differ;
     return 1;
   }
@@ -487,7 +493,7 @@ static int replay_expired(cg_plan_t *p, cg_status_t *st, const char *caller) {
     return 0;
   }
   cg_status_t timeout = cg_cuda_time_out(&first, p, caller, replay, 1);
-  atomic_store(&c->running, 0);
+  atomic_store(&c->running, CG_RUN_IDLE);
   *st = first ? cg_watchdog_notify_waiter(timeout) : timeout;
   return 1;
 }

@@ -30,7 +30,8 @@ struct cg_cuda_plan {
   /* cg_cuda_timed_replay's: around the replays it times, made on its first
    * use */
   cudaEvent_t timed_begin, timed_end;
-  atomic_int running;   /* that replay is the waiter's (cg_plan_wait, _test, _run) while it polls */
+  atomic_int running;   /* that replay's owner (CG_RUN_*): the waiter's (cg_plan_wait, _test, _run) while it
+                           polls, or the monitor's once it took the replay over */
   int start_launches;   /* the graph launches of that start: 1, or 1 + the timed ones (cg_cuda_timed_replay) */
   int launched; /* by cg_plan_launch, on a stream the plan does not know */
   /* the watchdog (plans with a timeout): per step, a count the graph adds 1
@@ -77,6 +78,12 @@ struct cg_cuda_plan {
 };
 
 enum { CG_FIRED_NONE, CG_FIRED_CLAIMED, CG_FIRED_REPORTED };
+
+/* c->running: no started replay; one that its waiter collects when it
+ * ends; one the monitor took over (it reports it). The waiter's end and
+ * the monitor's take-over both leave CG_RUN_STARTED by compare-and-swap,
+ * so a replay that ended in time is never reported too. */
+enum { CG_RUN_IDLE, CG_RUN_STARTED, CG_RUN_TAKEN };
 
 /* The marks after the steps' (with n steps): replays in the lock, out of it. */
 #define CG_MARK_ENTERED(n_steps) (n_steps)

@@ -240,7 +240,12 @@ static cg_status_t mismatch_claimed(cg_plan_t *p, const char *caller, uint64_t r
 }
 
 cg_status_t cg_cuda_mismatch(int *first, cg_plan_t *p, const char *caller, uint64_t replay, const char *mismatch) {
-  if (!(*first = claim(p))) return cg_cuda_reported_elsewhere(p, caller);
+  if (!(*first = claim(p))) {
+    /* the report that won may lack which ranks ran what: this side read it */
+    fprintf(stderr, "commgraph: %s: %s\n", caller, mismatch);
+    fflush(stderr);
+    return cg_cuda_reported_elsewhere(p, caller);
+  }
   return mismatch_claimed(p, caller, replay, mismatch);
 }
 
@@ -283,8 +288,8 @@ static void answer_for(cg_plan_t *p) {
  * under monitor_lock). The claim comes before the fingerprints are read
  * (reading clears them): a waiter that looks at the same time finds either
  * the mismatch or the claim. */
-static int fire(cg_plan_t *p, const char *caller, fired_t *fired) {
-  int differ = cg_device_prints_pending(p->cuda->prints);
+static int fire(cg_plan_t *p, const char *caller, int saw_differ, fired_t *fired) {
+  int differ = saw_differ || cg_device_prints_pending(p->cuda->prints);
   if (!claim(p)) return 1;
   char mismatch[900];
   cg_status_t st;
@@ -326,11 +331,14 @@ static int check_started(cg_plan_t *p, fired_t *fired) {
   if (now < seen || now - seen < waiter_grace_ns(p)) return 0;
   cudaSetDevice(p->device);
   if (cudaEventQuery(c->run_done) != cudaErrorNotReady) return 0; /* ended: the waiter collects it */
-  if (!cg_device_prints_pending(c->prints) && !cg_watchdog_expired(p, c->started_ns)) {
+  int differ = cg_device_prints_pending(c->prints);
+  if (!differ && !cg_watchdog_expired(p, c->started_ns)) {
     answer_for(p);
     return 0;
   }
-  return fire(p, "cg_plan_start (watchdog: the replay's thread was not waiting for it)", fired);
+  int owner = CG_RUN_STARTED;
+  if (!atomic_compare_exchange_strong(&c->running, &owner, CG_RUN_TAKEN)) return 0; /* the waiter collected it */
+  return fire(p, "cg_plan_start (watchdog: the replay's thread was not waiting for it)", differ, fired);
 }
 
 /* An embedded plan: a replay is in flight while the lock's holder counted
@@ -342,7 +350,7 @@ static int check_embedded(cg_plan_t *p, fired_t *fired) {
   volatile unsigned *m = c->marks;
   int waiters = atomic_load(&c->running);
   if (!waiters && cg_device_prints_pending(c->prints))
-    return fire(p, "a replay of a CUDA graph that embeds the plan (watchdog)", fired);
+    return fire(p, "a replay of a CUDA graph that embeds the plan (watchdog)", 1, fired);
   unsigned entered = m[CG_MARK_ENTERED(p->n_steps)], left = m[CG_MARK_LEFT(p->n_steps)];
   int in_flight = !waiters && entered != left;
   if (!in_flight && !waiters && c->launched) {
@@ -357,7 +365,7 @@ static int check_embedded(cg_plan_t *p, fired_t *fired) {
     return 0;
   }
   if (!cg_watchdog_expired(p, c->progress_ns)) return 0;
-  return fire(p, "a replay of a CUDA graph that embeds the plan (watchdog)", fired);
+  return fire(p, "a replay of a CUDA graph that embeds the plan (watchdog)", 0, fired);
 }
 
 /* One look at a plan, under monitor_lock: 1 when it leaves the list. A
@@ -370,7 +378,7 @@ static int check_plan(cg_plan_t *p, fired_t *fired) {
   if (started && check_started(p, fired)) return 1;
   if (c->watch_embedded) return check_embedded(p, fired);
   if (!started && cg_device_prints_pending(c->prints))
-    return fire(p, "cg_plan_launch (watchdog)", fired);
+    return fire(p, "cg_plan_launch (watchdog)", 1, fired);
   cudaSetDevice(p->device);
   cudaError_t err = cudaEventQuery(c->launch_done);
   if (err != cudaErrorNotReady) {
@@ -378,7 +386,7 @@ static int check_plan(cg_plan_t *p, fired_t *fired) {
      * have differed since the look above. The plan stays listed while a
      * started replay runs. */
     if (!started && cg_device_prints_pending(c->prints))
-      return fire(p, "cg_plan_launch (watchdog)", fired);
+      return fire(p, "cg_plan_launch (watchdog)", 1, fired);
     return !started;
   }
   answer_for(p);
@@ -389,7 +397,7 @@ static int check_plan(cg_plan_t *p, fired_t *fired) {
     return 0;
   }
   if (!cg_watchdog_expired(p, c->progress_ns)) return 0;
-  return fire(p, "cg_plan_launch (watchdog)", fired);
+  return fire(p, "cg_plan_launch (watchdog)", 0, fired);
 }
 
 static void *notify_main(void *arg) {
