@@ -451,9 +451,7 @@ static cg_status_t replay_ended(cg_plan_t *p, cudaError_t err, const char *calle
    * first (and reports it, having aborted the communicators); the replay
    * is idle from here either way, before the handler hears anything (it
    * may destroy the plan) */
-  int owner = CG_RUN_STARTED;
-  int taken = !atomic_compare_exchange_strong(&c->running, &owner, CG_RUN_IDLE);
-  atomic_store(&c->running, CG_RUN_IDLE);
+  int taken = atomic_exchange(&c->running, CG_RUN_IDLE) == CG_RUN_TAKEN;
   if (taken && !differ) return cg_cuda_reported_elsewhere(p, caller);
   cg_status_t st = CG_SUCCESS;
   int first = 0;

@@ -81,8 +81,9 @@ enum { CG_FIRED_NONE, CG_FIRED_CLAIMED, CG_FIRED_REPORTED };
 
 /* c->running: no started replay; one that its waiter collects when it
  * ends; one the monitor took over (it reports it). The waiter's end and
- * the monitor's take-over both leave CG_RUN_STARTED by compare-and-swap,
- * so a replay that ended in time is never reported too. */
+ * the monitor's take-over both leave CG_RUN_STARTED atomically (an
+ * exchange, a compare-and-swap), so a replay that ended in time is never
+ * reported too. */
 enum { CG_RUN_IDLE, CG_RUN_STARTED, CG_RUN_TAKEN };
 
 /* The marks after the steps' (with n steps): replays in the lock, out of it. */
